@@ -1,0 +1,170 @@
+// The softmax family (steps 01-02): inputs, checks and timing for y = softmax(x) row-wise.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <thread>
+
+#include "buffer.h"
+#include "check.h"
+#include "cli.h"
+#include "compare.h"
+#include "npy.h"
+#include "random.h"
+#include "reference.h"
+#include "runner.h"
+
+namespace fa {
+namespace {
+
+// fp32 softmax vs fp64 or vs another fp32 softmax. Outputs lie in [0, 1]; fp32 exp and a
+// fp32 sum over up to millions of terms give relative errors around 1e-6.
+constexpr Tolerance kSoftmaxTol{1e-8, 1e-5};
+
+void add_flags(ArgParser& p, Problem& pr) {
+  p.add_int("--rows", &pr.rows, 1, INT_MAX, "rows of x");
+  p.add_int("--cols", &pr.cols, 1, INT_MAX, "row length (softmax is over each row)");
+}
+
+Problem make(long long rows, long long cols) {
+  Problem p;
+  p.family = Family::Softmax;
+  p.rows = rows;
+  p.cols = cols;
+  return p;
+}
+Problem default_problem() { return make(16384, 16384); }
+std::vector<Problem> sweep() {
+  // Square, few very long rows (one row >> L2 per block), many short rows.
+  return {make(16384, 16384), make(64, 4 << 20), make(4096, 4096), make(65536, 1024), make(262144, 128)};
+}
+
+NpyArray load_input(const std::string& path) {
+  NpyArray a = read_npy(path);
+  if (a.shape.size() != 1 && a.shape.size() != 2)
+    throw UsageError("'" + path + "': expected a 1-D or 2-D array, got " + std::to_string(a.shape.size()) + "-D");
+  if (a.size() == 0) throw UsageError("'" + path + "': the array is empty");
+  return a;
+}
+
+void resolve(Problem& p, const RunOptions& o) {
+  if (o.input_path.empty()) return;
+  const NpyArray a = load_input(o.input_path);
+  p.rows = a.shape.size() == 2 ? (long long)a.shape[0] : 1;
+  p.cols = (long long)a.shape.back();
+}
+
+void validate(const Problem& p, const DeviceInfo* dev) {
+  if (p.rows < 1 || p.cols < 1) throw UsageError("rows and cols must be at least 1");
+  if (p.rows > INT_MAX || p.cols > INT_MAX) throw UsageError("rows and cols must each be below 2^31");
+  const double n = double(p.rows) * double(p.cols);
+  if (n > double(1ll << 31)) throw UsageError(p.describe() + " has more than 2^31 elements");
+  if (dev) {
+    std::size_t free_b = 0, total_b = 0;
+    FA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double need = 3.0 * n * sizeof(float);  // x, y, and the previous step's y
+    if (need > 0.9 * double(free_b))
+      throw UsageError(p.describe() + " needs " + std::to_string(need / (1 << 30)) + " GiB of device memory; " +
+                       std::to_string(free_b / double(1 << 30)) + " GiB free");
+  }
+}
+
+// Random rows, plus (when there are at least 4 rows) the rows that break a naive softmax:
+// row 1 huge magnitudes, row 2 sprinkled with -inf, row 3 entirely -inf (-> all zeros).
+std::vector<float> make_input(const Problem& p, const RunOptions& o) {
+  const std::size_t rows = p.rows, cols = p.cols;
+  std::vector<float> x(rows * cols);
+  if (!o.input_path.empty()) {
+    const NpyArray a = load_input(o.input_path);
+    std::transform(a.data.begin(), a.data.end(), x.begin(), [](double v) { return float(v); });
+    return x;
+  }
+  fill_uniform(x, o.seed, -4.0f, 4.0f);
+  if (rows >= 4) {
+    for (std::size_t c = 0; c < cols; ++c) x[1 * cols + c] *= 2.5e37f;  // |x| up to 1e38
+    for (std::size_t c = 0; c < cols; c += 3) x[2 * cols + c] = -INFINITY;
+    for (std::size_t c = 0; c < cols; ++c) x[3 * cols + c] = -INFINITY;
+  }
+  return x;
+}
+
+// The fp64 reference, one slice of rows per thread (the CPU side of --check at 16384^2).
+std::vector<double> reference(const std::vector<float>& x, std::size_t rows, std::size_t cols) {
+  std::vector<double> y(rows * cols);
+  auto work = [&](std::size_t r0, std::size_t r1) {
+    std::vector<double> row(cols);
+    for (std::size_t r = r0; r < r1; ++r) {
+      std::copy(x.begin() + r * cols, x.begin() + (r + 1) * cols, row.begin());
+      ref::softmax(row.data(), y.data() + r * cols, 1, (long long)cols);
+    }
+  };
+  const std::size_t t = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
+  std::vector<std::thread> pool;
+  for (std::size_t i = 0; i < t; ++i) pool.emplace_back(work, rows * i / t, rows * (i + 1) / t);
+  for (auto& th : pool) th.join();
+  return y;
+}
+
+std::vector<float> launch_once(const StepInfo& s, const SoftmaxArgs& a, DeviceBuffer<float>& y) {
+  y.poison_nan();
+  s.softmax(a, nullptr);
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return y.download();
+}
+
+ResultRow run(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o,
+              const DeviceInfo& dev) {
+  const std::size_t rows = p.rows, cols = p.cols, n = rows * cols;
+  const std::vector<std::size_t> shape{rows, cols};
+  const std::vector<float> x = make_input(p, o);
+  DeviceBuffer<float> dx(x), dy(n), dy_prev(prev ? n : 0);
+  const SoftmaxArgs args{dx.get(), dy.get(), int(rows), int(cols)};
+  const SoftmaxArgs prev_args{dx.get(), dy_prev.get(), int(rows), int(cols)};
+
+  ResultRow r;
+  r.step = step.name;
+  r.idea = step.idea;
+  r.problem = p.describe();
+  if (prev) r.prev_step = prev->name;
+
+  if (o.check) {
+    bool ok = true;
+    const std::vector<float> y = launch_once(step, args, dy);
+    if (prev) {
+      const std::vector<float> yp = launch_once(*prev, prev_args, dy_prev);
+      const CompareResult c = compare(y, yp, kSoftmaxTol, shape);
+      say(o, std::string("  check ") + step.name + " vs " + prev->name + ": " + c.summary());
+      r.err_vs_prev = c.max_abs_err;
+      ok &= c.ok();
+    }
+    const CompareResult c = compare(y, reference(x, rows, cols), kSoftmaxTol, shape);
+    say(o, std::string("  check ") + step.name + " vs fp64 reference: " + c.summary());
+    ok &= c.ok();
+    r.check = ok ? "PASS" : "FAIL";
+  }
+  if (o.bench) {
+    // Bytes that must move: x read once, y written once.
+    const double bytes = 2.0 * double(n) * sizeof(float);
+    const Timing t = time_launches([&](cudaStream_t s) { step.softmax(args, s); }, o.timing);
+    FA_CHECK_LAUNCH();
+    r.time_ms = t.median_ms;
+    r.unit = "GB/s";
+    r.rate = bytes / (t.median_ms * 1e-3) * 1e-9;
+    r.peak_name = "copy";
+    r.peak_value = dev.copy_gbs;
+    r.pct_peak = 100.0 * r.rate / dev.copy_gbs;
+    if (prev) {
+      const Timing tp = time_launches([&](cudaStream_t s) { prev->softmax(prev_args, s); }, o.timing);
+      FA_CHECK_LAUNCH();
+      r.prev_time_ms = tp.median_ms;
+      r.speedup_vs_prev = tp.median_ms / t.median_ms;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+const FamilyOps kSoftmaxFamily{"softmax", add_flags, default_problem, sweep, resolve, validate, run};
+
+}  // namespace fa

@@ -1,0 +1,243 @@
+#include "runner.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "check.h"
+#include "cli.h"
+#include "random.h"
+
+namespace fa {
+
+std::string Problem::describe() const {
+  char buf[160];
+  switch (family) {
+    case Family::Softmax:
+      std::snprintf(buf, sizeof buf, "%lldx%lld", rows, cols);
+      break;
+    case Family::Matmul:
+      std::snprintf(buf, sizeof buf, "%lldx%lldx%lld %s", M, N, K, layout == MatmulLayout::NT ? "A*B^T" : "A*B");
+      break;
+    case Family::Attention: {
+      const char* dt = attn.dtype == DType::F32 ? "f32" : attn.dtype == DType::F16 ? "f16" : "bf16";
+      if (attn.seq_q == attn.seq_k)
+        std::snprintf(buf, sizeof buf, "B%d H%d S%d D%d%s %s%s", attn.batch, attn.heads, attn.seq_q, attn.head_dim,
+                      attn.causal ? " causal" : "", dt, backward ? " fwd+bwd" : "");
+      else
+        std::snprintf(buf, sizeof buf, "B%d H%d Sq%d Sk%d D%d%s %s%s", attn.batch, attn.heads, attn.seq_q, attn.seq_k,
+                      attn.head_dim, attn.causal ? " causal" : "", dt, backward ? " fwd+bwd" : "");
+      break;
+    }
+  }
+  return buf;
+}
+
+const FamilyOps& family_ops(Family f) {
+  switch (f) {
+    case Family::Softmax:
+      return kSoftmaxFamily;
+    default:
+      throw Error("this build has no runner for the step's op family yet");
+  }
+}
+
+void say(const RunOptions& o, const std::string& line) {
+  std::fprintf(o.quiet ? stderr : stdout, "%s\n", line.c_str());
+  std::fflush(o.quiet ? stderr : stdout);
+}
+
+// ---- output ---------------------------------------------------------------------------------
+static std::string num(double v, const char* fmt) {
+  if (v < 0 || !std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+void print_rows(const std::vector<ResultRow>& rows, const std::string& format, const DeviceInfo& dev) {
+  if (format == "csv") {
+    std::printf("step,idea,problem,time_ms,rate,unit,pct_peak,peak,peak_value,prev_step,prev_time_ms,"
+                "speedup_vs_prev,err_vs_prev,check,device\n");
+    for (const auto& r : rows)
+      std::printf("%s,\"%s\",%s,%.6g,%.6g,%s,%.4g,%s,%.6g,%s,%.6g,%.4g,%.3g,%s,%s\n", r.step.c_str(), r.idea.c_str(),
+                  r.problem.c_str(), r.time_ms, r.rate, r.unit.c_str(), r.pct_peak, r.peak_name.c_str(),
+                  r.peak_value, r.prev_step.c_str(), r.prev_time_ms, r.speedup_vs_prev, r.err_vs_prev,
+                  r.check.c_str(), dev.name.c_str());
+    return;
+  }
+  if (format == "json") {
+    std::printf("{\"device\": \"%s\", \"copy_gbs\": %.6g, \"rows\": [\n", dev.name.c_str(), dev.copy_gbs);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      std::printf("  {\"step\": \"%s\", \"idea\": \"%s\", \"problem\": \"%s\", \"time_ms\": %.6g, \"rate\": %.6g, "
+                  "\"unit\": \"%s\", \"pct_peak\": %.4g, \"peak\": \"%s\", \"peak_value\": %.6g, \"prev_step\": \"%s\", "
+                  "\"prev_time_ms\": %.6g, \"speedup_vs_prev\": %.4g, \"err_vs_prev\": %.3g, \"check\": \"%s\"}%s\n",
+                  r.step.c_str(), r.idea.c_str(), r.problem.c_str(), r.time_ms, r.rate, r.unit.c_str(), r.pct_peak,
+                  r.peak_name.c_str(), r.peak_value, r.prev_step.c_str(), r.prev_time_ms, r.speedup_vs_prev,
+                  r.err_vs_prev, r.check.c_str(), i + 1 < rows.size() ? "," : "");
+    }
+    std::printf("]}\n");
+    return;
+  }
+  std::printf("\n%-22s %-20s %10s %12s %9s %9s %10s %6s  %s\n", "step", "problem", "time (ms)", "rate", "% peak",
+              "x prev", "err prev", "check", "idea");
+  for (const auto& r : rows) {
+    const std::string rate = r.rate < 0 ? "-" : num(r.rate, r.rate < 100 ? "%.2f " : "%.0f ") + r.unit;
+    const std::string pct = r.pct_peak < 0 ? "-" : num(r.pct_peak, "%.1f%% ") + r.peak_name;
+    std::printf("%-22s %-20s %10s %12s %9s %9s %10s %6s  %s\n", r.step.c_str(), r.problem.c_str(),
+                num(r.time_ms, "%.4f").c_str(), rate.c_str(), pct.c_str(), num(r.speedup_vs_prev, "%.2fx").c_str(),
+                num(r.err_vs_prev, "%.2g").c_str(), r.check.empty() ? "-" : r.check.c_str(), r.idea.c_str());
+  }
+  std::printf("(%s; %% peak of the measured device-to-device copy for GB/s rows, of the FP32 / tensor peak for "
+              "TFLOP/s rows; x prev = previous step's time / this step's, same problem, same run)\n",
+              dev.name.c_str());
+}
+
+// ---- shared flags ---------------------------------------------------------------------------
+struct CommonFlags {
+  bool check = false, bench = false, sweep = false, csv = false, json = false, device_info = false;
+  long long seed = -1, reps = 20, warmup = 3, device = 0;
+};
+
+static void add_common_flags(ArgParser& p, CommonFlags& f) {
+  p.add_flag("--check", &f.check, "compare with the previous step and the fp64 reference");
+  p.add_flag("--bench", &f.bench, "time this step (and the previous one, same inputs)");
+  p.add_flag("--sweep", &f.sweep, "time the family's benchmark shapes (DESIGN §5)");
+  p.add_flag("--csv", &f.csv, "results as CSV on stdout");
+  p.add_flag("--json", &f.json, "results as JSON on stdout");
+  p.add_flag("--device-info", &f.device_info, "print the device and its measured ceilings, then exit");
+  p.add_int("--seed", &f.seed, 0, (1ll << 62), "random seed for the inputs (default: fresh each run)");
+  p.add_int("--reps", &f.reps, 20, 100000, "timed repetitions (median reported; at least 20)");
+  p.add_int("--warmup", &f.warmup, 0, 100000, "untimed warm-up launches");
+  p.add_int("--device", &f.device, 0, 1024, "CUDA device index");
+}
+
+static RunOptions run_options(const CommonFlags& f) {
+  RunOptions o;
+  o.check = f.check;
+  o.bench = f.bench;
+  o.seed = f.seed >= 0 ? std::uint64_t(f.seed) : fresh_seed();
+  o.timing.reps = int(f.reps);
+  o.timing.warmup = int(f.warmup);
+  o.quiet = f.csv || f.json;
+  return o;
+}
+
+static DeviceInfo open_device(int id, const RunOptions& o, bool measure_copy) {
+  std::string why;
+  if (!cuda_device_available(&why)) throw CudaError("no CUDA device: " + why);
+  int n = 0;
+  FA_CUDA_CHECK(cudaGetDeviceCount(&n));
+  if (id >= n) throw UsageError("--device " + std::to_string(id) + ": only " + std::to_string(n) + " device(s)");
+  DeviceInfo dev = query_device(id, measure_copy);
+  say(o, describe(dev));
+  return dev;
+}
+
+// Runs `body`, mapping exceptions to the exit codes of check.h with a one-line message.
+template <class F>
+static int guarded(F&& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    const bool no_device = std::string(e.what()).rfind("no CUDA device", 0) == 0;
+    return no_device ? kExitNoDevice : kExitCheckFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitCheckFailed;
+  }
+}
+
+int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev) {
+  return guarded([&] {
+    const FamilyOps& fam = family_ops(step.family);
+    ArgParser parser(step.name, std::string(step.idea) +
+                                    "\nWith no mode flag: --check then --bench on the default problem.");
+    CommonFlags f;
+    add_common_flags(parser, f);
+    Problem p = fam.default_problem();
+    fam.add_shape_flags(parser, p);
+    RunOptions o;
+    parser.add_string("--input", &o.input_path, "read the input from a .npy file (softmax: 2-D float array)");
+    if (!parser.parse(argc, const_cast<const char* const*>(argv))) return int(kExitOk);
+    if (f.csv && f.json) throw UsageError("--csv and --json are exclusive");
+    if (!f.check && !f.bench && !f.sweep && !f.device_info) f.check = f.bench = true;
+    const std::string input = o.input_path;
+    o = run_options(f);
+    o.input_path = input;
+
+    if (f.sweep && !o.input_path.empty()) throw UsageError("--input and --sweep are exclusive");
+    if (fam.resolve) fam.resolve(p, o);
+    std::vector<Problem> problems = f.sweep ? fam.sweep() : std::vector<Problem>{p};
+    for (const auto& q : problems) fam.validate(q, nullptr);  // sizes first: no device needed
+    if (step.supports)
+      for (const auto& q : problems)
+        if (std::string why = step.supports(q); !why.empty())
+          throw UsageError(std::string(step.name) + " does not support " + q.describe() + ": " + why);
+
+    const DeviceInfo dev = open_device(int(f.device), o, f.bench || f.sweep || f.device_info);
+    if (f.device_info) return int(kExitOk);
+    say(o, "seed " + std::to_string(o.seed) + " (replay with --seed " + std::to_string(o.seed) + ")");
+    if (f.sweep) o.bench = true;
+
+    std::vector<ResultRow> rows;
+    bool all_ok = true;
+    for (const auto& q : problems) {
+      fam.validate(q, &dev);
+      rows.push_back(fam.run(step, prev, q, o, dev));
+      all_ok &= rows.back().check != "FAIL";
+    }
+    if (o.bench || o.quiet) print_rows(rows, f.csv ? "csv" : f.json ? "json" : "table", dev);
+    return int(all_ok ? kExitOk : kExitCheckFailed);
+  });
+}
+
+int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& steps) {
+  return guarded([&] {
+    ArgParser parser("run_all", "Runs every built step on its default problem (check + bench) and prints one table.");
+    CommonFlags f;
+    parser.add_flag("--csv", &f.csv, "results as CSV on stdout");
+    parser.add_flag("--json", &f.json, "results as JSON on stdout");
+    parser.add_int("--seed", &f.seed, 0, (1ll << 62), "random seed for the inputs (default: fresh each run)");
+    parser.add_int("--reps", &f.reps, 20, 100000, "timed repetitions (median reported; at least 20)");
+    parser.add_int("--device", &f.device, 0, 1024, "CUDA device index");
+    std::string only;
+    parser.add_string("--steps", &only, "comma-separated step numbers to run, e.g. 01,02 (default: all)");
+    if (!parser.parse(argc, const_cast<const char* const*>(argv))) return int(kExitOk);
+    if (f.csv && f.json) throw UsageError("--csv and --json are exclusive");
+    RunOptions o = run_options(f);
+    o.check = o.bench = true;
+    auto selected = [&](const StepInfo* s) {
+      return only.empty() || ("," + only + ",").find("," + std::string(s->name).substr(0, 2) + ",") != std::string::npos;
+    };
+    bool any = false;
+    for (const StepInfo* s : steps) any |= selected(s);
+    if (!any) throw UsageError("--steps " + only + " matches no built step");
+
+    const DeviceInfo dev = open_device(int(f.device), o, /*measure_copy=*/true);
+    say(o, "seed " + std::to_string(o.seed));
+    std::vector<ResultRow> rows;
+    bool all_ok = true;
+    const StepInfo* prev = nullptr;
+    for (const StepInfo* s : steps) {
+      const StepInfo* same_family_prev = prev && prev->family == s->family ? prev : nullptr;
+      prev = s;
+      if (!selected(s)) continue;
+      const FamilyOps& fam = family_ops(s->family);
+      const Problem p = fam.default_problem();
+      fam.validate(p, &dev);
+      say(o, std::string("== ") + s->name + " on " + p.describe());
+      rows.push_back(fam.run(*s, same_family_prev, p, o, dev));
+      all_ok &= rows.back().check != "FAIL";
+    }
+    print_rows(rows, f.csv ? "csv" : f.json ? "json" : "table", dev);
+    return int(all_ok ? kExitOk : kExitCheckFailed);
+  });
+}
+
+}  // namespace fa

@@ -1,0 +1,67 @@
+// runner.h: the generic step main and run_all. A step executable is
+//     main() { return fa::step_main(argc, argv, stepNN::info(), &stepMM::info()); }
+// (common/step_entry.cpp); run_all calls fa::run_all_main with every built step in order.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device_info.h"
+#include "ops.h"
+#include "timer.h"
+
+namespace fa {
+
+struct RunOptions {
+  bool check = false, bench = false;
+  std::uint64_t seed = 0;
+  TimingOptions timing;
+  std::string input_path;  // softmax: read x from this .npy instead of random numbers
+  bool quiet = false;      // csv/json on stdout: progress and check lines go to stderr
+};
+
+// One row of every results table (run_all, --bench, --sweep).
+struct ResultRow {
+  std::string step, idea, problem;
+  double time_ms = -1;            // median; < 0 when not timed
+  double rate = -1;               // GB/s or TFLOP/s, per `unit`
+  std::string unit;
+  double pct_peak = -1;           // rate / peak_value * 100
+  std::string peak_name;          // which ceiling: "copy" (measured) or "fp32" ...
+  double peak_value = 0;
+  std::string prev_step;          // empty when the step has no predecessor here
+  double prev_time_ms = -1;
+  double speedup_vs_prev = -1;    // prev time / this time, same problem, same run
+  double err_vs_prev = -1;        // max |this - prev| over all outputs; < 0 when not compared
+  std::string check;              // "PASS", "FAIL" or "" (not checked)
+};
+
+// What a family (softmax, matmul, attention) provides to the generic main.
+struct FamilyOps {
+  const char* name;
+  // Adds this family's shape flags; `p` receives their values.
+  void (*add_shape_flags)(class ArgParser&, Problem& p);
+  Problem (*default_problem)();
+  std::vector<Problem> (*sweep)();
+  // Reads what the problem needs from RunOptions (e.g. the shape of an --input file) before
+  // any device work, so bad input is reported even on a machine without a GPU. May be null.
+  void (*resolve)(Problem&, const RunOptions&);
+  // Validates a problem (sizes; with a device, memory): throws UsageError with a clear message.
+  void (*validate)(const Problem&, const DeviceInfo*);
+  // Runs `step` (and `prev`, on the same inputs, if not null): check and/or time.
+  ResultRow (*run)(const StepInfo& step, const StepInfo* prev, const Problem&, const RunOptions&,
+                   const DeviceInfo&);
+};
+const FamilyOps& family_ops(Family f);
+extern const FamilyOps kSoftmaxFamily;
+
+int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev);
+int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& steps);
+
+// Output of a set of rows in the chosen format ("table", "csv" or "json").
+void print_rows(const std::vector<ResultRow>& rows, const std::string& format, const DeviceInfo& dev);
+
+// Progress and check lines: stdout for tables, stderr when stdout carries csv/json.
+void say(const RunOptions& o, const std::string& line);
+
+}  // namespace fa

@@ -1,0 +1,25 @@
+// timer.h: CUDA-event timing. Warm-up launches first (module load, first-touch), then `reps`
+// timed launches, each alone between two events, with L2 flushed in between so every
+// repetition reads its inputs from device memory as a real first call would. Median reported.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+
+namespace fa {
+
+struct TimingOptions {
+  int warmup = 3;
+  int reps = 20;         // DESIGN §5: at least 20
+  bool flush_l2 = true;
+};
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int reps = 0;
+};
+
+Timing time_launches(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
+                     cudaStream_t stream = nullptr);
+
+}  // namespace fa

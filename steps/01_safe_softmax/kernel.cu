@@ -1,0 +1,221 @@
+// =============================================================================================
+// FlashAttention from scratch, step by step, in CUDA C++
+// Step 01: safe softmax, three passes over each row
+//
+//   y_j = exp(x_j - m) / l,   m = max_k x_k,   l = sum_k exp(x_k - m)
+//
+// Pass 1 reads the row for m, pass 2 reads it again for l, pass 3 reads it a third time and
+// writes y: 3 reads + 1 write per element. Subtracting m keeps every exp() argument <= 0, so
+// nothing overflows however large x is. This is the baseline: step 02 fuses passes 1 and 2.
+//
+// Parallel layout: one thread block per row (reductions: warp shuffles, then shared memory).
+// A few very long rows cannot fill the GPU that way, so they are cut into chunks of kChunk
+// elements, one block each, and the three passes become three kernels that exchange per-chunk
+// partial results through a small workspace.
+//
+// Build + run:  cmake --build build --target 01_safe_softmax && build/bin/01_safe_softmax
+// Read with:    docs/01_safe_softmax.md
+// =============================================================================================
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "check.h"
+#include "ops.h"
+
+namespace step01 {
+
+constexpr int kWarp = 32;
+constexpr int kMaxThreads = 1024;    // one block handles a row (or a chunk) with up to 32 warps
+constexpr int kElemsPerThread = 16;  // enough independent loads in flight per thread
+constexpr int kChunk = kMaxThreads * kElemsPerThread;  // 16384: row slice per block when split
+static_assert(kChunk % 4 == 0, "chunks must start on a float4 boundary for the vector path");
+
+// ---- reductions -----------------------------------------------------------------------------
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+template <class Op>
+__device__ float warp_reduce(float v, Op op) {
+  // Butterfly: after log2(32) = 5 exchanges every lane holds the warp's result.
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Every thread of the block gets the block's result.
+template <class Op>
+__device__ float block_reduce(float v, Op op, float identity) {
+  __shared__ float per_warp[kMaxThreads / kWarp];  // [32] one partial per warp
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_reduce(v, op);
+  if (lane == 0) per_warp[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x / kWarp) ? per_warp[lane] : identity;
+  v = warp_reduce(v, op);
+  __syncthreads();  // per_warp[] is reused by the next reduction
+  return v;
+}
+
+// ---- element access -------------------------------------------------------------------------
+// Calls f(x) for the elements [begin, end) of a row that this thread owns, VEC at a time.
+// VEC = 4 uses 16-byte loads (LDG.128); the launcher picks it only when every row starts on a
+// 16-byte boundary and begin/end are multiples of 4.
+template <int VEC, class F>
+__device__ void for_each_element(const float* row, int begin, int end, F f) {
+  if constexpr (VEC == 4) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+#pragma unroll 4
+    for (int i = begin / 4 + threadIdx.x; i < end / 4; i += blockDim.x) {
+      const float4 v = row4[i];
+      f(v.x), f(v.y), f(v.z), f(v.w);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) f(row[i]);
+  }
+}
+
+// Writes y = exp(x - m) * inv_l over [begin, end).
+template <int VEC>
+__device__ void normalise(const float* x, float* y, int begin, int end, float m, float inv_l) {
+  if constexpr (VEC == 4) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float4* y4 = reinterpret_cast<float4*>(y);
+#pragma unroll 4
+    for (int i = begin / 4 + threadIdx.x; i < end / 4; i += blockDim.x) {
+      const float4 v = x4[i];
+      y4[i] = make_float4(expf(v.x - m) * inv_l, expf(v.y - m) * inv_l, expf(v.z - m) * inv_l, expf(v.w - m) * inv_l);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) y[i] = expf(x[i] - m) * inv_l;
+  }
+}
+
+// A row that is entirely -inf has m = -inf and x - m = -inf - (-inf) = NaN. Treat it as
+// "attends to nothing": shift by 0 instead, so every exp() is 0, l = 0, and y = 0.
+__device__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }
+// l == 0 only for such a row; a NaN l (NaN or +inf in the row) stays NaN and poisons y.
+__device__ float safe_inverse(float l) { return l == 0.f ? 0.f : 1.f / l; }
+
+// ---- one block per row: the three passes in one kernel ---------------------------------------
+template <int VEC>
+__global__ void softmax_rows(const float* __restrict__ x, float* __restrict__ y, int cols) {
+  const float* xr = x + size_t(blockIdx.x) * cols;  // [cols] this block's row
+  float* yr = y + size_t(blockIdx.x) * cols;
+
+  float m = -INFINITY;  // pass 1: the row max (reads x)
+  for_each_element<VEC>(xr, 0, cols, [&](float v) { m = fmaxf(m, v); });
+  m = safe_shift(block_reduce(m, Max{}, -INFINITY));
+
+  float l = 0.f;  // pass 2: the sum of exp(x - m) (reads x again)
+  for_each_element<VEC>(xr, 0, cols, [&](float v) { l += expf(v - m); });
+  l = block_reduce(l, Sum{}, 0.f);
+
+  normalise<VEC>(xr, yr, 0, cols, m, safe_inverse(l));  // pass 3: reads x a third time, writes y
+}
+
+// ---- long rows: one block per (chunk, row), the three passes as three kernels ---------------
+// grid (chunks, rows); part_max, part_sum: [rows, chunks] in the workspace.
+template <int VEC>
+__global__ void chunk_max(const float* __restrict__ x, float* __restrict__ part_max, int cols) {
+  const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
+  float m = -INFINITY;
+  for_each_element<VEC>(x + size_t(blockIdx.y) * cols, begin, end, [&](float v) { m = fmaxf(m, v); });
+  m = block_reduce(m, Max{}, -INFINITY);
+  if (threadIdx.x == 0) part_max[blockIdx.y * chunks + blockIdx.x] = m;
+}
+
+// The row max from the per-chunk maxima (a few hundred values: every block redoes it).
+__device__ float row_max(const float* part_max, int chunks) {
+  float m = -INFINITY;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) m = fmaxf(m, part_max[blockIdx.y * chunks + c]);
+  return safe_shift(block_reduce(m, Max{}, -INFINITY));
+}
+
+template <int VEC>
+__global__ void chunk_sum(const float* __restrict__ x, const float* __restrict__ part_max,
+                          float* __restrict__ part_sum, int cols) {
+  const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
+  const float m = row_max(part_max, chunks);
+  float l = 0.f;
+  for_each_element<VEC>(x + size_t(blockIdx.y) * cols, begin, end, [&](float v) { l += expf(v - m); });
+  l = block_reduce(l, Sum{}, 0.f);
+  if (threadIdx.x == 0) part_sum[blockIdx.y * chunks + blockIdx.x] = l;
+}
+
+template <int VEC>
+__global__ void chunk_normalise(const float* __restrict__ x, float* __restrict__ y, const float* __restrict__ part_max,
+                                const float* __restrict__ part_sum, int cols) {
+  const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
+  const float m = row_max(part_max, chunks);
+  float l = 0.f;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) l += part_sum[blockIdx.y * chunks + c];
+  l = block_reduce(l, Sum{}, 0.f);
+  const size_t row = size_t(blockIdx.y) * cols;
+  normalise<VEC>(x + row, y + row, begin, end, m, safe_inverse(l));
+}
+
+// ---- launch configuration --------------------------------------------------------------------
+// About kElemsPerThread elements per thread, whole warps, at most kMaxThreads.
+inline int threads_for(long long elems) {
+  const long long warps = (elems + kWarp * kElemsPerThread - 1) / (kWarp * kElemsPerThread);
+  return int(std::min<long long>(std::max<long long>(warps, 1), kMaxThreads / kWarp)) * kWarp;
+}
+
+inline int sm_count() {
+  int dev = 0, sms = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+template <int VEC>
+void launch_vec(const fa::SoftmaxArgs& a, cudaStream_t stream) {
+  // Enough rows to fill every SM several times over: one block per row.
+  if (a.cols <= kChunk || a.rows >= 4 * sm_count()) {
+    softmax_rows<VEC><<<a.rows, threads_for(a.cols), 0, stream>>>(a.x, a.y, a.cols);
+    FA_CHECK_LAUNCH();
+    return;
+  }
+  // Few long rows: split each into chunks so the grid has enough blocks.
+  const int chunks = (a.cols + kChunk - 1) / kChunk;
+  float* part = nullptr;  // [2, rows, chunks]: per-chunk max, then per-chunk sum
+  FA_CUDA_CHECK(cudaMallocAsync(&part, 2 * sizeof(float) * size_t(a.rows) * chunks, stream));
+  float* part_max = part;
+  float* part_sum = part + size_t(a.rows) * chunks;
+  const dim3 grid(chunks, a.rows);
+  chunk_max<VEC><<<grid, kMaxThreads, 0, stream>>>(a.x, part_max, a.cols);
+  FA_CHECK_LAUNCH();
+  chunk_sum<VEC><<<grid, kMaxThreads, 0, stream>>>(a.x, part_max, part_sum, a.cols);
+  FA_CHECK_LAUNCH();
+  chunk_normalise<VEC><<<grid, kMaxThreads, 0, stream>>>(a.x, a.y, part_max, part_sum, a.cols);
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaFreeAsync(part, stream));
+}
+
+void launch(const fa::SoftmaxArgs& a, cudaStream_t stream) {
+  static_assert(kMaxThreads % kWarp == 0 && kMaxThreads / kWarp <= kWarp,
+                "block_reduce finishes with one warp: at most 32 warps per block");
+  if (a.rows < 1 || a.cols < 1) throw fa::UsageError("softmax needs rows >= 1 and cols >= 1");
+  // 16-byte vector loads need every row to start on a 16-byte boundary.
+  const bool aligned = a.cols % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+  if (aligned) launch_vec<4>(a, stream);
+  else launch_vec<1>(a, stream);
+}
+
+const fa::StepInfo& info() {
+  static const fa::StepInfo i{"01_safe_softmax", "three passes: max, sum of exp(x - max), normalise",
+                              fa::Family::Softmax, launch};
+  return i;
+}
+
+}  // namespace step01

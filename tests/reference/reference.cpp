@@ -1,0 +1,143 @@
+// reference.cpp: fp64 CPU references. See reference.h for the conventions.
+#include "reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+namespace ref {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double dot(const double* a, const double* b, long long n) {
+  double s = 0.0;
+  for (long long i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y += alpha * x
+void axpy(double alpha, const double* x, double* y, long long n) {
+  for (long long i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// Safe softmax of one row x[0, n) into y[0, n); returns the row's log-sum-exp
+// log(sum_i exp(x_i)) = m + log(sum_i exp(x_i - m)) with m = max_i x_i.
+// Subtracting m makes every exp() argument <= 0, so nothing overflows even for x ~ 3e38, and
+// the largest term is exp(0) = 1, so the sum is >= 1 and the division is safe.
+double softmax_row(const double* x, double* y, long long n) {
+  double m = -kInf;
+  for (long long i = 0; i < n; ++i) {
+    if (std::isnan(x[i]) || x[i] == kInf) {  // NaN propagates: the whole row is NaN
+      std::fill(y, y + n, kNaN);
+      return kNaN;
+    }
+    m = std::max(m, x[i]);
+  }
+  if (m == -kInf) {  // every entry -inf (or no entry): the row attends to nothing
+    std::fill(y, y + n, 0.0);
+    return -kInf;
+  }
+  double l = 0.0;
+  for (long long i = 0; i < n; ++i) {
+    y[i] = std::exp(x[i] - m);  // exp(-inf) = 0 for masked entries
+    l += y[i];
+  }
+  for (long long i = 0; i < n; ++i) y[i] /= l;
+  return m + std::log(l);
+}
+
+// Number of keys query i may see: keys [0, n) (causal: j <= i, top-left aligned).
+int visible_keys(const AttnShape& s, int i) { return s.causal ? std::min(i + 1, s.seq_k) : s.seq_k; }
+
+}  // namespace
+
+void softmax(const double* x, double* y, long long rows, long long cols) {
+  for (long long r = 0; r < rows; ++r) softmax_row(x + r * cols, y + r * cols, cols);
+}
+
+void matmul(const double* A, const double* B, double* C, int M, int N, int K, double alpha,
+            bool b_is_nk) {
+  for (int m = 0; m < M; ++m) {
+    const double* a = A + std::size_t(m) * K;  // row m of A, [K]
+    double* c = C + std::size_t(m) * N;        // row m of C, [N]
+    if (b_is_nk) {
+      // C[m, n] = alpha * (row m of A) · (row n of B): both rows contiguous.
+      for (int n = 0; n < N; ++n) c[n] = alpha * dot(a, B + std::size_t(n) * K, K);
+    } else {
+      // Row m of C = sum_k A[m, k] * (row k of B): sweeps contiguous rows of B and C.
+      // Same summation order over k as the NT branch, so NT and NN agree bit for bit.
+      std::fill(c, c + N, 0.0);
+      for (int k = 0; k < K; ++k) axpy(a[k], B + std::size_t(k) * N, c, N);
+      for (int n = 0; n < N; ++n) c[n] *= alpha;
+    }
+  }
+}
+
+void attention_forward(const AttnShape& s, const double* q, const double* k, const double* v,
+                       double* o, double* lse) {
+  const long long D = s.head_dim;
+  std::vector<double> srow(s.seq_k), prow(s.seq_k);  // row i of S and of P
+  for (long long bh = 0; bh < (long long)s.batch * s.heads; ++bh) {
+    const double* Q = q + bh * s.seq_q * D;  // [seq_q, D]
+    const double* K = k + bh * s.seq_k * D;  // [seq_k, D]
+    const double* V = v + bh * s.seq_k * D;  // [seq_k, D]
+    double* O = o + bh * s.seq_q * D;        // [seq_q, D]
+    double* L = lse + bh * s.seq_q;          // [seq_q]
+    for (int i = 0; i < s.seq_q; ++i) {
+      const int n = visible_keys(s, i);  // masked keys would get S = -inf, i.e. P = 0: skip them
+      for (int j = 0; j < n; ++j) srow[j] = s.scale * dot(Q + i * D, K + j * D, D);
+      L[i] = softmax_row(srow.data(), prow.data(), n);
+      // O_i = sum_j P_ij V_j
+      std::fill(O + i * D, O + (i + 1) * D, 0.0);
+      for (int j = 0; j < n; ++j) axpy(prow[j], V + j * D, O + i * D, D);
+    }
+  }
+}
+
+// The backward, for L a scalar loss and dO = dL/dO given:
+//   O = P·V                  ->  dV = Pᵀ·dO,  dP = dO·Vᵀ
+//   P_i = softmax(S_i)       ->  dS_ij = sum_k dP_ik ∂P_ik/∂S_ij, with the softmax Jacobian
+//                                ∂P_ik/∂S_ij = P_ik (δ_kj - P_ij), so
+//                                dS_ij = P_ij (dP_ij - delta_i),  delta_i = sum_k P_ik dP_ik
+//                                and delta_i = sum_k P_ik (dO_i·V_k) = dO_i·O_i = rowsum(dO∘O)_i
+//   S = Q·Kᵀ·scale           ->  dQ = dS·K·scale,  dK = dSᵀ·Q·scale
+// As in FlashAttention, P is not stored: P_ij = exp(S_ij - LSE_i) is recomputed from the LSE,
+// one entry at a time, and every term is accumulated straight into dQ, dK, dV.
+void attention_backward(const AttnShape& s, const double* q, const double* k, const double* v,
+                        const double* dout, double* dq, double* dk, double* dv) {
+  const long long D = s.head_dim, BH = (long long)s.batch * s.heads;
+  // Recompute the forward: O for delta, LSE to rebuild P.
+  std::vector<double> o(BH * s.seq_q * D), lse(BH * s.seq_q);
+  attention_forward(s, q, k, v, o.data(), lse.data());
+  std::fill(dq, dq + BH * s.seq_q * D, 0.0);
+  std::fill(dk, dk + BH * s.seq_k * D, 0.0);
+  std::fill(dv, dv + BH * s.seq_k * D, 0.0);
+
+  for (long long bh = 0; bh < BH; ++bh) {
+    const long long qo = bh * s.seq_q * D, ko = bh * s.seq_k * D;  // offsets of this (b, h)
+    for (int i = 0; i < s.seq_q; ++i) {
+      const double lse_i = lse[bh * s.seq_q + i];
+      if (lse_i == -kInf) continue;  // the row attends to nothing: P_i = 0, no gradient flows
+      const double* Qi = q + qo + i * D;
+      const double* dOi = dout + qo + i * D;
+      double* dQi = dq + qo + i * D;
+      const double delta = dot(dOi, o.data() + qo + i * D, D);  // rowsum(dO_i ∘ O_i)
+      for (int j = 0; j < visible_keys(s, i); ++j) {
+        const double* Kj = k + ko + j * D;
+        const double* Vj = v + ko + j * D;
+        const double p = std::exp(s.scale * dot(Qi, Kj, D) - lse_i);  // P_ij
+        const double dp = dot(dOi, Vj, D);                            // dP_ij
+        const double ds = p * (dp - delta);                           // dS_ij
+        axpy(p, dOi, dv + ko + j * D, D);          // dV_j += P_ij dO_i
+        axpy(ds * s.scale, Kj, dQi, D);            // dQ_i += dS_ij K_j scale
+        axpy(ds * s.scale, Qi, dk + ko + j * D, D);  // dK_j += dS_ij Q_i scale
+      }
+    }
+  }
+}
+
+}  // namespace ref

@@ -1,0 +1,44 @@
+// reference.h: fp64 CPU references for every op family of the series (pure C++, no CUDA).
+//
+// These are the ground truth the GPU steps are checked against, and they are themselves
+// checked against NumPy golden data (tests/test_reference.cpp, tests/data/). Plain loops,
+// fp64 accumulation, written to be read.
+//
+// Conventions (DESIGN §2), followed exactly by every GPU kernel:
+//   softmax    y = exp(x - max) / sum, per row. A row that is all -inf attends to nothing and
+//              gives all zeros (not NaN); a -inf entry in an otherwise finite row gives 0; any
+//              NaN or +inf in a row makes the whole row NaN (never a silently wrong number).
+//   matmul     A [M, K]; B [N, K] with C = alpha·A·Bᵀ (b_is_nk, "NT") or B [K, N] with
+//              C = alpha·A·B ("NN"); C [M, N]; all row-major.
+//   attention  Q, O [batch, heads, seq_q, head_dim]; K, V [batch, heads, seq_k, head_dim];
+//              S = Q·Kᵀ·scale; causal masks key j > query i (top-left aligned, as PyTorch's
+//              is_causal); P = softmax(S) (convention above); O = P·V;
+//              LSE [batch, heads, seq_q] = log(sum_j exp(S_ij)) (natural log), -inf for a row
+//              with no visible key (its O row is 0 and it gets no gradient).
+#pragma once
+
+namespace ref {
+
+// x, y: [rows, cols], row-major. y may alias x.
+void softmax(const double* x, double* y, long long rows, long long cols);
+
+// b_is_nk: B is [N, K] and C = alpha·A·Bᵀ; otherwise B is [K, N] and C = alpha·A·B.
+void matmul(const double* A, const double* B, double* C, int M, int N, int K, double alpha,
+            bool b_is_nk);
+
+struct AttnShape {
+  int batch, heads, seq_q, seq_k, head_dim;
+  double scale;  // usually 1/sqrt(head_dim)
+  bool causal;
+};
+
+// o: [batch, heads, seq_q, head_dim]; lse: [batch, heads, seq_q].
+void attention_forward(const AttnShape&, const double* q, const double* k, const double* v,
+                       double* o, double* lse);
+
+// Gradients of the forward above for an upstream gradient dout = dL/dO. Recomputes O and LSE
+// itself. dq like q, dk like k, dv like v.
+void attention_backward(const AttnShape&, const double* q, const double* k, const double* v,
+                        const double* dout, double* dq, double* dk, double* dv);
+
+}  // namespace ref

@@ -1,0 +1,119 @@
+// softmax_checks.h: the checks every softmax step's GPU test runs (steps 01 and 02), so each
+// test file says only which step it tests and what it compares against.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "buffer.h"
+#include "compare.h"
+#include "golden.h"
+#include "npy.h"
+#include "ops.h"
+#include "random.h"
+#include "reference.h"
+
+namespace softmax_checks {
+
+// fp32 softmax against fp64 (or another fp32 softmax): |out - ref| <= 1e-8 + 1e-5 |ref|.
+// Outputs lie in [0, 1]; fp32 exp and a fp32 sum of up to millions of terms stay near 1e-6
+// relative error.
+constexpr fa::Tolerance kTol{1e-8, 1e-5};
+
+// Runs a step on x [rows, cols] with a NaN-poisoned output. `offset` shifts both buffers by
+// that many floats, to exercise unaligned rows.
+inline std::vector<float> run(fa::SoftmaxLauncher launch, const std::vector<float>& x, int rows, int cols,
+                              int offset = 0) {
+  const std::size_t n = std::size_t(rows) * cols;
+  fa::DeviceBuffer<float> dx(n + offset), dy(n + offset);
+  FA_CUDA_CHECK(cudaMemcpy(dx.get() + offset, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  dy.poison_nan();
+  launch({dx.get() + offset, dy.get() + offset, rows, cols}, nullptr);
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> y(n);
+  FA_CUDA_CHECK(cudaMemcpy(y.data(), dy.get() + offset, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return y;
+}
+
+inline std::vector<double> reference(const std::vector<float>& x, int rows, int cols) {
+  const std::vector<double> xd(x.begin(), x.end());
+  std::vector<double> y(xd.size());
+  ref::softmax(xd.data(), y.data(), rows, cols);
+  return y;
+}
+
+// Fresh uniform rows in [-4, 4) (a new seed every run, printed on failure).
+inline std::vector<float> random_rows(int rows, int cols, std::uint64_t seed) {
+  std::vector<float> x(std::size_t(rows) * cols);
+  fa::fill_uniform(x, seed, -4.0f, 4.0f);
+  return x;
+}
+
+inline void expect_matches_reference(fa::SoftmaxLauncher launch, int rows, int cols, int offset = 0) {
+  const std::uint64_t seed = fa::fresh_seed();
+  const auto x = random_rows(rows, cols, seed);
+  const auto r = fa::compare(run(launch, x, rows, cols, offset), reference(x, rows, cols), kTol,
+                             {std::size_t(rows), std::size_t(cols)});
+  EXPECT_TRUE(r.ok()) << rows << "x" << cols << " offset " << offset << " seed " << seed << ": " << r.summary();
+}
+
+// Every golden softmax case of tests/data, every element.
+inline void expect_matches_golden(fa::SoftmaxLauncher launch) {
+  const auto cases = golden::cases(FA_DATA_DIR, "softmax");
+  ASSERT_FALSE(cases.empty());
+  for (const auto& c : cases) {
+    const int rows = int(c.integer("rows")), cols = int(c.integer("cols"));
+    const fa::NpyArray x = fa::read_npy(c.path("x")), y = fa::read_npy(c.path("y"));
+    const std::vector<float> xf(x.data.begin(), x.data.end());
+    const auto r = fa::compare(run(launch, xf, rows, cols), y.data, kTol, {std::size_t(rows), std::size_t(cols)});
+    EXPECT_TRUE(r.ok()) << c.name << ": " << r.summary();
+  }
+}
+
+// The rows that break a naive softmax, at a short length (one block per row) and a long one
+// (rows split across blocks): huge magnitudes, scattered -inf, all -inf (-> exactly 0),
+// NaN and +inf (-> the whole row NaN, never a silently wrong number).
+inline void expect_special_rows(fa::SoftmaxLauncher launch) {
+  const float inf = INFINITY;
+  for (const int cols : {37, 4096, 70001}) {
+    const int rows = 6;
+    auto x = random_rows(rows, cols, fa::fresh_seed());
+    auto row = [&](int r) { return x.begin() + std::size_t(r) * cols; };
+    for (int c = 0; c < cols; ++c) row(1)[c] *= 7.5e37f;         // |x| up to 3e38
+    for (int c = 0; c < cols; c += 5) row(2)[c] = -inf;         // scattered -inf
+    std::fill(row(3), row(3) + cols, -inf);                      // all -inf
+    row(4)[cols / 2] = NAN;                                       // one NaN
+    row(5)[cols - 1] = inf;                                       // one +inf
+    const auto y = run(launch, x, rows, cols);
+    const auto ref = reference(x, rows, cols);
+    const auto r = fa::compare(y, ref, kTol, {std::size_t(rows), std::size_t(cols)});
+    EXPECT_TRUE(r.ok()) << "cols " << cols << ": " << r.summary();
+    for (int c = 0; c < cols; ++c) {
+      ASSERT_EQ(y[3 * std::size_t(cols) + c], 0.0f) << "all -inf row must give exactly 0, cols " << cols;
+      ASSERT_TRUE(std::isnan(y[4 * std::size_t(cols) + c])) << "NaN must poison its row, cols " << cols;
+      ASSERT_TRUE(std::isnan(y[5 * std::size_t(cols) + c])) << "+inf must poison its row, cols " << cols;
+    }
+    for (int r2 : {0, 1, 2}) {  // finite rows sum to 1
+      double s = 0;
+      for (int c = 0; c < cols; ++c) s += y[std::size_t(r2) * cols + c];
+      EXPECT_NEAR(s, 1.0, 1e-4) << "row " << r2 << ", cols " << cols;
+    }
+  }
+}
+
+// Lengths around every boundary of the kernels: warp (32), float4 (4), block, split chunk
+// (16384), plus an unaligned base pointer that must take the scalar path.
+inline void expect_all_lengths(fa::SoftmaxLauncher launch) {
+  for (const int cols : {1, 2, 3, 4, 5, 31, 32, 33, 127, 128, 129, 1000, 1023, 1024, 1025, 4096, 4097, 16383,
+                         16384, 16385, 40000, 40001, 100003})
+    for (const int rows : {1, 3, 17}) expect_matches_reference(launch, rows, cols);
+  expect_matches_reference(launch, 5, 4096, /*offset=*/1);
+  expect_matches_reference(launch, 2, 1 << 20, /*offset=*/3);
+  expect_matches_reference(launch, 700, 300);
+}
+
+}  // namespace softmax_checks

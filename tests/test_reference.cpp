@@ -1,0 +1,326 @@
+// test_reference.cpp: the fp64 CPU references (tests/reference/) against NumPy golden data
+// (tests/data/, written by tests/reference/make_reference.py), plus properties that need no
+// golden data: softmax sums to 1, the -inf/NaN conventions, NT == NN, the LSE definition, and
+// the attention backward against finite differences of the forward. CPU only.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "npy.h"
+#include "reference.h"
+
+#ifndef FA_DATA_DIR
+#error "compile with -DFA_DATA_DIR=\"<path of tests/data>\""
+#endif
+
+namespace {
+
+using Vec = std::vector<double>;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- golden data --------------------------------------------------------------------------------
+
+// One line of tests/data/manifest.txt: "<op> <case> key=value ...".
+struct GoldenCase {
+  std::string op, name;
+  std::map<std::string, std::string> params;
+
+  std::string file(const std::string& tensor) const {
+    return std::string(FA_DATA_DIR) + "/" + name + "." + tensor + ".npy";
+  }
+  double num(const std::string& key) const {
+    auto it = params.find(key);
+    if (it == params.end()) throw std::runtime_error(name + ": manifest has no '" + key + "'");
+    return std::stod(it->second);
+  }
+  int integer(const std::string& key) const { return static_cast<int>(num(key)); }
+};
+
+// Empty if the manifest is missing; the Manifest test reports that.
+std::vector<GoldenCase> load_manifest() {
+  std::vector<GoldenCase> cases;
+  std::ifstream in(std::string(FA_DATA_DIR) + "/manifest.txt");
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream words(line);
+    GoldenCase c;
+    words >> c.op >> c.name;
+    for (std::string kv; words >> kv;) {
+      const size_t eq = kv.find('=');
+      c.params[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    }
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+// The tensors each op's case stores: inputs first, then outputs.
+const std::map<std::string, std::vector<std::string>> kTensors = {
+    {"softmax", {"x", "y"}},
+    {"matmul", {"a", "b", "c"}},
+    {"attention", {"q", "k", "v", "dout", "o", "lse", "dq", "dk", "dv"}},
+};
+
+// Tolerance vs the golden data (the rule make_reference.py --check uses):
+//   |got - ref| <= 1e-12 * max(1, max|ref|) + 1e-10 * |ref|,  non-finite entries equal exactly.
+// Both sides are fp64 on the same float32 inputs and differ only in summation order; the x8
+// attention cases amplify that to a few 1e-12 (see make_reference.py), far below any real bug.
+constexpr double kAtol = 1e-12, kRtol = 1e-10;
+
+::testing::AssertionResult matches_golden(const Vec& got, const std::string& path) {
+  const fa::NpyArray ref = fa::read_npy(path);
+  if (ref.size() != got.size())
+    return ::testing::AssertionFailure() << path << ": " << ref.size() << " elements, reference computed " << got.size();
+  double scale = 1.0;
+  for (double r : ref.data)
+    if (std::isfinite(r)) scale = std::max(scale, std::abs(r));
+  size_t bad = 0, first_bad = 0;
+  double max_diff = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double a = got[i], b = ref.data[i];
+    bool ok;
+    if (!std::isfinite(b)) {
+      ok = std::isnan(b) ? std::isnan(a) : a == b;  // NaN == NaN, -inf == -inf
+    } else {
+      const double diff = std::abs(a - b);  // NaN if a is NaN: not ok
+      ok = diff <= kAtol * scale + kRtol * std::abs(b);
+      if (std::isfinite(diff)) max_diff = std::max(max_diff, diff);
+    }
+    if (!ok && bad++ == 0) first_bad = i;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << path << ": " << bad << " of " << got.size() << " elements outside |diff| <= " << kAtol
+         << "*" << scale << " + " << kRtol << "*|ref|; first at flat index " << first_bad << ": got "
+         << got[first_bad] << ", golden " << ref.data[first_bad] << "; max |diff| " << max_diff;
+}
+
+// Reads an input tensor and checks it has the element count the manifest's shape implies.
+Vec input(const GoldenCase& c, const std::string& tensor, long long expected_size) {
+  fa::NpyArray a = fa::read_npy(c.file(tensor));
+  EXPECT_EQ(a.dtype, "<f4") << c.file(tensor) << ": inputs are stored as float32";
+  if ((long long)a.size() != expected_size)
+    throw std::runtime_error(c.file(tensor) + ": " + std::to_string(a.size()) + " elements, manifest implies " +
+                             std::to_string(expected_size));
+  return a.data;
+}
+
+void run_softmax(const GoldenCase& c) {
+  const long long rows = c.integer("rows"), cols = c.integer("cols");
+  const Vec x = input(c, "x", rows * cols);
+  Vec y(x.size());
+  ref::softmax(x.data(), y.data(), rows, cols);
+  EXPECT_TRUE(matches_golden(y, c.file("y")));
+}
+
+void run_matmul(const GoldenCase& c) {
+  const int M = c.integer("M"), N = c.integer("N"), K = c.integer("K");
+  const Vec a = input(c, "a", (long long)M * K), b = input(c, "b", (long long)K * N);
+  Vec out(size_t(M) * N);
+  ref::matmul(a.data(), b.data(), out.data(), M, N, K, c.num("alpha"), c.params.at("layout") == "nt");
+  EXPECT_TRUE(matches_golden(out, c.file("c")));
+}
+
+void run_attention(const GoldenCase& c) {
+  const ref::AttnShape s{c.integer("batch"), c.integer("heads"), c.integer("seq_q"), c.integer("seq_k"),
+                         c.integer("head_dim"), c.num("scale"), c.integer("causal") != 0};
+  const long long bh = (long long)s.batch * s.heads, nq = bh * s.seq_q * s.head_dim, nk = bh * s.seq_k * s.head_dim;
+  const Vec q = input(c, "q", nq), k = input(c, "k", nk), v = input(c, "v", nk), dout = input(c, "dout", nq);
+  Vec o(nq), lse(bh * s.seq_q), dq(nq), dk(nk), dv(nk);
+  ref::attention_forward(s, q.data(), k.data(), v.data(), o.data(), lse.data());
+  ref::attention_backward(s, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
+  EXPECT_TRUE(matches_golden(o, c.file("o")));
+  EXPECT_TRUE(matches_golden(lse, c.file("lse")));
+  EXPECT_TRUE(matches_golden(dq, c.file("dq")));
+  EXPECT_TRUE(matches_golden(dk, c.file("dk")));
+  EXPECT_TRUE(matches_golden(dv, c.file("dv")));
+}
+
+TEST(Manifest, NonEmptyAndEveryFileExists) {
+  const auto cases = load_manifest();
+  ASSERT_FALSE(cases.empty()) << "no cases in " FA_DATA_DIR "/manifest.txt; generate them with "
+                                 "tests/reference/make_reference.py";
+  for (const GoldenCase& c : cases) {
+    ASSERT_TRUE(kTensors.count(c.op)) << "unknown op '" << c.op << "' for case " << c.name;
+    for (const std::string& t : kTensors.at(c.op))
+      EXPECT_TRUE(std::ifstream(c.file(t)).good()) << "missing " << c.file(t);
+  }
+}
+
+class Golden : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(Golden, ReferenceMatchesNumpy) {
+  const GoldenCase& c = GetParam();
+  if (c.op == "softmax") run_softmax(c);
+  else if (c.op == "matmul") run_matmul(c);
+  else if (c.op == "attention") run_attention(c);
+  else FAIL() << "unknown op '" << c.op << "'";
+}
+
+INSTANTIATE_TEST_SUITE_P(Data, Golden, ::testing::ValuesIn(load_manifest()),
+                         [](const ::testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Golden);  // an empty manifest fails in Manifest.*
+
+// ---- properties, on fresh random inputs ---------------------------------------------------------
+
+Vec random_vec(size_t n, unsigned seed, double offset = 0.0, double sigma = 1.0) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(offset, sigma);
+  Vec x(n);
+  for (double& e : x) e = dist(gen);
+  return x;
+}
+
+TEST(SoftmaxProperties, RowsSumToOneEvenForHugeMagnitudes) {
+  const long long rows = 4, cols = 257;
+  Vec x = random_vec(rows * cols, 1, 0.0, 5.0);
+  for (long long j = 0; j < cols; ++j) {
+    x[1 * cols + j] *= 1e29;                    // exp(x) would overflow without the max subtracted
+    x[2 * cols + j] = (j % 2 ? 3e38 : -3e38);   // near the float range
+    x[3 * cols + j] = 1e30;                     // constant row: uniform
+  }
+  Vec y(x.size());
+  ref::softmax(x.data(), y.data(), rows, cols);
+  for (long long r = 0; r < rows; ++r) {
+    double sum = 0.0;
+    for (long long j = 0; j < cols; ++j) {
+      ASSERT_TRUE(y[r * cols + j] >= 0.0 && y[r * cols + j] <= 1.0) << "row " << r << " col " << j;
+      sum += y[r * cols + j];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-13) << "row " << r;
+  }
+  EXPECT_NEAR(y[3 * cols + 5], 1.0 / cols, 1e-15);
+}
+
+TEST(SoftmaxProperties, NegInfEntriesGiveZeroAndAllNegInfRowGivesZeros) {
+  const Vec x = {-kInf, 1.0, 2.0, -kInf,  //
+                 -kInf, -kInf, -kInf, -kInf};
+  Vec y(x.size(), kNaN);
+  ref::softmax(x.data(), y.data(), 2, 4);
+  EXPECT_EQ(y[0], 0.0);
+  EXPECT_EQ(y[3], 0.0);
+  EXPECT_NEAR(y[1], 1.0 / (1.0 + std::exp(1.0)), 1e-15);
+  for (int j = 4; j < 8; ++j) EXPECT_EQ(y[j], 0.0) << "an all -inf row attends to nothing: zeros, not NaN";
+}
+
+TEST(SoftmaxProperties, NanOrPosInfMakesTheWholeRowNan) {
+  const Vec x = {1.0, kNaN, 2.0,  //
+                 1.0, kInf, 2.0,  //
+                 1.0, 0.0, 2.0};
+  Vec y(x.size());
+  ref::softmax(x.data(), y.data(), 3, 3);
+  for (int j = 0; j < 6; ++j) EXPECT_TRUE(std::isnan(y[j])) << "element " << j;
+  for (int j = 6; j < 9; ++j) EXPECT_TRUE(std::isfinite(y[j])) << "other rows are unaffected";
+}
+
+TEST(MatmulProperties, NtEqualsNnWithBTransposed) {
+  const int M = 13, N = 29, K = 37;
+  const Vec a = random_vec(size_t(M) * K, 2), b_nk = random_vec(size_t(N) * K, 3);
+  Vec b_kn(size_t(K) * N);
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) b_kn[size_t(k) * N + n] = b_nk[size_t(n) * K + k];
+  Vec c_nt(size_t(M) * N), c_nn(size_t(M) * N);
+  ref::matmul(a.data(), b_nk.data(), c_nt.data(), M, N, K, 0.75, true);
+  ref::matmul(a.data(), b_kn.data(), c_nn.data(), M, N, K, 0.75, false);
+  for (size_t i = 0; i < c_nt.size(); ++i) EXPECT_NEAR(c_nt[i], c_nn[i], 1e-13) << "element " << i;
+  // And one element by its definition.
+  double c01 = 0.0;
+  for (int k = 0; k < K; ++k) c01 += a[k] * b_nk[size_t(1) * K + k];
+  EXPECT_NEAR(c_nt[1], 0.75 * c01, 1e-13);
+}
+
+// Random attention inputs (+0.5 offset as the GPU tests use) for a shape.
+struct AttnInputs {
+  Vec q, k, v, dout;
+  AttnInputs(const ref::AttnShape& s, unsigned seed) {
+    const size_t bh = size_t(s.batch) * s.heads, nq = bh * s.seq_q * s.head_dim, nk = bh * s.seq_k * s.head_dim;
+    q = random_vec(nq, seed, 0.5);
+    k = random_vec(nk, seed + 1, 0.5);
+    v = random_vec(nk, seed + 2, 0.5);
+    dout = random_vec(nq, seed + 3);
+  }
+};
+
+class AttentionProperties : public ::testing::TestWithParam<ref::AttnShape> {};
+
+TEST_P(AttentionProperties, LseIsLogSumExpOfVisibleScores) {
+  const ref::AttnShape s = GetParam();
+  const AttnInputs in(s, 10);
+  const size_t bh = size_t(s.batch) * s.heads, D = s.head_dim;
+  Vec o(in.q.size()), lse(bh * s.seq_q);
+  ref::attention_forward(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+  for (size_t h = 0; h < bh; ++h)
+    for (int i = 0; i < s.seq_q; ++i) {
+      double sum = 0.0;  // inputs are small, so the unshifted exp is safe here
+      for (int j = 0; j < s.seq_k && !(s.causal && j > i); ++j) {
+        double dot = 0.0;
+        for (size_t d = 0; d < D; ++d) dot += in.q[(h * s.seq_q + i) * D + d] * in.k[(h * s.seq_k + j) * D + d];
+        sum += std::exp(s.scale * dot);
+      }
+      EXPECT_NEAR(lse[h * s.seq_q + i], std::log(sum), 1e-12) << "head " << h << " row " << i;
+    }
+}
+
+// The backward against a central finite difference of L(q, k, v) = sum(O ∘ dO), whose gradient
+// is exactly (dq, dk, dv) for upstream gradient dO. This checks the formulas, independently of NumPy.
+TEST_P(AttentionProperties, BackwardMatchesFiniteDifferences) {
+  const ref::AttnShape s = GetParam();
+  AttnInputs in(s, 20);
+  Vec o(in.q.size()), lse(in.q.size() / s.head_dim);
+  auto loss = [&] {
+    ref::attention_forward(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    double l = 0.0;
+    for (size_t i = 0; i < o.size(); ++i) l += o[i] * in.dout[i];
+    return l;
+  };
+  Vec dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+  ref::attention_backward(s, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), dq.data(), dk.data(), dv.data());
+
+  // Error of the central difference: O(h²) truncation + O(eps/h) rounding, ~1e-10 for h = 1e-5.
+  const double h = 1e-5, tol = 1e-7;
+  const std::pair<Vec*, const Vec*> params[] = {{&in.q, &dq}, {&in.k, &dk}, {&in.v, &dv}};
+  const char* names[] = {"dq", "dk", "dv"};
+  for (int p = 0; p < 3; ++p) {
+    Vec& x = *params[p].first;
+    const Vec& grad = *params[p].second;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double saved = x[i];
+      x[i] = saved + h;
+      const double up = loss();
+      x[i] = saved - h;
+      const double down = loss();
+      x[i] = saved;
+      EXPECT_NEAR(grad[i], (up - down) / (2 * h), tol * (1.0 + std::abs(grad[i]))) << names[p] << "[" << i << "]";
+    }
+  }
+}
+
+// {batch, heads, seq_q, seq_k, head_dim, scale, causal}: tiny, odd, seq_q != seq_k both ways.
+INSTANTIATE_TEST_SUITE_P(Tiny, AttentionProperties,
+                         ::testing::Values(ref::AttnShape{1, 1, 4, 6, 3, 0.7, false},
+                                           ref::AttnShape{1, 2, 5, 3, 4, 0.5, true},
+                                           ref::AttnShape{2, 1, 3, 7, 5, 0.45, true}));
+
+TEST(AttentionProperties, QueryWithNoKeysAttendsToNothing) {
+  // seq_k = 0: every row is fully masked. O = 0, LSE = -inf, dQ = 0, and no NaN anywhere.
+  const ref::AttnShape s{1, 1, 3, 0, 4, 0.5, false};
+  const Vec q = random_vec(12, 30), dout = random_vec(12, 31);
+  Vec o(12, kNaN), lse(3, kNaN), dq(12, kNaN);
+  ref::attention_forward(s, q.data(), nullptr, nullptr, o.data(), lse.data());
+  ref::attention_backward(s, q.data(), nullptr, nullptr, dout.data(), dq.data(), nullptr, nullptr);
+  for (double e : o) EXPECT_EQ(e, 0.0);
+  for (double e : lse) EXPECT_EQ(e, -kInf);
+  for (double e : dq) EXPECT_EQ(e, 0.0);
+}
+
+}  // namespace
