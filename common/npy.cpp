@@ -19,10 +19,13 @@
 namespace fa {
 namespace {
 
-using File = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+struct Closer {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, Closer>;
 
 File open_file(const std::string& path, const char* mode) {
-  File f(std::fopen(path.c_str(), mode), &std::fclose);
+  File f(std::fopen(path.c_str(), mode));
   if (!f) throw UsageError("cannot open '" + path + "': " + std::strerror(errno));
   return f;
 }
@@ -115,14 +118,14 @@ NpyArray read_npy(const std::string& path) {
   p = value_of(h, "shape", path);
   if (h[p] != '(') fail(path, "malformed header: shape is not a tuple");
   size_t count = 1;
-  for (++p; h[p] != ')'; ) {
+  for (++p; h[p] != ')';) {
     char* after = nullptr;
     const unsigned long long dim = std::strtoull(h.c_str() + p, &after, 10);
     if (after == h.c_str() + p) fail(path, "malformed header: bad shape");
     if (dim != 0 && count > SIZE_MAX / dim / dt->bytes) fail(path, "shape too large");
     a.shape.push_back(dim);
     count *= dim;
-    for (p = after - h.c_str(); h[p] == ' ' || h[p] == ','; ) ++p;
+    for (p = after - h.c_str(); h[p] == ' ' || h[p] == ',';) ++p;
   }
 
   // Data: exactly count * itemsize bytes must follow the header.

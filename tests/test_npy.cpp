@@ -88,8 +88,10 @@ TEST_F(Npy, RoundTripF8ThreeD) {
   EXPECT_EQ(a.shape, shape);
   ASSERT_EQ(a.size(), x.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    if (i == 6) EXPECT_TRUE(std::isnan(a.data[i]));
-    else EXPECT_EQ(a.data[i], x[i]) << i;
+    if (i == 6)
+      EXPECT_TRUE(std::isnan(a.data[i]));
+    else
+      EXPECT_EQ(a.data[i], x[i]) << i;
   }
 }
 
@@ -138,7 +140,8 @@ TEST_F(Npy, ConvertsEveryElementType) {
     std::vector<double> expected;
   };
   const Case cases[] = {
-      {"<f2", bytes_of<uint16_t>({0x3c00, 0xc000, 0x0001, 0x7c00, 0x3555}),
+      {"<f2",
+       bytes_of<uint16_t>({0x3c00, 0xc000, 0x0001, 0x7c00, 0x3555}),
        {1.0, -2.0, std::ldexp(1.0, -24), INFINITY, 0.333251953125}},
       {"<i4", bytes_of<int32_t>({-7, 0, 2147483647}), {-7.0, 0.0, 2147483647.0}},
       {"<i8", bytes_of<int64_t>({-3, 1LL << 40, 5}), {-3.0, std::ldexp(1.0, 40), 5.0}},
@@ -156,8 +159,9 @@ TEST_F(Npy, ConvertsEveryElementType) {
 
 TEST_F(Npy, ReadsVersions2And3) {
   for (int major : {2, 3}) {
-    const std::string file = write_npy_raw("v.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }",
-                                           bytes_of<double>({0.5, -1.5}), major);
+    const std::string file =
+        write_npy_raw("v.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }",
+                      bytes_of<double>({0.5, -1.5}), major);
     const fa::NpyArray a = fa::read_npy(file);
     EXPECT_EQ(a.shape, (std::vector<size_t>{1, 2})) << "version " << major;
     EXPECT_EQ(a.data, (std::vector<double>{0.5, -1.5})) << "version " << major;
@@ -169,13 +173,14 @@ TEST_F(Npy, ReadsVersions2And3) {
 TEST_F(Npy, MissingFile) { expect_usage_error(path("does_not_exist.npy"), "cannot open"); }
 
 TEST_F(Npy, BadMagic) {
-  expect_usage_error(write_raw("text.npy", "this is not a numpy file at all"), "is not a .npy file (bad magic)");
+  expect_usage_error(write_raw("text.npy", "this is not a numpy file at all"),
+                     "is not a .npy file (bad magic)");
   expect_usage_error(write_raw("short.npy", "\x93NUM"), "bad magic");
 }
 
 TEST_F(Npy, TruncatedData) {
-  const std::string file = write_npy_raw("trunc.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (10,), }",
-                                         std::string(40, '\0'));
+  const std::string file = write_npy_raw(
+      "trunc.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (10,), }", std::string(40, '\0'));
   expect_usage_error(file, "truncated data (expected 80 bytes, got 40)");
 }
 
@@ -186,26 +191,26 @@ TEST_F(Npy, TruncatedHeader) {
 }
 
 TEST_F(Npy, TrailingData) {
-  const std::string file = write_npy_raw("trail.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
-                                         std::string(12, '\0'));
+  const std::string file = write_npy_raw(
+      "trail.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", std::string(12, '\0'));
   expect_usage_error(file, "unexpected trailing data (expected 8 bytes, got 12)");
 }
 
 TEST_F(Npy, FortranOrder) {
-  const std::string file = write_npy_raw("f.npy", "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2), }",
-                                         std::string(32, '\0'));
+  const std::string file = write_npy_raw(
+      "f.npy", "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2), }", std::string(32, '\0'));
   expect_usage_error(file, "fortran_order");
 }
 
 TEST_F(Npy, UnsupportedDtype) {
-  const std::string file = write_npy_raw("c.npy", "{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }",
-                                         std::string(16, '\0'));
+  const std::string file = write_npy_raw(
+      "c.npy", "{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }", std::string(16, '\0'));
   expect_usage_error(file, "unsupported dtype '<c16'");
 }
 
 TEST_F(Npy, BigEndian) {
-  const std::string file = write_npy_raw("be.npy", "{'descr': '>f8', 'fortran_order': False, 'shape': (1,), }",
-                                         std::string(8, '\0'));
+  const std::string file = write_npy_raw(
+      "be.npy", "{'descr': '>f8', 'fortran_order': False, 'shape': (1,), }", std::string(8, '\0'));
   expect_usage_error(file, "big-endian");
 }
 
@@ -216,9 +221,11 @@ TEST_F(Npy, UnsupportedVersion) {
 }
 
 TEST_F(Npy, MalformedHeader) {
-  expect_usage_error(write_npy_raw("noshape.npy", "{'descr': '<f8', 'fortran_order': False, }", ""), "no 'shape'");
-  expect_usage_error(write_npy_raw("badshape.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (x,), }", ""),
-                     "bad shape");
+  expect_usage_error(write_npy_raw("noshape.npy", "{'descr': '<f8', 'fortran_order': False, }", ""),
+                     "no 'shape'");
+  expect_usage_error(
+      write_npy_raw("badshape.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (x,), }", ""),
+      "bad shape");
 }
 
 TEST_F(Npy, UnwritablePath) {

@@ -6,21 +6,39 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <ostream>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "golden.h"
 #include "npy.h"
 #include "reference.h"
 
 #ifndef FA_DATA_DIR
 #error "compile with -DFA_DATA_DIR=\"<path of tests/data>\""
 #endif
+
+// How GoogleTest shows an AttnShape (found by argument-dependent lookup, hence namespace ref).
+namespace ref {
+void PrintTo(const AttnShape& s, std::ostream* os) {
+  *os << "B" << s.batch << " H" << s.heads << " Sq" << s.seq_q << " Sk" << s.seq_k << " D" << s.head_dim
+      << " scale " << s.scale << (s.causal ? " causal" : "");
+}
+}  // namespace ref
+
+// How GoogleTest shows a golden case (instead of a byte dump): its manifest line.
+namespace golden {
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.op << " " << c.name;
+  for (const auto& [key, value] : c.params) *os << " " << key << "=" << value;
+}
+}  // namespace golden
 
 namespace {
 
@@ -30,38 +48,13 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---- golden data --------------------------------------------------------------------------------
 
-// One line of tests/data/manifest.txt: "<op> <case> key=value ...".
-struct GoldenCase {
-  std::string op, name;
-  std::map<std::string, std::string> params;
-
-  std::string file(const std::string& tensor) const {
-    return std::string(FA_DATA_DIR) + "/" + name + "." + tensor + ".npy";
+// Every case of tests/data/manifest.txt; empty if it cannot be read (the Manifest test says why).
+std::vector<golden::Case> all_cases() {
+  try {
+    return golden::cases(FA_DATA_DIR);
+  } catch (const std::exception&) {
+    return {};
   }
-  double num(const std::string& key) const {
-    auto it = params.find(key);
-    if (it == params.end()) throw std::runtime_error(name + ": manifest has no '" + key + "'");
-    return std::stod(it->second);
-  }
-  int integer(const std::string& key) const { return static_cast<int>(num(key)); }
-};
-
-// Empty if the manifest is missing; the Manifest test reports that.
-std::vector<GoldenCase> load_manifest() {
-  std::vector<GoldenCase> cases;
-  std::ifstream in(std::string(FA_DATA_DIR) + "/manifest.txt");
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream words(line);
-    GoldenCase c;
-    words >> c.op >> c.name;
-    for (std::string kv; words >> kv;) {
-      const size_t eq = kv.find('=');
-      c.params[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
-    }
-    cases.push_back(c);
-  }
-  return cases;
 }
 
 // The tensors each op's case stores: inputs first, then outputs.
@@ -79,8 +72,11 @@ constexpr double kAtol = 1e-12, kRtol = 1e-10;
 
 ::testing::AssertionResult matches_golden(const Vec& got, const std::string& path) {
   const fa::NpyArray ref = fa::read_npy(path);
+  if (ref.dtype != "<f8")
+    return ::testing::AssertionFailure() << path << ": outputs are stored as <f8, found " << ref.dtype;
   if (ref.size() != got.size())
-    return ::testing::AssertionFailure() << path << ": " << ref.size() << " elements, reference computed " << got.size();
+    return ::testing::AssertionFailure()
+           << path << ": " << ref.size() << " elements, reference computed " << got.size();
   double scale = 1.0;
   for (double r : ref.data)
     if (std::isfinite(r)) scale = std::max(scale, std::abs(r));
@@ -99,76 +95,85 @@ constexpr double kAtol = 1e-12, kRtol = 1e-10;
     if (!ok && bad++ == 0) first_bad = i;
   }
   if (bad == 0) return ::testing::AssertionSuccess();
+  char tol[96];
+  std::snprintf(tol, sizeof tol, "|diff| <= %g*%.4g + %g*|ref|", kAtol, scale, kRtol);
   return ::testing::AssertionFailure()
-         << path << ": " << bad << " of " << got.size() << " elements outside |diff| <= " << kAtol
-         << "*" << scale << " + " << kRtol << "*|ref|; first at flat index " << first_bad << ": got "
-         << got[first_bad] << ", golden " << ref.data[first_bad] << "; max |diff| " << max_diff;
+         << path << ": " << bad << " of " << got.size() << " elements outside " << tol
+         << "; first at flat index " << first_bad << ": got " << got[first_bad] << ", golden "
+         << ref.data[first_bad] << "; max |diff| " << max_diff;
 }
 
 // Reads an input tensor and checks it has the element count the manifest's shape implies.
-Vec input(const GoldenCase& c, const std::string& tensor, long long expected_size) {
-  fa::NpyArray a = fa::read_npy(c.file(tensor));
-  EXPECT_EQ(a.dtype, "<f4") << c.file(tensor) << ": inputs are stored as float32";
+Vec input(const golden::Case& c, const std::string& tensor, long long expected_size) {
+  fa::NpyArray a = fa::read_npy(c.path(tensor));
+  EXPECT_EQ(a.dtype, "<f4") << c.path(tensor) << ": inputs are stored as float32";
   if ((long long)a.size() != expected_size)
-    throw std::runtime_error(c.file(tensor) + ": " + std::to_string(a.size()) + " elements, manifest implies " +
-                             std::to_string(expected_size));
+    throw std::runtime_error(c.path(tensor) + ": " + std::to_string(a.size()) +
+                             " elements, manifest implies " + std::to_string(expected_size));
   return a.data;
 }
 
-void run_softmax(const GoldenCase& c) {
+void run_softmax(const golden::Case& c) {
   const long long rows = c.integer("rows"), cols = c.integer("cols");
   const Vec x = input(c, "x", rows * cols);
   Vec y(x.size());
   ref::softmax(x.data(), y.data(), rows, cols);
-  EXPECT_TRUE(matches_golden(y, c.file("y")));
+  EXPECT_TRUE(matches_golden(y, c.path("y")));
 }
 
-void run_matmul(const GoldenCase& c) {
-  const int M = c.integer("M"), N = c.integer("N"), K = c.integer("K");
+void run_matmul(const golden::Case& c) {
+  const int M = static_cast<int>(c.integer("M")), N = static_cast<int>(c.integer("N")),
+            K = static_cast<int>(c.integer("K"));
   const Vec a = input(c, "a", (long long)M * K), b = input(c, "b", (long long)K * N);
   Vec out(size_t(M) * N);
-  ref::matmul(a.data(), b.data(), out.data(), M, N, K, c.num("alpha"), c.params.at("layout") == "nt");
-  EXPECT_TRUE(matches_golden(out, c.file("c")));
+  ref::matmul(a.data(), b.data(), out.data(), M, N, K, c.number("alpha"), c.param("layout") == "nt");
+  EXPECT_TRUE(matches_golden(out, c.path("c")));
 }
 
-void run_attention(const GoldenCase& c) {
-  const ref::AttnShape s{c.integer("batch"), c.integer("heads"), c.integer("seq_q"), c.integer("seq_k"),
-                         c.integer("head_dim"), c.num("scale"), c.integer("causal") != 0};
-  const long long bh = (long long)s.batch * s.heads, nq = bh * s.seq_q * s.head_dim, nk = bh * s.seq_k * s.head_dim;
+void run_attention(const golden::Case& c) {
+  auto get = [&](const char* key) { return static_cast<int>(c.integer(key)); };
+  const ref::AttnShape s{get("batch"),    get("heads"),      get("seq_q"),      get("seq_k"),
+                         get("head_dim"), c.number("scale"), get("causal") != 0};
+  const long long bh = (long long)s.batch * s.heads, nq = bh * s.seq_q * s.head_dim,
+                  nk = bh * s.seq_k * s.head_dim;
   const Vec q = input(c, "q", nq), k = input(c, "k", nk), v = input(c, "v", nk), dout = input(c, "dout", nq);
   Vec o(nq), lse(bh * s.seq_q), dq(nq), dk(nk), dv(nk);
   ref::attention_forward(s, q.data(), k.data(), v.data(), o.data(), lse.data());
   ref::attention_backward(s, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
-  EXPECT_TRUE(matches_golden(o, c.file("o")));
-  EXPECT_TRUE(matches_golden(lse, c.file("lse")));
-  EXPECT_TRUE(matches_golden(dq, c.file("dq")));
-  EXPECT_TRUE(matches_golden(dk, c.file("dk")));
-  EXPECT_TRUE(matches_golden(dv, c.file("dv")));
+  EXPECT_TRUE(matches_golden(o, c.path("o")));
+  EXPECT_TRUE(matches_golden(lse, c.path("lse")));
+  EXPECT_TRUE(matches_golden(dq, c.path("dq")));
+  EXPECT_TRUE(matches_golden(dk, c.path("dk")));
+  EXPECT_TRUE(matches_golden(dv, c.path("dv")));
 }
 
 TEST(Manifest, NonEmptyAndEveryFileExists) {
-  const auto cases = load_manifest();
-  ASSERT_FALSE(cases.empty()) << "no cases in " FA_DATA_DIR "/manifest.txt; generate them with "
-                                 "tests/reference/make_reference.py";
-  for (const GoldenCase& c : cases) {
+  const auto cases = golden::cases(FA_DATA_DIR);  // throws (a test failure) if it cannot be read
+  ASSERT_FALSE(cases.empty()) << "no cases in " << FA_DATA_DIR << "/manifest.txt; generate them with "
+                              << "tests/reference/make_reference.py";
+  for (const golden::Case& c : cases) {
     ASSERT_TRUE(kTensors.count(c.op)) << "unknown op '" << c.op << "' for case " << c.name;
     for (const std::string& t : kTensors.at(c.op))
-      EXPECT_TRUE(std::ifstream(c.file(t)).good()) << "missing " << c.file(t);
+      EXPECT_TRUE(std::ifstream(c.path(t)).good()) << "missing " << c.path(t);
   }
 }
 
-class Golden : public ::testing::TestWithParam<GoldenCase> {};
+class Golden : public ::testing::TestWithParam<golden::Case> {};
 
 TEST_P(Golden, ReferenceMatchesNumpy) {
-  const GoldenCase& c = GetParam();
-  if (c.op == "softmax") run_softmax(c);
-  else if (c.op == "matmul") run_matmul(c);
-  else if (c.op == "attention") run_attention(c);
-  else FAIL() << "unknown op '" << c.op << "'";
+  const golden::Case& c = GetParam();
+  if (c.op == "softmax")
+    run_softmax(c);
+  else if (c.op == "matmul")
+    run_matmul(c);
+  else if (c.op == "attention")
+    run_attention(c);
+  else
+    FAIL() << "unknown op '" << c.op << "'";
 }
 
-INSTANTIATE_TEST_SUITE_P(Data, Golden, ::testing::ValuesIn(load_manifest()),
-                         [](const ::testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Data, Golden, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<golden::Case>& info) { return info.param.name; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Golden);  // an empty manifest fails in Manifest.*
 
 // ---- properties, on fresh random inputs ---------------------------------------------------------
@@ -185,9 +190,9 @@ TEST(SoftmaxProperties, RowsSumToOneEvenForHugeMagnitudes) {
   const long long rows = 4, cols = 257;
   Vec x = random_vec(rows * cols, 1, 0.0, 5.0);
   for (long long j = 0; j < cols; ++j) {
-    x[1 * cols + j] *= 1e29;                    // exp(x) would overflow without the max subtracted
-    x[2 * cols + j] = (j % 2 ? 3e38 : -3e38);   // near the float range
-    x[3 * cols + j] = 1e30;                     // constant row: uniform
+    x[1 * cols + j] *= 1e29;                   // exp(x) would overflow without the max subtracted
+    x[2 * cols + j] = (j % 2 ? 3e38 : -3e38);  // near the float range
+    x[3 * cols + j] = 1e30;                    // constant row: uniform
   }
   Vec y(x.size());
   ref::softmax(x.data(), y.data(), rows, cols);
@@ -203,7 +208,7 @@ TEST(SoftmaxProperties, RowsSumToOneEvenForHugeMagnitudes) {
 }
 
 TEST(SoftmaxProperties, NegInfEntriesGiveZeroAndAllNegInfRowGivesZeros) {
-  const Vec x = {-kInf, 1.0, 2.0, -kInf,  //
+  const Vec x = {-kInf, 1.0,   2.0,   -kInf,  //
                  -kInf, -kInf, -kInf, -kInf};
   Vec y(x.size(), kNaN);
   ref::softmax(x.data(), y.data(), 2, 4);
@@ -216,7 +221,7 @@ TEST(SoftmaxProperties, NegInfEntriesGiveZeroAndAllNegInfRowGivesZeros) {
 TEST(SoftmaxProperties, NanOrPosInfMakesTheWholeRowNan) {
   const Vec x = {1.0, kNaN, 2.0,  //
                  1.0, kInf, 2.0,  //
-                 1.0, 0.0, 2.0};
+                 1.0, 0.0,  2.0};
   Vec y(x.size());
   ref::softmax(x.data(), y.data(), 3, 3);
   for (int j = 0; j < 6; ++j) EXPECT_TRUE(std::isnan(y[j])) << "element " << j;
@@ -243,7 +248,8 @@ TEST(MatmulProperties, NtEqualsNnWithBTransposed) {
 struct AttnInputs {
   Vec q, k, v, dout;
   AttnInputs(const ref::AttnShape& s, unsigned seed) {
-    const size_t bh = size_t(s.batch) * s.heads, nq = bh * s.seq_q * s.head_dim, nk = bh * s.seq_k * s.head_dim;
+    const size_t bh = size_t(s.batch) * s.heads, nq = bh * s.seq_q * s.head_dim,
+                 nk = bh * s.seq_k * s.head_dim;
     q = random_vec(nq, seed, 0.5);
     k = random_vec(nk, seed + 1, 0.5);
     v = random_vec(nk, seed + 2, 0.5);
@@ -264,7 +270,8 @@ TEST_P(AttentionProperties, LseIsLogSumExpOfVisibleScores) {
       double sum = 0.0;  // inputs are small, so the unshifted exp is safe here
       for (int j = 0; j < s.seq_k && !(s.causal && j > i); ++j) {
         double dot = 0.0;
-        for (size_t d = 0; d < D; ++d) dot += in.q[(h * s.seq_q + i) * D + d] * in.k[(h * s.seq_k + j) * D + d];
+        for (size_t d = 0; d < D; ++d)
+          dot += in.q[(h * s.seq_q + i) * D + d] * in.k[(h * s.seq_k + j) * D + d];
         sum += std::exp(s.scale * dot);
       }
       EXPECT_NEAR(lse[h * s.seq_q + i], std::log(sum), 1e-12) << "head " << h << " row " << i;
@@ -284,7 +291,8 @@ TEST_P(AttentionProperties, BackwardMatchesFiniteDifferences) {
     return l;
   };
   Vec dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
-  ref::attention_backward(s, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), dq.data(), dk.data(), dv.data());
+  ref::attention_backward(s, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), dq.data(), dk.data(),
+                          dv.data());
 
   // Error of the central difference: O(h²) truncation + O(eps/h) rounding, ~1e-10 for h = 1e-5.
   const double h = 1e-5, tol = 1e-7;
@@ -300,7 +308,8 @@ TEST_P(AttentionProperties, BackwardMatchesFiniteDifferences) {
       x[i] = saved - h;
       const double down = loss();
       x[i] = saved;
-      EXPECT_NEAR(grad[i], (up - down) / (2 * h), tol * (1.0 + std::abs(grad[i]))) << names[p] << "[" << i << "]";
+      EXPECT_NEAR(grad[i], (up - down) / (2 * h), tol * (1.0 + std::abs(grad[i])))
+          << names[p] << "[" << i << "]";
     }
   }
 }
@@ -309,7 +318,13 @@ TEST_P(AttentionProperties, BackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Tiny, AttentionProperties,
                          ::testing::Values(ref::AttnShape{1, 1, 4, 6, 3, 0.7, false},
                                            ref::AttnShape{1, 2, 5, 3, 4, 0.5, true},
-                                           ref::AttnShape{2, 1, 3, 7, 5, 0.45, true}));
+                                           ref::AttnShape{2, 1, 3, 7, 5, 0.45, true}),
+                         [](const ::testing::TestParamInfo<ref::AttnShape>& info) {
+                           const ref::AttnShape& s = info.param;
+                           return "b" + std::to_string(s.batch) + "h" + std::to_string(s.heads) + "_q" +
+                                  std::to_string(s.seq_q) + "_k" + std::to_string(s.seq_k) + "_d" +
+                                  std::to_string(s.head_dim) + (s.causal ? "_causal" : "");
+                         });
 
 TEST(AttentionProperties, QueryWithNoKeysAttendsToNothing) {
   // seq_k = 0: every row is fully masked. O = 0, LSE = -inf, dQ = 0, and no NaN anywhere.

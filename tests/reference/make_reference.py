@@ -26,7 +26,11 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    sys.exit(f"make_reference.py needs NumPy, which {sys.executable} does not have "
+             "(try /usr/bin/python3, or pip install numpy)")
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
@@ -45,10 +49,10 @@ RTOL, ATOL = 1e-10, 1e-12
 # ---- the math ---------------------------------------------------------------------------------
 def softmax(x):
     """Softmax over the last axis and its log-sum-exp (natural log), project conventions."""
-    m = x.max(axis=-1, keepdims=True)  # NaN if the row has a NaN, +inf if it has a +inf
-    dead = np.isneginf(m)  # every entry -inf: the row attends to nothing
-    m = np.where(dead, 0.0, m)  # so that x - m = -inf, not NaN, in dead rows
     with np.errstate(invalid="ignore", divide="ignore"):
+        m = x.max(axis=-1, keepdims=True)  # NaN if the row has a NaN, +inf if it has a +inf
+        dead = np.isneginf(m)  # every entry -inf: the row attends to nothing
+        m = np.where(dead, 0.0, m)  # so that x - m = -inf, not NaN, in dead rows
         e = np.exp(x - m)  # +inf - +inf = NaN: a +inf row becomes NaN
         l = e.sum(axis=-1, keepdims=True)
         y = e / np.where(dead, 1.0, l)  # dead rows: 0 / 1 = 0

@@ -31,7 +31,8 @@ void axpy(double alpha, const double* x, double* y, long long n) {
 double softmax_row(const double* x, double* y, long long n) {
   double m = -kInf;
   for (long long i = 0; i < n; ++i) {
-    if (std::isnan(x[i]) || x[i] == kInf) {  // NaN propagates: the whole row is NaN
+    // NaN propagates, and +inf gives exp(inf - inf) = NaN: either makes the whole row NaN.
+    if (std::isnan(x[i]) || x[i] == kInf) {
       std::fill(y, y + n, kNaN);
       return kNaN;
     }
@@ -132,8 +133,8 @@ void attention_backward(const AttnShape& s, const double* q, const double* k, co
         const double p = std::exp(s.scale * dot(Qi, Kj, D) - lse_i);  // P_ij
         const double dp = dot(dOi, Vj, D);                            // dP_ij
         const double ds = p * (dp - delta);                           // dS_ij
-        axpy(p, dOi, dv + ko + j * D, D);          // dV_j += P_ij dO_i
-        axpy(ds * s.scale, Kj, dQi, D);            // dQ_i += dS_ij K_j scale
+        axpy(p, dOi, dv + ko + j * D, D);            // dV_j += P_ij dO_i
+        axpy(ds * s.scale, Kj, dQi, D);              // dQ_i += dS_ij K_j scale
         axpy(ds * s.scale, Qi, dk + ko + j * D, D);  // dK_j += dS_ij Q_i scale
       }
     }
