@@ -1,6 +1,7 @@
 // buffer.h: RAII device memory, and the NaN poison every check uses before a launch.
 #pragma once
 #include <cuda_runtime.h>
+
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -20,8 +21,7 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (ptr_) cudaFree(ptr_);  // never throw from a destructor
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(count_, o.count_);

@@ -1,6 +1,7 @@
 // check.h: errors and CUDA error checking for the host-side harness.
 #pragma once
 #include <cuda_runtime.h>
+
 #include <stdexcept>
 #include <string>
 

@@ -53,7 +53,8 @@ bool ArgParser::parse(int argc, const char* const* argv) {
       std::fputs(help().c_str(), stdout);
       return false;
     }
-    if (arg.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + arg + "' (flags start with --; see --help)");
+    if (arg.rfind("--", 0) != 0)
+      throw UsageError("unexpected argument '" + arg + "' (flags start with --; see --help)");
     const auto eq = arg.find('=');
     const bool inline_value = eq != std::string::npos;
     if (inline_value) {
@@ -77,8 +78,7 @@ bool ArgParser::parse(int argc, const char* const* argv) {
     errno = 0;
     if (o->kind == Kind::Int) {
       const long long x = std::strtoll(value.c_str(), &end, 10);
-      if (*end != '\0' || errno == ERANGE)
-        throw UsageError(arg + ": '" + value + "' is not an integer");
+      if (*end != '\0' || errno == ERANGE) throw UsageError(arg + ": '" + value + "' is not an integer");
       if (x < o->imin || x > o->imax)
         throw UsageError(arg + ": " + value + " is out of range [" + std::to_string(o->imin) + ", " +
                          std::to_string(o->imax) + "]");

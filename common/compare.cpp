@@ -23,7 +23,8 @@ std::string CompareResult::summary() const {
   std::string s = buf;
   if (count == 0) s += "\n    nothing compared (empty or mismatched sizes)";
   if (mismatches) {
-    std::snprintf(buf, sizeof buf, "\n    %zu of %zu elements outside tolerance (%zu non-finite where the reference is finite)",
+    std::snprintf(buf, sizeof buf,
+                  "\n    %zu of %zu elements outside tolerance (%zu non-finite where the reference is finite)",
                   mismatches, count, nonfinite_out);
     s += buf;
     for (const auto& m : first) {

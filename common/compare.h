@@ -30,8 +30,8 @@ struct CompareResult {
   double max_ref = 0;             // max |ref| over finite elements
   double rel_fro_err = 0;         // ||out - ref||_F / ||ref||_F over finite pairs
   Tolerance tol{0, 0};
-  std::vector<Mismatch> first;    // the first few mismatches
-  std::vector<std::size_t> shape; // optional, to print indices as [i, j, ...]
+  std::vector<Mismatch> first;     // the first few mismatches
+  std::vector<std::size_t> shape;  // optional, to print indices as [i, j, ...]
 
   bool ok() const { return mismatches == 0 && count > 0; }
   // One line: "PASS max|err| 1.2e-07 rel_fro 3e-08 (atol 1e-06, rtol 1e-05, 1048576 elements)",

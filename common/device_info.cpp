@@ -58,7 +58,9 @@ DeviceInfo query_device(int id, bool measure_copy) {
     TimingOptions opt;
     opt.flush_l2 = false;  // the copy is 20x the L2 already
     const Timing t = time_launches(
-        [&](cudaStream_t s) { FA_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, s)); },
+        [&](cudaStream_t s) {
+          FA_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, s));
+        },
         opt);
     d.copy_gbs = 2.0 * bytes / (t.median_ms * 1e-3) * 1e-9;
   }
@@ -71,8 +73,8 @@ std::string describe(const DeviceInfo& d) {
                 "device %d: %s (sm_%d%d, %d SMs, %.2f GHz, %.1f GiB, L2 %.0f MiB), driver %s, runtime %s\n"
                 "peaks: DRAM %.0f GB/s theoretical%s, FP32 %.1f TFLOP/s, FP16 tensor %.0f TFLOP/s (dense)",
                 d.id, d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count, d.sm_clock_ghz,
-                d.global_mem_bytes / double(1 << 30), d.l2_bytes / double(1 << 20), d.driver.c_str(),
-                d.runtime.c_str(), d.dram_peak_gbs,
+                d.global_mem_bytes / double(1 << 30), d.l2_bytes / double(1 << 20), d.driver.c_str(), d.runtime.c_str(),
+                d.dram_peak_gbs,
                 d.copy_gbs > 0 ? (", " + std::to_string(int(d.copy_gbs + 0.5)) + " GB/s measured copy").c_str() : "",
                 d.fp32_peak_tflops, d.tensor16_peak_tflops);
   return buf;

@@ -10,12 +10,12 @@ struct DeviceInfo {
   std::string name;
   int cc_major = 0, cc_minor = 0, sm_count = 0;
   std::size_t global_mem_bytes = 0, l2_bytes = 0;
-  double sm_clock_ghz = 0;        // peak (boost) clock the driver reports
-  double dram_peak_gbs = 0;       // theoretical: 2 × memory clock × bus width
-  double fp32_peak_tflops = 0;    // SMs × FP32 lanes/SM × 2 × clock
-  double tensor16_peak_tflops = 0;// dense fp16/bf16 tensor cores, fp32 accumulate (table by arch)
-  double copy_gbs = 0;            // measured device-to-device copy, bytes read + bytes written
-  std::string driver, runtime;    // "13.0"
+  double sm_clock_ghz = 0;          // peak (boost) clock the driver reports
+  double dram_peak_gbs = 0;         // theoretical: 2 × memory clock × bus width
+  double fp32_peak_tflops = 0;      // SMs × FP32 lanes/SM × 2 × clock
+  double tensor16_peak_tflops = 0;  // dense fp16/bf16 tensor cores, fp32 accumulate (table by arch)
+  double copy_gbs = 0;              // measured device-to-device copy, bytes read + bytes written
+  std::string driver, runtime;      // "13.0"
 };
 
 // True if a CUDA device can be used; otherwise `why` says what is missing.

@@ -127,6 +127,7 @@ ResultRow run(const StepInfo& step, const StepInfo* prev, const Problem& p, cons
   r.problem = p.describe();
   if (prev) r.prev_step = prev->name;
 
+  if (o.profile) profile_one_launch([&](cudaStream_t s) { step.softmax(args, s); });
   if (o.check) {
     bool ok = true;
     const std::vector<float> y = launch_once(step, args, dy);

@@ -38,9 +38,12 @@ File open_file(const std::string& path, const char* mode) {
 double half_to_double(uint16_t h) {
   const int exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
   double v;
-  if (exponent == 0) v = std::ldexp(fraction, -24);  // zero and subnormals
-  else if (exponent == 31) v = fraction ? NAN : INFINITY;
-  else v = std::ldexp(fraction + 1024, exponent - 25);  // (1 + fraction/2^10) * 2^(exponent-15)
+  if (exponent == 0)
+    v = std::ldexp(fraction, -24);  // zero and subnormals
+  else if (exponent == 31)
+    v = fraction ? NAN : INFINITY;
+  else
+    v = std::ldexp(fraction + 1024, exponent - 25);  // (1 + fraction/2^10) * 2^(exponent-15)
   return (h & 0x8000) ? -v : v;
 }
 
@@ -64,9 +67,8 @@ struct Dtype {
 };
 // The host is assumed little-endian (x86-64 and AArch64 Linux), like the files.
 const Dtype kDtypes[] = {
-    {"<f8", 8, load<double>},  {"<f4", 4, load<float>},  {"<f2", 2, load_f2},
-    {"<i4", 4, load<int32_t>}, {"<i8", 8, load<int64_t>}, {"|b1", 1, load_b1},
-    {"|u1", 1, load<uint8_t>},
+    {"<f8", 8, load<double>},  {"<f4", 4, load<float>}, {"<f2", 2, load_f2},       {"<i4", 4, load<int32_t>},
+    {"<i8", 8, load<int64_t>}, {"|b1", 1, load_b1},     {"|u1", 1, load<uint8_t>},
 };
 
 // Position of the value of `key` in the header dict (after "'key':" and spaces).
@@ -103,16 +105,14 @@ NpyArray read_npy(const std::string& path) {
   const size_t end = h[p] == '\'' ? h.find('\'', p + 1) : std::string::npos;
   if (end == std::string::npos) fail(path, "unsupported dtype (structured arrays are not supported)");
   a.dtype = h.substr(p + 1, end - p - 1);
-  if (a.dtype[0] == '>')
-    fail(path, "big-endian data ('" + a.dtype + "') is not supported; save it little-endian");
+  if (a.dtype[0] == '>') fail(path, "big-endian data ('" + a.dtype + "') is not supported; save it little-endian");
   const Dtype* dt = nullptr;
   for (const Dtype& d : kDtypes)
     if (a.dtype == d.descr) dt = &d;
   if (!dt) fail(path, "unsupported dtype '" + a.dtype + "' (supported: <f8 <f4 <f2 <i4 <i8 |b1 |u1)");
 
   p = value_of(h, "fortran_order", path);
-  if (h.compare(p, 4, "True") == 0)
-    fail(path, "fortran_order=True is not supported (save a C-ordered array)");
+  if (h.compare(p, 4, "True") == 0) fail(path, "fortran_order=True is not supported (save a C-ordered array)");
 
   // shape: a tuple of integers, "()" for a 0-d array, "(5,)" for 1-d, "(2, 3)" ...
   p = value_of(h, "shape", path);
@@ -133,9 +133,8 @@ NpyArray read_npy(const std::string& path) {
   std::fseek(f.get(), 0, SEEK_END);
   const size_t available = size_t(std::ftell(f.get()) - data_start), expected = count * dt->bytes;
   if (available != expected)
-    fail(path, std::string(available < expected ? "truncated data" : "unexpected trailing data") +
-                   " (expected " + std::to_string(expected) + " bytes, got " +
-                   std::to_string(available) + ")");
+    fail(path, std::string(available < expected ? "truncated data" : "unexpected trailing data") + " (expected " +
+                   std::to_string(expected) + " bytes, got " + std::to_string(available) + ")");
   std::fseek(f.get(), data_start, SEEK_SET);
   std::vector<unsigned char> raw(expected);
   if (std::fread(raw.data(), 1, expected, f.get()) != expected) fail(path, "read error");
@@ -147,8 +146,7 @@ NpyArray read_npy(const std::string& path) {
 namespace {
 
 template <typename T>
-void write_impl(const std::string& path, const std::vector<size_t>& shape, const T* data,
-                const char* descr) {
+void write_impl(const std::string& path, const std::vector<size_t>& shape, const T* data, const char* descr) {
   std::string h = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
   size_t count = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -159,12 +157,18 @@ void write_impl(const std::string& path, const std::vector<size_t>& shape, const
   // Pad with spaces so that magic + version + length + header is a multiple of 64 bytes.
   h.append(63 - (10 + h.size()) % 64, ' ');
   h += '\n';
-  const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+  const unsigned char pre[10] = {0x93,
+                                 'N',
+                                 'U',
+                                 'M',
+                                 'P',
+                                 'Y',
+                                 1,
+                                 0,
                                  static_cast<unsigned char>(h.size() & 0xff),
                                  static_cast<unsigned char>(h.size() >> 8)};
   File f = open_file(path, "wb");
-  bool ok = std::fwrite(pre, 1, 10, f.get()) == 10 &&
-            std::fwrite(h.data(), 1, h.size(), f.get()) == h.size() &&
+  bool ok = std::fwrite(pre, 1, 10, f.get()) == 10 && std::fwrite(h.data(), 1, h.size(), f.get()) == h.size() &&
             std::fwrite(data, sizeof(T), count, f.get()) == count;
   ok = (std::fclose(f.release()) == 0) && ok;
   if (!ok) fail(path, std::string("write failed: ") + std::strerror(errno));

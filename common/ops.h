@@ -9,6 +9,7 @@
 //              LSE fp32 [batch, heads, seq_q] (natural log); causal masks key j > query i.
 #pragma once
 #include <cuda_runtime.h>
+
 #include <cstddef>
 #include <string>
 
@@ -63,12 +64,12 @@ using AttnBwdLauncher = void (*)(const AttnBwdArgs&, cudaStream_t);
 enum class Family { Softmax, Matmul, Attention };
 struct Problem {
   Family family = Family::Softmax;
-  long long rows = 0, cols = 0;                   // softmax
-  long long M = 0, N = 0, K = 0;                  // matmul
+  long long rows = 0, cols = 0;   // softmax
+  long long M = 0, N = 0, K = 0;  // matmul
   MatmulLayout layout = MatmulLayout::NT;
-  AttnParams attn;                                // attention
-  bool backward = false;                          // attention: also run the backward
-  std::string describe() const;                   // "16384x16384", "B4 H16 S4096 D64 causal f16"
+  AttnParams attn;               // attention
+  bool backward = false;         // attention: also run the backward
+  std::string describe() const;  // "16384x16384", "B4 H16 S4096 D64 causal f16"
 };
 
 // ---- what a step tells the harness about itself ---------------------------------------------

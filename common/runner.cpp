@@ -1,5 +1,7 @@
 #include "runner.h"
 
+#include <cuda_profiler_api.h>
+
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -42,6 +44,15 @@ const FamilyOps& family_ops(Family f) {
   }
 }
 
+void profile_one_launch(const std::function<void(cudaStream_t)>& launch) {
+  launch(nullptr);  // warm-up: module load, first touch of the buffers
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  FA_CUDA_CHECK(cudaProfilerStart());
+  launch(nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  FA_CUDA_CHECK(cudaProfilerStop());
+}
+
 void say(const RunOptions& o, const std::string& line) {
   std::fprintf(o.quiet ? stderr : stdout, "%s\n", line.c_str());
   std::fflush(o.quiet ? stderr : stdout);
@@ -57,25 +68,27 @@ static std::string num(double v, const char* fmt) {
 
 void print_rows(const std::vector<ResultRow>& rows, const std::string& format, const DeviceInfo& dev) {
   if (format == "csv") {
-    std::printf("step,idea,problem,time_ms,rate,unit,pct_peak,peak,peak_value,prev_step,prev_time_ms,"
-                "speedup_vs_prev,err_vs_prev,check,device\n");
+    std::printf(
+        "step,idea,problem,time_ms,rate,unit,pct_peak,peak,peak_value,prev_step,prev_time_ms,"
+        "speedup_vs_prev,err_vs_prev,check,device\n");
     for (const auto& r : rows)
       std::printf("%s,\"%s\",%s,%.6g,%.6g,%s,%.4g,%s,%.6g,%s,%.6g,%.4g,%.3g,%s,%s\n", r.step.c_str(), r.idea.c_str(),
-                  r.problem.c_str(), r.time_ms, r.rate, r.unit.c_str(), r.pct_peak, r.peak_name.c_str(),
-                  r.peak_value, r.prev_step.c_str(), r.prev_time_ms, r.speedup_vs_prev, r.err_vs_prev,
-                  r.check.c_str(), dev.name.c_str());
+                  r.problem.c_str(), r.time_ms, r.rate, r.unit.c_str(), r.pct_peak, r.peak_name.c_str(), r.peak_value,
+                  r.prev_step.c_str(), r.prev_time_ms, r.speedup_vs_prev, r.err_vs_prev, r.check.c_str(),
+                  dev.name.c_str());
     return;
   }
   if (format == "json") {
     std::printf("{\"device\": \"%s\", \"copy_gbs\": %.6g, \"rows\": [\n", dev.name.c_str(), dev.copy_gbs);
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
-      std::printf("  {\"step\": \"%s\", \"idea\": \"%s\", \"problem\": \"%s\", \"time_ms\": %.6g, \"rate\": %.6g, "
-                  "\"unit\": \"%s\", \"pct_peak\": %.4g, \"peak\": \"%s\", \"peak_value\": %.6g, \"prev_step\": \"%s\", "
-                  "\"prev_time_ms\": %.6g, \"speedup_vs_prev\": %.4g, \"err_vs_prev\": %.3g, \"check\": \"%s\"}%s\n",
-                  r.step.c_str(), r.idea.c_str(), r.problem.c_str(), r.time_ms, r.rate, r.unit.c_str(), r.pct_peak,
-                  r.peak_name.c_str(), r.peak_value, r.prev_step.c_str(), r.prev_time_ms, r.speedup_vs_prev,
-                  r.err_vs_prev, r.check.c_str(), i + 1 < rows.size() ? "," : "");
+      std::printf(
+          "  {\"step\": \"%s\", \"idea\": \"%s\", \"problem\": \"%s\", \"time_ms\": %.6g, \"rate\": %.6g, "
+          "\"unit\": \"%s\", \"pct_peak\": %.4g, \"peak\": \"%s\", \"peak_value\": %.6g, \"prev_step\": \"%s\", "
+          "\"prev_time_ms\": %.6g, \"speedup_vs_prev\": %.4g, \"err_vs_prev\": %.3g, \"check\": \"%s\"}%s\n",
+          r.step.c_str(), r.idea.c_str(), r.problem.c_str(), r.time_ms, r.rate, r.unit.c_str(), r.pct_peak,
+          r.peak_name.c_str(), r.peak_value, r.prev_step.c_str(), r.prev_time_ms, r.speedup_vs_prev, r.err_vs_prev,
+          r.check.c_str(), i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
     return;
@@ -89,14 +102,15 @@ void print_rows(const std::vector<ResultRow>& rows, const std::string& format, c
                 num(r.time_ms, "%.4f").c_str(), rate.c_str(), pct.c_str(), num(r.speedup_vs_prev, "%.2fx").c_str(),
                 num(r.err_vs_prev, "%.2g").c_str(), r.check.empty() ? "-" : r.check.c_str(), r.idea.c_str());
   }
-  std::printf("(%s; %% peak of the measured device-to-device copy for GB/s rows, of the FP32 / tensor peak for "
-              "TFLOP/s rows; x prev = previous step's time / this step's, same problem, same run)\n",
-              dev.name.c_str());
+  std::printf(
+      "(%s; %% peak of the measured device-to-device copy for GB/s rows, of the FP32 / tensor peak for "
+      "TFLOP/s rows; x prev = previous step's time / this step's, same problem, same run)\n",
+      dev.name.c_str());
 }
 
 // ---- shared flags ---------------------------------------------------------------------------
 struct CommonFlags {
-  bool check = false, bench = false, sweep = false, csv = false, json = false, device_info = false;
+  bool check = false, bench = false, sweep = false, csv = false, json = false, device_info = false, profile = false;
   long long seed = -1, reps = 20, warmup = 3, device = 0;
 };
 
@@ -107,6 +121,7 @@ static void add_common_flags(ArgParser& p, CommonFlags& f) {
   p.add_flag("--csv", &f.csv, "results as CSV on stdout");
   p.add_flag("--json", &f.json, "results as JSON on stdout");
   p.add_flag("--device-info", &f.device_info, "print the device and its measured ceilings, then exit");
+  p.add_flag("--profile", &f.profile, "one warm-up launch, then one launch for ncu --profile-from-start off");
   p.add_int("--seed", &f.seed, 0, (1ll << 62), "random seed for the inputs (default: fresh each run)");
   p.add_int("--reps", &f.reps, 20, 100000, "timed repetitions (median reported; at least 20)");
   p.add_int("--warmup", &f.warmup, 0, 100000, "untimed warm-up launches");
@@ -117,6 +132,7 @@ static RunOptions run_options(const CommonFlags& f) {
   RunOptions o;
   o.check = f.check;
   o.bench = f.bench;
+  o.profile = f.profile;
   o.seed = f.seed >= 0 ? std::uint64_t(f.seed) : fresh_seed();
   o.timing.reps = int(f.reps);
   o.timing.warmup = int(f.warmup);
@@ -156,8 +172,8 @@ static int guarded(F&& body) {
 int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev) {
   return guarded([&] {
     const FamilyOps& fam = family_ops(step.family);
-    ArgParser parser(step.name, std::string(step.idea) +
-                                    "\nWith no mode flag: --check then --bench on the default problem.");
+    ArgParser parser(step.name,
+                     std::string(step.idea) + "\nWith no mode flag: --check then --bench on the default problem.");
     CommonFlags f;
     add_common_flags(parser, f);
     Problem p = fam.default_problem();
@@ -166,7 +182,9 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     parser.add_string("--input", &o.input_path, "read the input from a .npy file (softmax: 2-D float array)");
     if (!parser.parse(argc, const_cast<const char* const*>(argv))) return int(kExitOk);
     if (f.csv && f.json) throw UsageError("--csv and --json are exclusive");
-    if (!f.check && !f.bench && !f.sweep && !f.device_info) f.check = f.bench = true;
+    if (f.profile && (f.check || f.bench || f.sweep))
+      throw UsageError("--profile runs alone (no --check, --bench or --sweep)");
+    if (!f.check && !f.bench && !f.sweep && !f.device_info && !f.profile) f.check = f.bench = true;
     const std::string input = o.input_path;
     o = run_options(f);
     o.input_path = input;
@@ -192,6 +210,7 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
       rows.push_back(fam.run(step, prev, q, o, dev));
       all_ok &= rows.back().check != "FAIL";
     }
+    if (o.profile) return int(kExitOk);
     if (o.bench || o.quiet) print_rows(rows, f.csv ? "csv" : f.json ? "json" : "table", dev);
     return int(all_ok ? kExitOk : kExitCheckFailed);
   });
@@ -213,7 +232,8 @@ int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& step
     RunOptions o = run_options(f);
     o.check = o.bench = true;
     auto selected = [&](const StepInfo* s) {
-      return only.empty() || ("," + only + ",").find("," + std::string(s->name).substr(0, 2) + ",") != std::string::npos;
+      return only.empty() ||
+             ("," + only + ",").find("," + std::string(s->name).substr(0, 2) + ",") != std::string::npos;
     };
     bool any = false;
     for (const StepInfo* s : steps) any |= selected(s);

@@ -3,6 +3,7 @@
 // (common/step_entry.cpp); run_all calls fa::run_all_main with every built step in order.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace fa {
 
 struct RunOptions {
   bool check = false, bench = false;
+  bool profile = false;    // one warm-up launch, then one launch between cudaProfilerStart/Stop
   std::uint64_t seed = 0;
   TimingOptions timing;
   std::string input_path;  // softmax: read x from this .npy instead of random numbers
@@ -23,18 +25,22 @@ struct RunOptions {
 // One row of every results table (run_all, --bench, --sweep).
 struct ResultRow {
   std::string step, idea, problem;
-  double time_ms = -1;            // median; < 0 when not timed
-  double rate = -1;               // GB/s or TFLOP/s, per `unit`
+  double time_ms = -1;  // median; < 0 when not timed
+  double rate = -1;     // GB/s or TFLOP/s, per `unit`
   std::string unit;
-  double pct_peak = -1;           // rate / peak_value * 100
-  std::string peak_name;          // which ceiling: "copy" (measured) or "fp32" ...
+  double pct_peak = -1;   // rate / peak_value * 100
+  std::string peak_name;  // which ceiling: "copy" (measured) or "fp32" ...
   double peak_value = 0;
-  std::string prev_step;          // empty when the step has no predecessor here
+  std::string prev_step;  // empty when the step has no predecessor here
   double prev_time_ms = -1;
-  double speedup_vs_prev = -1;    // prev time / this time, same problem, same run
-  double err_vs_prev = -1;        // max |this - prev| over all outputs; < 0 when not compared
-  std::string check;              // "PASS", "FAIL" or "" (not checked)
+  double speedup_vs_prev = -1;  // prev time / this time, same problem, same run
+  double err_vs_prev = -1;      // max |this - prev| over all outputs; < 0 when not compared
+  std::string check;            // "PASS", "FAIL" or "" (not checked)
 };
+
+// For --profile: runs `launch` once to warm up, then once more between cudaProfilerStart and
+// cudaProfilerStop, so `ncu --profile-from-start off` captures exactly one launch of the step.
+void profile_one_launch(const std::function<void(cudaStream_t)>& launch);
 
 // What a family (softmax, matmul, attention) provides to the generic main.
 struct FamilyOps {
@@ -49,8 +55,7 @@ struct FamilyOps {
   // Validates a problem (sizes; with a device, memory): throws UsageError with a clear message.
   void (*validate)(const Problem&, const DeviceInfo*);
   // Runs `step` (and `prev`, on the same inputs, if not null): check and/or time.
-  ResultRow (*run)(const StepInfo& step, const StepInfo* prev, const Problem&, const RunOptions&,
-                   const DeviceInfo&);
+  ResultRow (*run)(const StepInfo& step, const StepInfo* prev, const Problem&, const RunOptions&, const DeviceInfo&);
 };
 const FamilyOps& family_ops(Family f);
 extern const FamilyOps kSoftmaxFamily;

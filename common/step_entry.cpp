@@ -2,9 +2,13 @@
 // CMake's add_step() defines FA_STEP_NS (e.g. step02) and, where there is one, FA_PREV_NS.
 #include "runner.h"
 
-namespace FA_STEP_NS { const fa::StepInfo& info(); }
+namespace FA_STEP_NS {
+const fa::StepInfo& info();
+}
 #ifdef FA_PREV_NS
-namespace FA_PREV_NS { const fa::StepInfo& info(); }
+namespace FA_PREV_NS {
+const fa::StepInfo& info();
+}
 #endif
 
 int main(int argc, char** argv) {

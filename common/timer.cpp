@@ -7,8 +7,7 @@
 
 namespace fa {
 
-Timing time_launches(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
-                     cudaStream_t stream) {
+Timing time_launches(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt, cudaStream_t stream) {
   if (opt.reps < 1) throw UsageError("--reps must be at least 1");
   int dev = 0, l2 = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));

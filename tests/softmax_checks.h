@@ -83,11 +83,11 @@ inline void expect_special_rows(fa::SoftmaxLauncher launch) {
     const int rows = 6;
     auto x = random_rows(rows, cols, fa::fresh_seed());
     auto row = [&](int r) { return x.begin() + std::size_t(r) * cols; };
-    for (int c = 0; c < cols; ++c) row(1)[c] *= 7.5e37f;         // |x| up to 3e38
-    for (int c = 0; c < cols; c += 5) row(2)[c] = -inf;         // scattered -inf
-    std::fill(row(3), row(3) + cols, -inf);                      // all -inf
-    row(4)[cols / 2] = NAN;                                       // one NaN
-    row(5)[cols - 1] = inf;                                       // one +inf
+    for (int c = 0; c < cols; ++c) row(1)[c] *= 7.5e37f;  // |x| up to 3e38
+    for (int c = 0; c < cols; c += 5) row(2)[c] = -inf;   // scattered -inf
+    std::fill(row(3), row(3) + cols, -inf);               // all -inf
+    row(4)[cols / 2] = NAN;                               // one NaN
+    row(5)[cols - 1] = inf;                               // one +inf
     const auto y = run(launch, x, rows, cols);
     const auto ref = reference(x, rows, cols);
     const auto r = fa::compare(y, ref, kTol, {std::size_t(rows), std::size_t(cols)});
@@ -108,8 +108,8 @@ inline void expect_special_rows(fa::SoftmaxLauncher launch) {
 // Lengths around every boundary of the kernels: warp (32), float4 (4), block, split chunk
 // (16384), plus an unaligned base pointer that must take the scalar path.
 inline void expect_all_lengths(fa::SoftmaxLauncher launch) {
-  for (const int cols : {1, 2, 3, 4, 5, 31, 32, 33, 127, 128, 129, 1000, 1023, 1024, 1025, 4096, 4097, 16383,
-                         16384, 16385, 40000, 40001, 100003})
+  for (const int cols : {1,    2,    3,    4,    5,    31,    32,    33,    127,   128,   129,   1000,
+                         1023, 1024, 1025, 4096, 4097, 16383, 16384, 16385, 40000, 40001, 100003})
     for (const int rows : {1, 3, 17}) expect_matches_reference(launch, rows, cols);
   expect_matches_reference(launch, 5, 4096, /*offset=*/1);
   expect_matches_reference(launch, 2, 1 << 20, /*offset=*/3);

@@ -2,7 +2,9 @@
 // awkward length, and the rows that break a naive softmax.
 #include "softmax_checks.h"
 
-namespace step01 { const fa::StepInfo& info(); }
+namespace step01 {
+const fa::StepInfo& info();
+}
 
 namespace {
 const fa::SoftmaxLauncher kStep = step01::info().softmax;

@@ -2,17 +2,23 @@
 // one-block-per-row and the split-row paths), and against the fp64 reference on the edge cases.
 #include "softmax_checks.h"
 
-namespace step01 { const fa::StepInfo& info(); }
-namespace step02 { const fa::StepInfo& info(); }
+namespace step01 {
+const fa::StepInfo& info();
+}
+namespace step02 {
+const fa::StepInfo& info();
+}
 
 namespace {
 const fa::SoftmaxLauncher kStep = step02::info().softmax;
 const fa::SoftmaxLauncher kPrev = step01::info().softmax;
 
 TEST(Step02OnlineSoftmax, MatchesStep01) {
-  struct Shape { int rows, cols; };
-  for (const Shape s : {Shape{4096, 4096}, Shape{1000, 777}, Shape{64, 1 << 20}, Shape{300, 20000},
-                        Shape{100000, 33}}) {
+  struct Shape {
+    int rows, cols;
+  };
+  for (const Shape s :
+       {Shape{4096, 4096}, Shape{1000, 777}, Shape{64, 1 << 20}, Shape{300, 20000}, Shape{100000, 33}}) {
     const std::uint64_t seed = fa::fresh_seed();
     const auto x = softmax_checks::random_rows(s.rows, s.cols, seed);
     const auto y = softmax_checks::run(kStep, x, s.rows, s.cols);

@@ -159,9 +159,8 @@ TEST_F(Npy, ConvertsEveryElementType) {
 
 TEST_F(Npy, ReadsVersions2And3) {
   for (int major : {2, 3}) {
-    const std::string file =
-        write_npy_raw("v.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }",
-                      bytes_of<double>({0.5, -1.5}), major);
+    const std::string file = write_npy_raw("v.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }",
+                                           bytes_of<double>({0.5, -1.5}), major);
     const fa::NpyArray a = fa::read_npy(file);
     EXPECT_EQ(a.shape, (std::vector<size_t>{1, 2})) << "version " << major;
     EXPECT_EQ(a.data, (std::vector<double>{0.5, -1.5})) << "version " << major;
@@ -173,59 +172,55 @@ TEST_F(Npy, ReadsVersions2And3) {
 TEST_F(Npy, MissingFile) { expect_usage_error(path("does_not_exist.npy"), "cannot open"); }
 
 TEST_F(Npy, BadMagic) {
-  expect_usage_error(write_raw("text.npy", "this is not a numpy file at all"),
-                     "is not a .npy file (bad magic)");
+  expect_usage_error(write_raw("text.npy", "this is not a numpy file at all"), "is not a .npy file (bad magic)");
   expect_usage_error(write_raw("short.npy", "\x93NUM"), "bad magic");
 }
 
 TEST_F(Npy, TruncatedData) {
-  const std::string file = write_npy_raw(
-      "trunc.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (10,), }", std::string(40, '\0'));
+  const std::string file =
+      write_npy_raw("trunc.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (10,), }", std::string(40, '\0'));
   expect_usage_error(file, "truncated data (expected 80 bytes, got 40)");
 }
 
 TEST_F(Npy, TruncatedHeader) {
   // Says the header is 0x76 bytes long, then ends after 8 of them.
-  expect_usage_error(write_raw("h.npy", std::string("\x93NUMPY\x01\x00\x76\x00", 10) + "{'descr'"),
-                     "truncated header");
+  expect_usage_error(write_raw("h.npy", std::string("\x93NUMPY\x01\x00\x76\x00", 10) + "{'descr'"), "truncated header");
 }
 
 TEST_F(Npy, TrailingData) {
-  const std::string file = write_npy_raw(
-      "trail.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", std::string(12, '\0'));
+  const std::string file =
+      write_npy_raw("trail.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", std::string(12, '\0'));
   expect_usage_error(file, "unexpected trailing data (expected 8 bytes, got 12)");
 }
 
 TEST_F(Npy, FortranOrder) {
-  const std::string file = write_npy_raw(
-      "f.npy", "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2), }", std::string(32, '\0'));
+  const std::string file =
+      write_npy_raw("f.npy", "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2), }", std::string(32, '\0'));
   expect_usage_error(file, "fortran_order");
 }
 
 TEST_F(Npy, UnsupportedDtype) {
-  const std::string file = write_npy_raw(
-      "c.npy", "{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }", std::string(16, '\0'));
+  const std::string file =
+      write_npy_raw("c.npy", "{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }", std::string(16, '\0'));
   expect_usage_error(file, "unsupported dtype '<c16'");
 }
 
 TEST_F(Npy, BigEndian) {
-  const std::string file = write_npy_raw(
-      "be.npy", "{'descr': '>f8', 'fortran_order': False, 'shape': (1,), }", std::string(8, '\0'));
+  const std::string file =
+      write_npy_raw("be.npy", "{'descr': '>f8', 'fortran_order': False, 'shape': (1,), }", std::string(8, '\0'));
   expect_usage_error(file, "big-endian");
 }
 
 TEST_F(Npy, UnsupportedVersion) {
-  expect_usage_error(write_npy_raw("v9.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }",
-                                   std::string(8, '\0'), 9),
-                     "unsupported .npy format version 9.0");
+  expect_usage_error(
+      write_npy_raw("v9.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", std::string(8, '\0'), 9),
+      "unsupported .npy format version 9.0");
 }
 
 TEST_F(Npy, MalformedHeader) {
-  expect_usage_error(write_npy_raw("noshape.npy", "{'descr': '<f8', 'fortran_order': False, }", ""),
-                     "no 'shape'");
-  expect_usage_error(
-      write_npy_raw("badshape.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (x,), }", ""),
-      "bad shape");
+  expect_usage_error(write_npy_raw("noshape.npy", "{'descr': '<f8', 'fortran_order': False, }", ""), "no 'shape'");
+  expect_usage_error(write_npy_raw("badshape.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (x,), }", ""),
+                     "bad shape");
 }
 
 TEST_F(Npy, UnwritablePath) {

@@ -27,8 +27,8 @@
 // How GoogleTest shows an AttnShape (found by argument-dependent lookup, hence namespace ref).
 namespace ref {
 void PrintTo(const AttnShape& s, std::ostream* os) {
-  *os << "B" << s.batch << " H" << s.heads << " Sq" << s.seq_q << " Sk" << s.seq_k << " D" << s.head_dim
-      << " scale " << s.scale << (s.causal ? " causal" : "");
+  *os << "B" << s.batch << " H" << s.heads << " Sq" << s.seq_q << " Sk" << s.seq_k << " D" << s.head_dim << " scale "
+      << s.scale << (s.causal ? " causal" : "");
 }
 }  // namespace ref
 
@@ -75,8 +75,8 @@ constexpr double kAtol = 1e-12, kRtol = 1e-10;
   if (ref.dtype != "<f8")
     return ::testing::AssertionFailure() << path << ": outputs are stored as <f8, found " << ref.dtype;
   if (ref.size() != got.size())
-    return ::testing::AssertionFailure()
-           << path << ": " << ref.size() << " elements, reference computed " << got.size();
+    return ::testing::AssertionFailure() << path << ": " << ref.size() << " elements, reference computed "
+                                         << got.size();
   double scale = 1.0;
   for (double r : ref.data)
     if (std::isfinite(r)) scale = std::max(scale, std::abs(r));
@@ -97,10 +97,9 @@ constexpr double kAtol = 1e-12, kRtol = 1e-10;
   if (bad == 0) return ::testing::AssertionSuccess();
   char tol[96];
   std::snprintf(tol, sizeof tol, "|diff| <= %g*%.4g + %g*|ref|", kAtol, scale, kRtol);
-  return ::testing::AssertionFailure()
-         << path << ": " << bad << " of " << got.size() << " elements outside " << tol
-         << "; first at flat index " << first_bad << ": got " << got[first_bad] << ", golden "
-         << ref.data[first_bad] << "; max |diff| " << max_diff;
+  return ::testing::AssertionFailure() << path << ": " << bad << " of " << got.size() << " elements outside " << tol
+                                       << "; first at flat index " << first_bad << ": got " << got[first_bad]
+                                       << ", golden " << ref.data[first_bad] << "; max |diff| " << max_diff;
 }
 
 // Reads an input tensor and checks it has the element count the manifest's shape implies.
@@ -108,8 +107,8 @@ Vec input(const golden::Case& c, const std::string& tensor, long long expected_s
   fa::NpyArray a = fa::read_npy(c.path(tensor));
   EXPECT_EQ(a.dtype, "<f4") << c.path(tensor) << ": inputs are stored as float32";
   if ((long long)a.size() != expected_size)
-    throw std::runtime_error(c.path(tensor) + ": " + std::to_string(a.size()) +
-                             " elements, manifest implies " + std::to_string(expected_size));
+    throw std::runtime_error(c.path(tensor) + ": " + std::to_string(a.size()) + " elements, manifest implies " +
+                             std::to_string(expected_size));
   return a.data;
 }
 
@@ -134,8 +133,7 @@ void run_attention(const golden::Case& c) {
   auto get = [&](const char* key) { return static_cast<int>(c.integer(key)); };
   const ref::AttnShape s{get("batch"),    get("heads"),      get("seq_q"),      get("seq_k"),
                          get("head_dim"), c.number("scale"), get("causal") != 0};
-  const long long bh = (long long)s.batch * s.heads, nq = bh * s.seq_q * s.head_dim,
-                  nk = bh * s.seq_k * s.head_dim;
+  const long long bh = (long long)s.batch * s.heads, nq = bh * s.seq_q * s.head_dim, nk = bh * s.seq_k * s.head_dim;
   const Vec q = input(c, "q", nq), k = input(c, "k", nk), v = input(c, "v", nk), dout = input(c, "dout", nq);
   Vec o(nq), lse(bh * s.seq_q), dq(nq), dk(nk), dv(nk);
   ref::attention_forward(s, q.data(), k.data(), v.data(), o.data(), lse.data());
@@ -248,8 +246,7 @@ TEST(MatmulProperties, NtEqualsNnWithBTransposed) {
 struct AttnInputs {
   Vec q, k, v, dout;
   AttnInputs(const ref::AttnShape& s, unsigned seed) {
-    const size_t bh = size_t(s.batch) * s.heads, nq = bh * s.seq_q * s.head_dim,
-                 nk = bh * s.seq_k * s.head_dim;
+    const size_t bh = size_t(s.batch) * s.heads, nq = bh * s.seq_q * s.head_dim, nk = bh * s.seq_k * s.head_dim;
     q = random_vec(nq, seed, 0.5);
     k = random_vec(nk, seed + 1, 0.5);
     v = random_vec(nk, seed + 2, 0.5);
@@ -270,8 +267,7 @@ TEST_P(AttentionProperties, LseIsLogSumExpOfVisibleScores) {
       double sum = 0.0;  // inputs are small, so the unshifted exp is safe here
       for (int j = 0; j < s.seq_k && !(s.causal && j > i); ++j) {
         double dot = 0.0;
-        for (size_t d = 0; d < D; ++d)
-          dot += in.q[(h * s.seq_q + i) * D + d] * in.k[(h * s.seq_k + j) * D + d];
+        for (size_t d = 0; d < D; ++d) dot += in.q[(h * s.seq_q + i) * D + d] * in.k[(h * s.seq_k + j) * D + d];
         sum += std::exp(s.scale * dot);
       }
       EXPECT_NEAR(lse[h * s.seq_q + i], std::log(sum), 1e-12) << "head " << h << " row " << i;
@@ -291,8 +287,7 @@ TEST_P(AttentionProperties, BackwardMatchesFiniteDifferences) {
     return l;
   };
   Vec dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
-  ref::attention_backward(s, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), dq.data(), dk.data(),
-                          dv.data());
+  ref::attention_backward(s, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), dq.data(), dk.data(), dv.data());
 
   // Error of the central difference: O(h²) truncation + O(eps/h) rounding, ~1e-10 for h = 1e-5.
   const double h = 1e-5, tol = 1e-7;
@@ -308,8 +303,7 @@ TEST_P(AttentionProperties, BackwardMatchesFiniteDifferences) {
       x[i] = saved - h;
       const double down = loss();
       x[i] = saved;
-      EXPECT_NEAR(grad[i], (up - down) / (2 * h), tol * (1.0 + std::abs(grad[i])))
-          << names[p] << "[" << i << "]";
+      EXPECT_NEAR(grad[i], (up - down) / (2 * h), tol * (1.0 + std::abs(grad[i]))) << names[p] << "[" << i << "]";
     }
   }
 }

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "check.h"
 #include "ops.h"
@@ -28,10 +29,17 @@
 namespace step01 {
 
 constexpr int kWarp = 32;
-constexpr int kMaxThreads = 1024;    // one block handles a row (or a chunk) with up to 32 warps
-constexpr int kElemsPerThread = 16;  // enough independent loads in flight per thread
+constexpr int kMaxThreads = 1024;                      // one block handles a row (or a chunk) with up to 32 warps
+constexpr int kElemsPerThread = 16;                    // 4 float4 loads per thread per pass (one batch, below)
+constexpr int kMinBlocks = 2048 / kMaxThreads;         // keep 2048 threads per SM resident: <= 32 registers
 constexpr int kChunk = kMaxThreads * kElemsPerThread;  // 16384: row slice per block when split
 static_assert(kChunk % 4 == 0, "chunks must start on a float4 boundary for the vector path");
+
+// A row that is entirely -inf has m = -inf and x - m = -inf - (-inf) = NaN. Treat it as
+// "attends to nothing": shift by 0 instead, so every exp() is 0, l = 0, and y = 0.
+__device__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }
+// l == 0 only for such a row; a NaN l (NaN or +inf in the row) stays NaN and poisons y.
+__device__ float safe_inverse(float l) { return l == 0.f ? 0.f : 1.f / l; }
 
 // ---- reductions -----------------------------------------------------------------------------
 struct Max {
@@ -64,50 +72,79 @@ __device__ float block_reduce(float v, Op op, float identity) {
 }
 
 // ---- element access -------------------------------------------------------------------------
-// Calls f(x) for the elements [begin, end) of a row that this thread owns, VEC at a time.
-// VEC = 4 uses 16-byte loads (LDG.128); the launcher picks it only when every row starts on a
-// 16-byte boundary and begin/end are multiples of 4.
+// VEC = 4 moves 16 bytes per load and store (LDG.128 / STG.128). The launcher picks it only when
+// every row starts on a 16-byte boundary; then begin and end are multiples of 4 as well.
+template <int VEC>
+using Vec = std::conditional_t<VEC == 4, float4, float>;
+
+template <class F>
+__device__ void apply(float v, F f) {
+  f(v);
+}
+template <class F>
+__device__ void apply(float4 v, F f) {
+  f(v.x), f(v.y), f(v.z), f(v.w);
+}
+template <int VEC>
+__device__ Vec<VEC> neg_inf() {
+  if constexpr (VEC == 4)
+    return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+  else
+    return -INFINITY;
+}
+
+// This thread's next kBatch vectors of a row: v[u] = row[base + u * blockDim.x] (consecutive
+// threads, consecutive addresses: coalesced). Past `last` it pads with -inf, which neither a
+// max nor a sum of exp() notices.
+constexpr int kBatch = 4;
+template <int VEC>
+__device__ void load_batch(const Vec<VEC>* row, int base, int last, Vec<VEC> (&v)[kBatch]) {
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    const int i = base + u * blockDim.x;
+    v[u] = i < last ? row[i] : neg_inf<VEC>();
+  }
+}
+
+// Calls f(x) for every element of [begin, end) that this thread owns (and for some -inf pads).
+// Why batches: all kBatch loads are issued before the first is used, so each thread keeps
+// kBatch requests in flight instead of one; that is what hides DRAM latency on short rows.
 template <int VEC, class F>
 __device__ void for_each_element(const float* row, int begin, int end, F f) {
-  if constexpr (VEC == 4) {
-    const float4* row4 = reinterpret_cast<const float4*>(row);
-#pragma unroll 4
-    for (int i = begin / 4 + threadIdx.x; i < end / 4; i += blockDim.x) {
-      const float4 v = row4[i];
-      f(v.x), f(v.y), f(v.z), f(v.w);
-    }
-  } else {
-#pragma unroll 4
-    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) f(row[i]);
+  const Vec<VEC>* rv = reinterpret_cast<const Vec<VEC>*>(row);
+  const int last = end / VEC;
+  for (int base = begin / VEC + threadIdx.x; base < last; base += kBatch * blockDim.x) {
+    Vec<VEC> v[kBatch];  // [kBatch] vectors in registers
+    load_batch<VEC>(rv, base, last, v);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) apply(v[u], f);
   }
 }
 
-// Writes y = exp(x - m) * inv_l over [begin, end).
+__device__ float exp_scaled(float x, float m, float s) { return expf(x - m) * s; }
+__device__ float4 exp_scaled(float4 x, float m, float s) {
+  return make_float4(exp_scaled(x.x, m, s), exp_scaled(x.y, m, s), exp_scaled(x.z, m, s), exp_scaled(x.w, m, s));
+}
+
+// Writes y = exp(x - m) * inv_l over [begin, end), in the same batches.
 template <int VEC>
 __device__ void normalise(const float* x, float* y, int begin, int end, float m, float inv_l) {
-  if constexpr (VEC == 4) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    float4* y4 = reinterpret_cast<float4*>(y);
-#pragma unroll 4
-    for (int i = begin / 4 + threadIdx.x; i < end / 4; i += blockDim.x) {
-      const float4 v = x4[i];
-      y4[i] = make_float4(expf(v.x - m) * inv_l, expf(v.y - m) * inv_l, expf(v.z - m) * inv_l, expf(v.w - m) * inv_l);
-    }
-  } else {
-#pragma unroll 4
-    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) y[i] = expf(x[i] - m) * inv_l;
+  const Vec<VEC>* xv = reinterpret_cast<const Vec<VEC>*>(x);
+  Vec<VEC>* yv = reinterpret_cast<Vec<VEC>*>(y);
+  const int last = end / VEC;
+  for (int base = begin / VEC + threadIdx.x; base < last; base += kBatch * blockDim.x) {
+    Vec<VEC> v[kBatch];  // [kBatch] vectors in registers
+    load_batch<VEC>(xv, base, last, v);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (const int i = base + u * blockDim.x; i < last) yv[i] = exp_scaled(v[u], m, inv_l);
   }
 }
-
-// A row that is entirely -inf has m = -inf and x - m = -inf - (-inf) = NaN. Treat it as
-// "attends to nothing": shift by 0 instead, so every exp() is 0, l = 0, and y = 0.
-__device__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }
-// l == 0 only for such a row; a NaN l (NaN or +inf in the row) stays NaN and poisons y.
-__device__ float safe_inverse(float l) { return l == 0.f ? 0.f : 1.f / l; }
 
 // ---- one block per row: the three passes in one kernel ---------------------------------------
 template <int VEC>
-__global__ void softmax_rows(const float* __restrict__ x, float* __restrict__ y, int cols) {
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
+    softmax_rows(const float* __restrict__ x, float* __restrict__ y, int cols) {
   const float* xr = x + size_t(blockIdx.x) * cols;  // [cols] this block's row
   float* yr = y + size_t(blockIdx.x) * cols;
 
@@ -125,7 +162,8 @@ __global__ void softmax_rows(const float* __restrict__ x, float* __restrict__ y,
 // ---- long rows: one block per (chunk, row), the three passes as three kernels ---------------
 // grid (chunks, rows); part_max, part_sum: [rows, chunks] in the workspace.
 template <int VEC>
-__global__ void chunk_max(const float* __restrict__ x, float* __restrict__ part_max, int cols) {
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
+    chunk_max(const float* __restrict__ x, float* __restrict__ part_max, int cols) {
   const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
   float m = -INFINITY;
   for_each_element<VEC>(x + size_t(blockIdx.y) * cols, begin, end, [&](float v) { m = fmaxf(m, v); });
@@ -141,8 +179,8 @@ __device__ float row_max(const float* part_max, int chunks) {
 }
 
 template <int VEC>
-__global__ void chunk_sum(const float* __restrict__ x, const float* __restrict__ part_max,
-                          float* __restrict__ part_sum, int cols) {
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
+    chunk_sum(const float* __restrict__ x, const float* __restrict__ part_max, float* __restrict__ part_sum, int cols) {
   const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
   const float m = row_max(part_max, chunks);
   float l = 0.f;
@@ -152,8 +190,9 @@ __global__ void chunk_sum(const float* __restrict__ x, const float* __restrict__
 }
 
 template <int VEC>
-__global__ void chunk_normalise(const float* __restrict__ x, float* __restrict__ y, const float* __restrict__ part_max,
-                                const float* __restrict__ part_sum, int cols) {
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
+    chunk_normalise(const float* __restrict__ x, float* __restrict__ y, const float* __restrict__ part_max,
+                    const float* __restrict__ part_sum, int cols) {
   const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
   const float m = row_max(part_max, chunks);
   float l = 0.f;
@@ -206,10 +245,12 @@ void launch(const fa::SoftmaxArgs& a, cudaStream_t stream) {
                 "block_reduce finishes with one warp: at most 32 warps per block");
   if (a.rows < 1 || a.cols < 1) throw fa::UsageError("softmax needs rows >= 1 and cols >= 1");
   // 16-byte vector loads need every row to start on a 16-byte boundary.
-  const bool aligned = a.cols % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
-  if (aligned) launch_vec<4>(a, stream);
-  else launch_vec<1>(a, stream);
+  const bool aligned =
+      a.cols % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+  if (aligned)
+    launch_vec<4>(a, stream);
+  else
+    launch_vec<1>(a, stream);
 }
 
 const fa::StepInfo& info() {

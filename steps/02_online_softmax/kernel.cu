@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "check.h"
 #include "ops.h"
@@ -30,8 +31,9 @@
 namespace step02 {
 
 constexpr int kWarp = 32;
-constexpr int kMaxThreads = 1024;    // one block handles a row (or a chunk) with up to 32 warps
-constexpr int kElemsPerThread = 16;  // enough independent loads in flight per thread
+constexpr int kMaxThreads = 1024;                      // one block handles a row (or a chunk) with up to 32 warps
+constexpr int kElemsPerThread = 16;                    // 4 float4 loads per thread per pass (one batch, below)
+constexpr int kMinBlocks = 2048 / kMaxThreads;         // keep 2048 threads per SM resident: <= 32 registers
 constexpr int kChunk = kMaxThreads * kElemsPerThread;  // 16384: row slice per block when split
 static_assert(kChunk % 4 == 0, "chunks must start on a float4 boundary for the vector path");
 
@@ -76,75 +78,110 @@ __device__ MaxSum block_merge(MaxSum v) {
   return v;
 }
 
+// ---- element access -------------------------------------------------------------------------
+// VEC = 4 moves 16 bytes per load and store (LDG.128 / STG.128). The launcher picks it only when
+// every row starts on a 16-byte boundary; then begin and end are multiples of 4 as well.
+template <int VEC>
+using Vec = std::conditional_t<VEC == 4, float4, float>;
+
+template <class F>
+__device__ void apply(float v, F f) {
+  f(v);
+}
+template <class F>
+__device__ void apply(float4 v, F f) {
+  f(v.x), f(v.y), f(v.z), f(v.w);
+}
+template <int VEC>
+__device__ Vec<VEC> neg_inf() {
+  if constexpr (VEC == 4)
+    return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+  else
+    return -INFINITY;
+}
+
+// This thread's next kBatch vectors of a row: v[u] = row[base + u * blockDim.x] (consecutive
+// threads, consecutive addresses: coalesced). Past `last` it pads with -inf, which neither a
+// max nor a sum of exp() notices.
+constexpr int kBatch = 4;
+template <int VEC>
+__device__ void load_batch(const Vec<VEC>* row, int base, int last, Vec<VEC> (&v)[kBatch]) {
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    const int i = base + u * blockDim.x;
+    v[u] = i < last ? row[i] : neg_inf<VEC>();
+  }
+}
+
 // ---- the fused pass ----------------------------------------------------------------------------
 // (m, l) over the elements [begin, end) of a row, merged over the block: ONE read of x.
-// VEC = 4 uses 16-byte loads (LDG.128); the launcher picks it only when every row starts on a
-// 16-byte boundary and begin/end are multiples of 4.
 template <int VEC>
 __device__ MaxSum online_stats(const float* row, int begin, int end) {
+  const Vec<VEC>* rv = reinterpret_cast<const Vec<VEC>*>(row);
+  const int last = end / VEC;
   MaxSum t = kEmpty;  // this thread's running pair
-  if constexpr (VEC == 4) {
-    const float4* row4 = reinterpret_cast<const float4*>(row);
-#pragma unroll 4
-    for (int i = begin / 4 + threadIdx.x; i < end / 4; i += blockDim.x) {
-      const float4 v = row4[i];
-      // Four elements per step: one rescale of l per 4 elements, not per element.
-      const float m = fmaxf(t.m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-      const float s = safe_shift(m);
-      t.l = t.l * expf(t.m - s) + (expf(v.x - s) + expf(v.y - s) + expf(v.z - s) + expf(v.w - s));
-      t.m = m;
-    }
-  } else {
-#pragma unroll 4
-    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      const float m = fmaxf(t.m, row[i]);  // the recurrence, one element at a time
-      const float s = safe_shift(m);
-      t.l = t.l * expf(t.m - s) + expf(row[i] - s);
-      t.m = m;
-    }
+  for (int base = begin / VEC + threadIdx.x; base < last; base += kBatch * blockDim.x) {
+    Vec<VEC> v[kBatch];  // [kBatch] vectors in registers
+    load_batch<VEC>(rv, base, last, v);
+    // The recurrence, one batch (up to 16 elements) per step: the batch's max first, so l is
+    // rescaled once per batch, not once per element.
+    float m = t.m;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) apply(v[u], [&](float x) { m = fmaxf(m, x); });
+    const float s = safe_shift(m);
+    float batch_l = 0.f;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) apply(v[u], [&](float x) { batch_l += expf(x - s); });
+    t.l = t.l * expf(t.m - s) + batch_l;  // l_new = l_old * e^(m_old - m_new) + sum e^(x - m_new)
+    t.m = m;
   }
   return block_merge(t);
 }
 
-// Writes y = exp(x - m) * inv_l over [begin, end).
+__device__ float exp_scaled(float x, float m, float s) { return expf(x - m) * s; }
+__device__ float4 exp_scaled(float4 x, float m, float s) {
+  return make_float4(exp_scaled(x.x, m, s), exp_scaled(x.y, m, s), exp_scaled(x.z, m, s), exp_scaled(x.w, m, s));
+}
+
+// Writes y = exp(x - m) * inv_l over [begin, end), in the same batches.
 template <int VEC>
 __device__ void normalise(const float* x, float* y, int begin, int end, float m, float inv_l) {
-  if constexpr (VEC == 4) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    float4* y4 = reinterpret_cast<float4*>(y);
-#pragma unroll 4
-    for (int i = begin / 4 + threadIdx.x; i < end / 4; i += blockDim.x) {
-      const float4 v = x4[i];
-      y4[i] = make_float4(expf(v.x - m) * inv_l, expf(v.y - m) * inv_l, expf(v.z - m) * inv_l, expf(v.w - m) * inv_l);
-    }
-  } else {
-#pragma unroll 4
-    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) y[i] = expf(x[i] - m) * inv_l;
+  const Vec<VEC>* xv = reinterpret_cast<const Vec<VEC>*>(x);
+  Vec<VEC>* yv = reinterpret_cast<Vec<VEC>*>(y);
+  const int last = end / VEC;
+  for (int base = begin / VEC + threadIdx.x; base < last; base += kBatch * blockDim.x) {
+    Vec<VEC> v[kBatch];  // [kBatch] vectors in registers
+    load_batch<VEC>(xv, base, last, v);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (const int i = base + u * blockDim.x; i < last) yv[i] = exp_scaled(v[u], m, inv_l);
   }
 }
 
 // ---- one block per row: the fused pass, then normalise ------------------------------------------
 template <int VEC>
-__global__ void softmax_rows(const float* __restrict__ x, float* __restrict__ y, int cols) {
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
+    softmax_rows(const float* __restrict__ x, float* __restrict__ y, int cols) {
   const float* xr = x + size_t(blockIdx.x) * cols;  // [cols] this block's row
   float* yr = y + size_t(blockIdx.x) * cols;
 
-  const MaxSum r = online_stats<VEC>(xr, 0, cols);  // pass 1: m and l together (reads x)
+  const MaxSum r = online_stats<VEC>(xr, 0, cols);                      // pass 1: m and l together (reads x)
   normalise<VEC>(xr, yr, 0, cols, safe_shift(r.m), safe_inverse(r.l));  // pass 2: reads x, writes y
 }
 
 // ---- long rows: one block per (chunk, row), two kernels ------------------------------------------
 // grid (chunks, rows); part: [rows, chunks] (m, l) pairs in the workspace.
 template <int VEC>
-__global__ void chunk_stats(const float* __restrict__ x, MaxSum* __restrict__ part, int cols) {
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
+    chunk_stats(const float* __restrict__ x, MaxSum* __restrict__ part, int cols) {
   const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
   const MaxSum r = online_stats<VEC>(x + size_t(blockIdx.y) * cols, begin, end);
   if (threadIdx.x == 0) part[blockIdx.y * chunks + blockIdx.x] = r;
 }
 
 template <int VEC>
-__global__ void chunk_normalise(const float* __restrict__ x, float* __restrict__ y, const MaxSum* __restrict__ part,
-                                int cols) {
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
+    chunk_normalise(const float* __restrict__ x, float* __restrict__ y, const MaxSum* __restrict__ part, int cols) {
   const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
   // The row's (m, l) from its chunks' pairs (a few hundred: every block redoes the merge).
   MaxSum r = kEmpty;
@@ -193,10 +230,12 @@ void launch(const fa::SoftmaxArgs& a, cudaStream_t stream) {
                 "block_merge finishes with one warp: at most 32 warps per block");
   if (a.rows < 1 || a.cols < 1) throw fa::UsageError("softmax needs rows >= 1 and cols >= 1");
   // 16-byte vector loads need every row to start on a 16-byte boundary.
-  const bool aligned = a.cols % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
-  if (aligned) launch_vec<4>(a, stream);
-  else launch_vec<1>(a, stream);
+  const bool aligned =
+      a.cols % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+  if (aligned)
+    launch_vec<4>(a, stream);
+  else
+    launch_vec<1>(a, stream);
 }
 
 const fa::StepInfo& info() {

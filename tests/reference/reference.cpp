@@ -60,8 +60,7 @@ void softmax(const double* x, double* y, long long rows, long long cols) {
   for (long long r = 0; r < rows; ++r) softmax_row(x + r * cols, y + r * cols, cols);
 }
 
-void matmul(const double* A, const double* B, double* C, int M, int N, int K, double alpha,
-            bool b_is_nk) {
+void matmul(const double* A, const double* B, double* C, int M, int N, int K, double alpha, bool b_is_nk) {
   for (int m = 0; m < M; ++m) {
     const double* a = A + std::size_t(m) * K;  // row m of A, [K]
     double* c = C + std::size_t(m) * N;        // row m of C, [N]
@@ -78,8 +77,7 @@ void matmul(const double* A, const double* B, double* C, int M, int N, int K, do
   }
 }
 
-void attention_forward(const AttnShape& s, const double* q, const double* k, const double* v,
-                       double* o, double* lse) {
+void attention_forward(const AttnShape& s, const double* q, const double* k, const double* v, double* o, double* lse) {
   const long long D = s.head_dim;
   std::vector<double> srow(s.seq_k), prow(s.seq_k);  // row i of S and of P
   for (long long bh = 0; bh < (long long)s.batch * s.heads; ++bh) {
@@ -108,8 +106,8 @@ void attention_forward(const AttnShape& s, const double* q, const double* k, con
 //   S = Q·Kᵀ·scale           ->  dQ = dS·K·scale,  dK = dSᵀ·Q·scale
 // As in FlashAttention, P is not stored: P_ij = exp(S_ij - LSE_i) is recomputed from the LSE,
 // one entry at a time, and every term is accumulated straight into dQ, dK, dV.
-void attention_backward(const AttnShape& s, const double* q, const double* k, const double* v,
-                        const double* dout, double* dq, double* dk, double* dv) {
+void attention_backward(const AttnShape& s, const double* q, const double* k, const double* v, const double* dout,
+                        double* dq, double* dk, double* dv) {
   const long long D = s.head_dim, BH = (long long)s.batch * s.heads;
   // Recompute the forward: O for delta, LSE to rebuild P.
   std::vector<double> o(BH * s.seq_q * D), lse(BH * s.seq_q);
@@ -133,9 +131,9 @@ void attention_backward(const AttnShape& s, const double* q, const double* k, co
         const double p = std::exp(s.scale * dot(Qi, Kj, D) - lse_i);  // P_ij
         const double dp = dot(dOi, Vj, D);                            // dP_ij
         const double ds = p * (dp - delta);                           // dS_ij
-        axpy(p, dOi, dv + ko + j * D, D);            // dV_j += P_ij dO_i
-        axpy(ds * s.scale, Kj, dQi, D);              // dQ_i += dS_ij K_j scale
-        axpy(ds * s.scale, Qi, dk + ko + j * D, D);  // dK_j += dS_ij Q_i scale
+        axpy(p, dOi, dv + ko + j * D, D);                             // dV_j += P_ij dO_i
+        axpy(ds * s.scale, Kj, dQi, D);                               // dQ_i += dS_ij K_j scale
+        axpy(ds * s.scale, Qi, dk + ko + j * D, D);                   // dK_j += dS_ij Q_i scale
       }
     }
   }

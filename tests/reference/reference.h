@@ -23,8 +23,7 @@ namespace ref {
 void softmax(const double* x, double* y, long long rows, long long cols);
 
 // b_is_nk: B is [N, K] and C = alpha·A·Bᵀ; otherwise B is [K, N] and C = alpha·A·B.
-void matmul(const double* A, const double* B, double* C, int M, int N, int K, double alpha,
-            bool b_is_nk);
+void matmul(const double* A, const double* B, double* C, int M, int N, int K, double alpha, bool b_is_nk);
 
 struct AttnShape {
   int batch, heads, seq_q, seq_k, head_dim;
@@ -33,12 +32,11 @@ struct AttnShape {
 };
 
 // o: [batch, heads, seq_q, head_dim]; lse: [batch, heads, seq_q].
-void attention_forward(const AttnShape&, const double* q, const double* k, const double* v,
-                       double* o, double* lse);
+void attention_forward(const AttnShape&, const double* q, const double* k, const double* v, double* o, double* lse);
 
 // Gradients of the forward above for an upstream gradient dout = dL/dO. Recomputes O and LSE
 // itself. dq like q, dk like k, dv like v.
-void attention_backward(const AttnShape&, const double* q, const double* k, const double* v,
-                        const double* dout, double* dq, double* dk, double* dv);
+void attention_backward(const AttnShape&, const double* q, const double* k, const double* v, const double* dout,
+                        double* dq, double* dk, double* dv);
 
 }  // namespace ref
