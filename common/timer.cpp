@@ -7,7 +7,8 @@
 
 namespace fa {
 
-Timing time_launches(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt, cudaStream_t stream) {
+std::vector<Timing> time_interleaved(const std::vector<Launch>& launches, const TimingOptions& opt,
+                                     cudaStream_t stream) {
   if (opt.reps < 1) throw UsageError("--reps must be at least 1");
   int dev = 0, l2 = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));
@@ -15,36 +16,42 @@ Timing time_launches(const std::function<void(cudaStream_t)>& launch, const Timi
   // Writing a buffer twice the size of L2 evicts whatever the previous repetition left there.
   DeviceBuffer<char> flush(opt.flush_l2 ? std::size_t(2) * std::max(l2, 1 << 20) : 0);
 
-  for (int i = 0; i < opt.warmup; ++i) launch(stream);
+  for (int i = 0; i < opt.warmup; ++i)
+    for (const auto& launch : launches) launch(stream);
   FA_CUDA_CHECK(cudaStreamSynchronize(stream));
 
-  std::vector<cudaEvent_t> start(opt.reps), stop(opt.reps);
-  for (int i = 0; i < opt.reps; ++i) {
-    FA_CUDA_CHECK(cudaEventCreate(&start[i]));
-    FA_CUDA_CHECK(cudaEventCreate(&stop[i]));
-  }
-  for (int i = 0; i < opt.reps; ++i) {
-    if (opt.flush_l2) FA_CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xFF, flush.bytes(), stream));
-    FA_CUDA_CHECK(cudaEventRecord(start[i], stream));
-    launch(stream);
-    FA_CUDA_CHECK(cudaEventRecord(stop[i], stream));
-  }
+  const std::size_t n = launches.size(), reps = std::size_t(opt.reps);
+  std::vector<cudaEvent_t> events(2 * n * reps);
+  for (auto& e : events) FA_CUDA_CHECK(cudaEventCreate(&e));
+  for (std::size_t r = 0; r < reps; ++r)
+    for (std::size_t k = 0; k < n; ++k) {
+      if (opt.flush_l2) FA_CUDA_CHECK(cudaMemsetAsync(flush.get(), int(r & 0xFF), flush.bytes(), stream));
+      FA_CUDA_CHECK(cudaEventRecord(events[2 * (r * n + k)], stream));
+      launches[k](stream);
+      FA_CUDA_CHECK(cudaEventRecord(events[2 * (r * n + k) + 1], stream));
+    }
   FA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> ms(opt.reps);
-  for (int i = 0; i < opt.reps; ++i) {
-    float t = 0;
-    FA_CUDA_CHECK(cudaEventElapsedTime(&t, start[i], stop[i]));
-    ms[i] = t;
-    cudaEventDestroy(start[i]);
-    cudaEventDestroy(stop[i]);
+
+  std::vector<Timing> out(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    std::vector<double> ms(reps);
+    for (std::size_t r = 0; r < reps; ++r) {
+      float t = 0;
+      FA_CUDA_CHECK(cudaEventElapsedTime(&t, events[2 * (r * n + k)], events[2 * (r * n + k) + 1]));
+      ms[r] = t;
+    }
+    std::sort(ms.begin(), ms.end());
+    out[k].reps = int(reps);
+    out[k].min_ms = ms.front();
+    out[k].max_ms = ms.back();
+    out[k].median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
   }
-  std::sort(ms.begin(), ms.end());
-  Timing r;
-  r.reps = opt.reps;
-  r.min_ms = ms.front();
-  r.max_ms = ms.back();
-  r.median_ms = opt.reps % 2 ? ms[opt.reps / 2] : 0.5 * (ms[opt.reps / 2 - 1] + ms[opt.reps / 2]);
-  return r;
+  for (auto& e : events) cudaEventDestroy(e);
+  return out;
+}
+
+Timing time_launches(const Launch& launch, const TimingOptions& opt, cudaStream_t stream) {
+  return time_interleaved({launch}, opt, stream).front();
 }
 
 }  // namespace fa

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <vector>
 
 namespace fa {
 
@@ -19,7 +20,13 @@ struct Timing {
   int reps = 0;
 };
 
-Timing time_launches(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
-                     cudaStream_t stream = nullptr);
+using Launch = std::function<void(cudaStream_t)>;
+
+Timing time_launches(const Launch& launch, const TimingOptions& opt, cudaStream_t stream = nullptr);
+
+// Several versions timed in turn within each repetition (A, B, A, B, ...), so clock or thermal
+// drift during the run affects them alike and their ratio is fair. One Timing per launch.
+std::vector<Timing> time_interleaved(const std::vector<Launch>& launches, const TimingOptions& opt,
+                                     cudaStream_t stream = nullptr);
 
 }  // namespace fa
