@@ -53,7 +53,7 @@ void resolve(Problem& p, const RunOptions& o) {
   p.cols = (long long)a.shape.back();
 }
 
-void validate(const Problem& p, const DeviceInfo* dev) {
+void validate(const StepInfo&, const Problem& p, const DeviceInfo* dev) {
   if (p.rows < 1 || p.cols < 1) throw UsageError("rows and cols must be at least 1");
   if (p.rows > INT_MAX || p.cols > INT_MAX) throw UsageError("rows and cols must each be below 2^31");
   const double n = double(p.rows) * double(p.cols);
@@ -112,8 +112,8 @@ std::vector<float> launch_once(const StepInfo& s, const SoftmaxArgs& a, DeviceBu
   return y.download();
 }
 
-ResultRow run(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o,
-              const DeviceInfo& dev) {
+std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o,
+                           const DeviceInfo& dev) {
   const std::size_t rows = p.rows, cols = p.cols, n = rows * cols;
   const std::vector<std::size_t> shape{rows, cols};
   const std::vector<float> x = make_input(p, o);
@@ -161,7 +161,7 @@ ResultRow run(const StepInfo& step, const StepInfo* prev, const Problem& p, cons
       r.speedup_vs_prev = r.prev_time_ms / r.time_ms;
     }
   }
-  return r;
+  return {r};
 }
 
 }  // namespace

@@ -4,7 +4,11 @@
 //
 // Layout conventions (DESIGN §2):
 //   softmax    x, y   [rows, cols] fp32, row-major, contiguous
-//   matmul     A [M, K]; B [N, K] (NT: C = alpha·A·Bᵀ) or B [K, N] (NN: C = alpha·A·B); C [M, N]; fp32
+//   matmul     C [M, N] = alpha · op(A) · op(B), fp32, every matrix row-major and contiguous:
+//              NT: A [M, K], B [N, K], C = alpha·A·Bᵀ     (S = Q·Kᵀ)
+//              NN: A [M, K], B [K, N], C = alpha·A·B      (O = P·V)
+//              TN: A [K, M], B [K, N], C = alpha·Aᵀ·B     (dV = Pᵀ·dO in the backward)
+//              optionally batched: `batch` products, matrices `stride_*` elements apart
 //   attention  Q, O [batch, heads, seq_q, head_dim]; K, V [batch, heads, seq_k, head_dim];
 //              LSE fp32 [batch, heads, seq_q] (natural log); causal masks key j > query i.
 #pragma once
@@ -21,18 +25,21 @@ struct SoftmaxArgs {
   float* y;        // [rows, cols]
   int rows;
   int cols;
+  float* lse = nullptr;  // optional [rows]: log(sum_j exp(x_j)) per row (-inf for an all -inf row)
 };
 using SoftmaxLauncher = void (*)(const SoftmaxArgs&, cudaStream_t);
 
 // ---- matmul ---------------------------------------------------------------------------------
-enum class MatmulLayout { NT, NN };
+enum class MatmulLayout { NT, NN, TN };
 struct MatmulArgs {
-  const float* A;  // [M, K]
-  const float* B;  // NT: [N, K]   NN: [K, N]
+  const float* A;  // NT, NN: [M, K]   TN: [K, M]
+  const float* B;  // NT: [N, K]   NN, TN: [K, N]
   float* C;        // [M, N]
   int M, N, K;
   float alpha;
   MatmulLayout layout;
+  int batch = 1;  // independent products; the i-th uses A + i*stride_a, B + i*stride_b, C + i*stride_c
+  long long stride_a = 0, stride_b = 0, stride_c = 0;
 };
 using MatmulLauncher = void (*)(const MatmulArgs&, cudaStream_t);
 
@@ -49,6 +56,7 @@ struct AttnFwdArgs {
   const void *q, *k, *v;  // element type p.dtype
   void* o;                // element type p.dtype
   float* lse;             // [batch, heads, seq_q]
+  void* workspace;        // StepInfo::fwd_workspace_bytes(p) bytes, may be null if 0
 };
 struct AttnBwdArgs {
   AttnParams p;
@@ -66,7 +74,8 @@ struct Problem {
   Family family = Family::Softmax;
   long long rows = 0, cols = 0;   // softmax
   long long M = 0, N = 0, K = 0;  // matmul
-  MatmulLayout layout = MatmulLayout::NT;
+  long long batch = 1;
+  MatmulLayout layout = MatmulLayout::NN;
   AttnParams attn;               // attention
   bool backward = false;         // attention: also run the backward
   std::string describe() const;  // "16384x16384", "B4 H16 S4096 D64 causal f16"
@@ -83,7 +92,12 @@ struct StepInfo {
   AttnBwdLauncher attn_bwd = nullptr;
   // "" if the step can run the problem, else the reason, shown to the user verbatim.
   std::string (*supports)(const Problem&) = nullptr;
+  std::size_t (*fwd_workspace_bytes)(const AttnParams&) = nullptr;
   std::size_t (*bwd_workspace_bytes)(const AttnParams&) = nullptr;
+  const char* workspace_note = nullptr;  // what the workspace holds, for "needs N GiB" messages
+  // This step's default problem (run_all, and the executable without shape flags); null: the
+  // family's default.
+  Problem (*default_problem)() = nullptr;
 };
 
 }  // namespace fa

@@ -18,9 +18,14 @@ std::string Problem::describe() const {
     case Family::Softmax:
       std::snprintf(buf, sizeof buf, "%lldx%lld", rows, cols);
       break;
-    case Family::Matmul:
-      std::snprintf(buf, sizeof buf, "%lldx%lldx%lld %s", M, N, K, layout == MatmulLayout::NT ? "A*B^T" : "A*B");
+    case Family::Matmul: {
+      const char* op = layout == MatmulLayout::NT ? "NT" : layout == MatmulLayout::NN ? "NN" : "TN";
+      if (batch > 1)
+        std::snprintf(buf, sizeof buf, "%lldx%lldx%lld %s x%lld", M, N, K, op, batch);
+      else
+        std::snprintf(buf, sizeof buf, "%lldx%lldx%lld %s", M, N, K, op);
       break;
+    }
     case Family::Attention: {
       const char* dt = attn.dtype == DType::F32 ? "f32" : attn.dtype == DType::F16 ? "f16" : "bf16";
       if (attn.seq_q == attn.seq_k)
@@ -39,9 +44,31 @@ const FamilyOps& family_ops(Family f) {
   switch (f) {
     case Family::Softmax:
       return kSoftmaxFamily;
-    default:
-      throw Error("this build has no runner for the step's op family yet");
+    case Family::Matmul:
+      return kMatmulFamily;
+    case Family::Attention:
+      return kAttentionFamily;
   }
+  throw Error("unknown op family");
+}
+
+Problem default_problem(const StepInfo& step) {
+  return step.default_problem ? step.default_problem() : family_ops(step.family).default_problem();
+}
+
+// The previous step, if it can run this problem (it may not: a shape or memory limit); else
+// null, with a note saying why the comparison is skipped.
+static const StepInfo* usable_prev(const StepInfo* prev, const Problem& p, const DeviceInfo& dev, const RunOptions& o) {
+  if (!prev) return nullptr;
+  std::string why = prev->supports ? prev->supports(p) : "";
+  if (why.empty()) try {
+      family_ops(prev->family).validate(*prev, p, &dev);
+    } catch (const UsageError& e) {
+      why = e.what();
+    }
+  if (why.empty()) return prev;
+  say(o, std::string("  note: no comparison with ") + prev->name + " on " + p.describe() + ": " + why);
+  return nullptr;
 }
 
 void profile_one_launch(const std::function<void(cudaStream_t)>& launch) {
@@ -69,13 +96,13 @@ static std::string num(double v, const char* fmt) {
 void print_rows(const std::vector<ResultRow>& rows, const std::string& format, const DeviceInfo& dev) {
   if (format == "csv") {
     std::printf(
-        "step,idea,problem,time_ms,rate,unit,pct_peak,peak,peak_value,prev_step,prev_time_ms,"
-        "speedup_vs_prev,err_vs_prev,check,device\n");
+        "step,idea,problem,time_ms,rate,unit,pct_peak,peak,peak_value,prev_step,prev_time_ms,speedup_vs_prev,"
+        "err_vs_prev,check,baseline,baseline_time_ms,vs_baseline,device\n");
     for (const auto& r : rows)
-      std::printf("%s,\"%s\",%s,%.6g,%.6g,%s,%.4g,%s,%.6g,%s,%.6g,%.4g,%.3g,%s,%s\n", r.step.c_str(), r.idea.c_str(),
-                  r.problem.c_str(), r.time_ms, r.rate, r.unit.c_str(), r.pct_peak, r.peak_name.c_str(), r.peak_value,
-                  r.prev_step.c_str(), r.prev_time_ms, r.speedup_vs_prev, r.err_vs_prev, r.check.c_str(),
-                  dev.name.c_str());
+      std::printf("%s,\"%s\",%s,%.6g,%.6g,%s,%.4g,%s,%.6g,%s,%.6g,%.4g,%.3g,%s,%s,%.6g,%.4g,%s\n", r.step.c_str(),
+                  r.idea.c_str(), r.problem.c_str(), r.time_ms, r.rate, r.unit.c_str(), r.pct_peak, r.peak_name.c_str(),
+                  r.peak_value, r.prev_step.c_str(), r.prev_time_ms, r.speedup_vs_prev, r.err_vs_prev, r.check.c_str(),
+                  r.baseline.c_str(), r.baseline_time_ms, r.vs_baseline, dev.name.c_str());
     return;
   }
   if (format == "json") {
@@ -85,26 +112,29 @@ void print_rows(const std::vector<ResultRow>& rows, const std::string& format, c
       std::printf(
           "  {\"step\": \"%s\", \"idea\": \"%s\", \"problem\": \"%s\", \"time_ms\": %.6g, \"rate\": %.6g, "
           "\"unit\": \"%s\", \"pct_peak\": %.4g, \"peak\": \"%s\", \"peak_value\": %.6g, \"prev_step\": \"%s\", "
-          "\"prev_time_ms\": %.6g, \"speedup_vs_prev\": %.4g, \"err_vs_prev\": %.3g, \"check\": \"%s\"}%s\n",
+          "\"prev_time_ms\": %.6g, \"speedup_vs_prev\": %.4g, \"err_vs_prev\": %.3g, \"check\": \"%s\", "
+          "\"baseline\": \"%s\", \"baseline_time_ms\": %.6g, \"vs_baseline\": %.4g}%s\n",
           r.step.c_str(), r.idea.c_str(), r.problem.c_str(), r.time_ms, r.rate, r.unit.c_str(), r.pct_peak,
           r.peak_name.c_str(), r.peak_value, r.prev_step.c_str(), r.prev_time_ms, r.speedup_vs_prev, r.err_vs_prev,
-          r.check.c_str(), i + 1 < rows.size() ? "," : "");
+          r.check.c_str(), r.baseline.c_str(), r.baseline_time_ms, r.vs_baseline, i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
     return;
   }
-  std::printf("\n%-22s %-20s %10s %12s %9s %9s %10s %6s  %s\n", "step", "problem", "time (ms)", "rate", "% peak",
-              "x prev", "err prev", "check", "idea");
+  std::printf("\n%-22s %-30s %10s %14s %12s %8s %8s %9s %6s  %s\n", "step", "problem", "time (ms)", "rate", "% peak",
+              "x prev", "x base", "err prev", "check", "idea");
   for (const auto& r : rows) {
     const std::string rate = r.rate < 0 ? "-" : num(r.rate, r.rate < 100 ? "%.2f " : "%.0f ") + r.unit;
     const std::string pct = r.pct_peak < 0 ? "-" : num(r.pct_peak, "%.1f%% ") + r.peak_name;
-    std::printf("%-22s %-20s %10s %12s %9s %9s %10s %6s  %s\n", r.step.c_str(), r.problem.c_str(),
+    std::printf("%-22s %-30s %10s %14s %12s %8s %8s %9s %6s  %s\n", r.step.c_str(), r.problem.c_str(),
                 num(r.time_ms, "%.4f").c_str(), rate.c_str(), pct.c_str(), num(r.speedup_vs_prev, "%.2fx").c_str(),
-                num(r.err_vs_prev, "%.2g").c_str(), r.check.empty() ? "-" : r.check.c_str(), r.idea.c_str());
+                num(r.vs_baseline, "%.2fx").c_str(), num(r.err_vs_prev, "%.2g").c_str(),
+                r.check.empty() ? "-" : r.check.c_str(), r.idea.c_str());
   }
   std::printf(
-      "(%s; %% peak of the measured device-to-device copy for GB/s rows, of the FP32 / tensor peak for "
-      "TFLOP/s rows; x prev = previous step's time / this step's, same problem, same run)\n",
+      "(%s. %% peak: of the measured device-to-device copy for GB/s rows, of the FP32 peak for fp32 TFLOP/s rows. "
+      "x prev: the previous step's time / this step's, same problem, interleaved in one run. x base: the library "
+      "baseline's time / this step's.)\n",
       dev.name.c_str());
 }
 
@@ -176,7 +206,7 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
                      std::string(step.idea) + "\nWith no mode flag: --check then --bench on the default problem.");
     CommonFlags f;
     add_common_flags(parser, f);
-    Problem p = fam.default_problem();
+    Problem p = default_problem(step);
     fam.add_shape_flags(parser, p);
     RunOptions o;
     parser.add_string("--input", &o.input_path, "read the input from a .npy file (softmax: 2-D float array)");
@@ -191,12 +221,17 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
 
     if (f.sweep && !o.input_path.empty()) throw UsageError("--input and --sweep are exclusive");
     if (fam.resolve) fam.resolve(p, o);
-    std::vector<Problem> problems = f.sweep ? fam.sweep() : std::vector<Problem>{p};
-    for (const auto& q : problems) fam.validate(q, nullptr);  // sizes first: no device needed
-    if (step.supports)
-      for (const auto& q : problems)
-        if (std::string why = step.supports(q); !why.empty())
-          throw UsageError(std::string(step.name) + " does not support " + q.describe() + ": " + why);
+    std::vector<Problem> problems;
+    for (const Problem& q : f.sweep ? fam.sweep() : std::vector<Problem>{p}) {
+      fam.validate(step, q, nullptr);  // sizes first: no device needed
+      const std::string why = step.supports ? step.supports(q) : "";
+      if (why.empty())
+        problems.push_back(q);
+      else if (!f.sweep)
+        throw UsageError(std::string(step.name) + " does not support " + q.describe() + ": " + why);
+      else
+        std::fprintf(stderr, "skip %s: %s\n", q.describe().c_str(), why.c_str());
+    }
 
     const DeviceInfo dev = open_device(int(f.device), o, f.bench || f.sweep || f.device_info);
     if (f.device_info) return int(kExitOk);
@@ -206,9 +241,17 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     std::vector<ResultRow> rows;
     bool all_ok = true;
     for (const auto& q : problems) {
-      fam.validate(q, &dev);
-      rows.push_back(fam.run(step, prev, q, o, dev));
-      all_ok &= rows.back().check != "FAIL";
+      try {
+        fam.validate(step, q, &dev);  // with the device: memory
+      } catch (const UsageError& e) {
+        if (!f.sweep) throw;
+        say(o, std::string("skip ") + q.describe() + ": " + e.what());
+        continue;
+      }
+      for (ResultRow& r : fam.run(step, usable_prev(prev, q, dev, o), q, o, dev)) {
+        all_ok &= r.check != "FAIL";
+        rows.push_back(std::move(r));
+      }
     }
     if (o.profile) return int(kExitOk);
     if (o.bench || o.quiet) print_rows(rows, f.csv ? "csv" : f.json ? "json" : "table", dev);
@@ -249,11 +292,13 @@ int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& step
       prev = s;
       if (!selected(s)) continue;
       const FamilyOps& fam = family_ops(s->family);
-      const Problem p = fam.default_problem();
-      fam.validate(p, &dev);
+      const Problem p = default_problem(*s);
+      fam.validate(*s, p, &dev);
       say(o, std::string("== ") + s->name + " on " + p.describe());
-      rows.push_back(fam.run(*s, same_family_prev, p, o, dev));
-      all_ok &= rows.back().check != "FAIL";
+      for (ResultRow& r : fam.run(*s, usable_prev(same_family_prev, p, dev, o), p, o, dev)) {
+        all_ok &= r.check != "FAIL";
+        rows.push_back(std::move(r));
+      }
     }
     print_rows(rows, f.csv ? "csv" : f.json ? "json" : "table", dev);
     return int(all_ok ? kExitOk : kExitCheckFailed);

@@ -2,11 +2,13 @@
 //     main() { return fa::step_main(argc, argv, stepNN::info(), &stepMM::info()); }
 // (common/step_entry.cpp); run_all calls fa::run_all_main with every built step in order.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "compare.h"
 #include "device_info.h"
 #include "ops.h"
 #include "timer.h"
@@ -15,7 +17,7 @@ namespace fa {
 
 struct RunOptions {
   bool check = false, bench = false;
-  bool profile = false;    // one warm-up launch, then one launch between cudaProfilerStart/Stop
+  bool profile = false;  // one warm-up launch, then one launch between cudaProfilerStart/Stop
   std::uint64_t seed = 0;
   TimingOptions timing;
   std::string input_path;  // softmax: read x from this .npy instead of random numbers
@@ -36,6 +38,9 @@ struct ResultRow {
   double speedup_vs_prev = -1;  // prev time / this time, same problem, same run
   double err_vs_prev = -1;      // max |this - prev| over all outputs; < 0 when not compared
   std::string check;            // "PASS", "FAIL" or "" (not checked)
+  std::string baseline;         // a library timed on the same problem in the same run (e.g. cuBLAS)
+  double baseline_time_ms = -1;
+  double vs_baseline = -1;  // baseline time / this time: > 1 means this step is faster
 };
 
 // For --profile: runs `launch` once to warm up, then once more between cudaProfilerStart and
@@ -52,13 +57,28 @@ struct FamilyOps {
   // Reads what the problem needs from RunOptions (e.g. the shape of an --input file) before
   // any device work, so bad input is reported even on a machine without a GPU. May be null.
   void (*resolve)(Problem&, const RunOptions&);
-  // Validates a problem (sizes; with a device, memory): throws UsageError with a clear message.
-  void (*validate)(const Problem&, const DeviceInfo*);
-  // Runs `step` (and `prev`, on the same inputs, if not null): check and/or time.
-  ResultRow (*run)(const StepInfo& step, const StepInfo* prev, const Problem&, const RunOptions&, const DeviceInfo&);
+  // Validates a problem for a step (sizes; with a device, memory): throws UsageError with a
+  // clear message.
+  void (*validate)(const StepInfo&, const Problem&, const DeviceInfo*);
+  // Runs `step` (and `prev`, on the same inputs, if not null): check and/or time. One row per
+  // timed quantity (attention with --bwd: fwd, bwd, fwd+bwd).
+  std::vector<ResultRow> (*run)(const StepInfo& step, const StepInfo* prev, const Problem&, const RunOptions&,
+                                const DeviceInfo&);
 };
 const FamilyOps& family_ops(Family f);
-extern const FamilyOps kSoftmaxFamily;
+extern const FamilyOps kSoftmaxFamily, kMatmulFamily, kAttentionFamily;
+
+// The step's default problem, or its family's.
+Problem default_problem(const StepInfo& step);
+
+// Tolerance for outputs whose magnitude varies: atol is `atol_rel` times the largest |ref|.
+template <class T>
+Tolerance scaled_tolerance(double atol_rel, double rtol, const std::vector<T>& ref) {
+  double m = 0;
+  for (const T& v : ref)
+    if (std::isfinite(double(v))) m = std::fmax(m, std::fabs(double(v)));
+  return {atol_rel * (m > 0 ? m : 1.0), rtol};
+}
 
 int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev);
 int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& steps);

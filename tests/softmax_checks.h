@@ -23,21 +23,47 @@ namespace softmax_checks {
 // relative error.
 constexpr fa::Tolerance kTol{1e-8, 1e-5};
 
-// Runs a step on x [rows, cols] with a NaN-poisoned output. `offset` shifts both buffers by
-// that many floats, to exercise unaligned rows.
+// Runs a step on x [rows, cols] with NaN-poisoned outputs. `offset` shifts both buffers by
+// that many floats, to exercise unaligned rows. With `lse`, also asks for the row log-sum-exp.
 inline std::vector<float> run(fa::SoftmaxLauncher launch, const std::vector<float>& x, int rows, int cols,
-                              int offset = 0) {
+                              int offset = 0, std::vector<float>* lse = nullptr) {
   const std::size_t n = std::size_t(rows) * cols;
-  fa::DeviceBuffer<float> dx(n + offset), dy(n + offset);
+  fa::DeviceBuffer<float> dx(n + offset), dy(n + offset), dlse(lse ? rows : 0);
   FA_CUDA_CHECK(cudaMemcpy(dx.get() + offset, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   dy.poison_nan();
-  launch({dx.get() + offset, dy.get() + offset, rows, cols}, nullptr);
+  dlse.poison_nan();
+  launch({dx.get() + offset, dy.get() + offset, rows, cols, lse ? dlse.get() : nullptr}, nullptr);
   FA_CHECK_LAUNCH();
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> y(n);
   FA_CUDA_CHECK(cudaMemcpy(y.data(), dy.get() + offset, n * sizeof(float), cudaMemcpyDeviceToHost));
+  if (lse) *lse = dlse.download();
   return y;
 }
+
+// log(sum_j exp(x_j)) per row in fp64: -inf for an all -inf row, NaN where NaN or +inf occurs.
+inline std::vector<double> reference_lse(const std::vector<float>& x, int rows, int cols) {
+  std::vector<double> out(rows);
+  for (int r = 0; r < rows; ++r) {
+    double m = -INFINITY, l = 0;
+    bool nan = false;
+    for (int c = 0; c < cols; ++c) {
+      const double v = x[std::size_t(r) * cols + c];
+      nan |= std::isnan(v) || v == INFINITY;
+      m = std::max(m, v);
+    }
+    if (m == -INFINITY) {
+      out[r] = nan ? NAN : -INFINITY;
+      continue;
+    }
+    for (int c = 0; c < cols; ++c) l += std::exp(double(x[std::size_t(r) * cols + c]) - m);
+    out[r] = nan ? NAN : m + std::log(l);
+  }
+  return out;
+}
+
+// The optional LSE output: |lse - ref| <= 1e-5 + 1e-6 |ref| (a log of a sum near 1..n, plus m).
+constexpr fa::Tolerance kLseTol{1e-5, 1e-6};
 
 inline std::vector<double> reference(const std::vector<float>& x, int rows, int cols) {
   const std::vector<double> xd(x.begin(), x.end());
@@ -56,9 +82,12 @@ inline std::vector<float> random_rows(int rows, int cols, std::uint64_t seed) {
 inline void expect_matches_reference(fa::SoftmaxLauncher launch, int rows, int cols, int offset = 0) {
   const std::uint64_t seed = fa::fresh_seed();
   const auto x = random_rows(rows, cols, seed);
-  const auto r = fa::compare(run(launch, x, rows, cols, offset), reference(x, rows, cols), kTol,
+  std::vector<float> lse;
+  const auto r = fa::compare(run(launch, x, rows, cols, offset, &lse), reference(x, rows, cols), kTol,
                              {std::size_t(rows), std::size_t(cols)});
   EXPECT_TRUE(r.ok()) << rows << "x" << cols << " offset " << offset << " seed " << seed << ": " << r.summary();
+  const auto rl = fa::compare(lse, reference_lse(x, rows, cols), kLseTol);
+  EXPECT_TRUE(rl.ok()) << "LSE " << rows << "x" << cols << " seed " << seed << ": " << rl.summary();
 }
 
 // Every golden softmax case of tests/data, every element.
@@ -88,10 +117,13 @@ inline void expect_special_rows(fa::SoftmaxLauncher launch) {
     std::fill(row(3), row(3) + cols, -inf);               // all -inf
     row(4)[cols / 2] = NAN;                               // one NaN
     row(5)[cols - 1] = inf;                               // one +inf
-    const auto y = run(launch, x, rows, cols);
+    std::vector<float> lse;
+    const auto y = run(launch, x, rows, cols, 0, &lse);
     const auto ref = reference(x, rows, cols);
     const auto r = fa::compare(y, ref, kTol, {std::size_t(rows), std::size_t(cols)});
     EXPECT_TRUE(r.ok()) << "cols " << cols << ": " << r.summary();
+    const auto rl = fa::compare(lse, reference_lse(x, rows, cols), kLseTol);
+    EXPECT_TRUE(rl.ok()) << "LSE, cols " << cols << ": " << rl.summary();
     for (int c = 0; c < cols; ++c) {
       ASSERT_EQ(y[3 * std::size_t(cols) + c], 0.0f) << "all -inf row must give exactly 0, cols " << cols;
       ASSERT_TRUE(std::isnan(y[4 * std::size_t(cols) + c])) << "NaN must poison its row, cols " << cols;

@@ -144,7 +144,7 @@ __device__ void normalise(const float* x, float* y, int begin, int end, float m,
 // ---- one block per row: the three passes in one kernel ---------------------------------------
 template <int VEC>
 __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
-    softmax_rows(const float* __restrict__ x, float* __restrict__ y, int cols) {
+    softmax_rows(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ lse, int cols) {
   const float* xr = x + size_t(blockIdx.x) * cols;  // [cols] this block's row
   float* yr = y + size_t(blockIdx.x) * cols;
 
@@ -156,7 +156,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
   for_each_element<VEC>(xr, 0, cols, [&](float v) { l += expf(v - m); });
   l = block_reduce(l, Sum{}, 0.f);
 
-  normalise<VEC>(xr, yr, 0, cols, m, safe_inverse(l));  // pass 3: reads x a third time, writes y
+  normalise<VEC>(xr, yr, 0, cols, m, safe_inverse(l));         // pass 3: reads x a third time, writes y
+  if (lse && threadIdx.x == 0) lse[blockIdx.x] = m + logf(l);  // log sum_j exp(x_j), if asked
 }
 
 // ---- long rows: one block per (chunk, row), the three passes as three kernels ---------------
@@ -191,8 +192,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
 
 template <int VEC>
 __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
-    chunk_normalise(const float* __restrict__ x, float* __restrict__ y, const float* __restrict__ part_max,
-                    const float* __restrict__ part_sum, int cols) {
+    chunk_normalise(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ lse,
+                    const float* __restrict__ part_max, const float* __restrict__ part_sum, int cols) {
   const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
   const float m = row_max(part_max, chunks);
   float l = 0.f;
@@ -200,6 +201,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
   l = block_reduce(l, Sum{}, 0.f);
   const size_t row = size_t(blockIdx.y) * cols;
   normalise<VEC>(x + row, y + row, begin, end, m, safe_inverse(l));
+  if (lse && blockIdx.x == 0 && threadIdx.x == 0) lse[blockIdx.y] = m + logf(l);
 }
 
 // ---- launch configuration --------------------------------------------------------------------
@@ -220,7 +222,7 @@ template <int VEC>
 void launch_vec(const fa::SoftmaxArgs& a, cudaStream_t stream) {
   // Enough rows to fill every SM several times over: one block per row.
   if (a.cols <= kChunk || a.rows >= 4 * sm_count()) {
-    softmax_rows<VEC><<<a.rows, threads_for(a.cols), 0, stream>>>(a.x, a.y, a.cols);
+    softmax_rows<VEC><<<a.rows, threads_for(a.cols), 0, stream>>>(a.x, a.y, a.lse, a.cols);
     FA_CHECK_LAUNCH();
     return;
   }
@@ -235,7 +237,7 @@ void launch_vec(const fa::SoftmaxArgs& a, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
   chunk_sum<VEC><<<grid, kMaxThreads, 0, stream>>>(a.x, part_max, part_sum, a.cols);
   FA_CHECK_LAUNCH();
-  chunk_normalise<VEC><<<grid, kMaxThreads, 0, stream>>>(a.x, a.y, part_max, part_sum, a.cols);
+  chunk_normalise<VEC><<<grid, kMaxThreads, 0, stream>>>(a.x, a.y, a.lse, part_max, part_sum, a.cols);
   FA_CHECK_LAUNCH();
   FA_CUDA_CHECK(cudaFreeAsync(part, stream));
 }

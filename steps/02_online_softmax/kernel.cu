@@ -161,12 +161,13 @@ __device__ void normalise(const float* x, float* y, int begin, int end, float m,
 // ---- one block per row: the fused pass, then normalise ------------------------------------------
 template <int VEC>
 __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
-    softmax_rows(const float* __restrict__ x, float* __restrict__ y, int cols) {
+    softmax_rows(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ lse, int cols) {
   const float* xr = x + size_t(blockIdx.x) * cols;  // [cols] this block's row
   float* yr = y + size_t(blockIdx.x) * cols;
 
-  const MaxSum r = online_stats<VEC>(xr, 0, cols);                      // pass 1: m and l together (reads x)
-  normalise<VEC>(xr, yr, 0, cols, safe_shift(r.m), safe_inverse(r.l));  // pass 2: reads x, writes y
+  const MaxSum r = online_stats<VEC>(xr, 0, cols);                             // pass 1: m and l together (reads x)
+  normalise<VEC>(xr, yr, 0, cols, safe_shift(r.m), safe_inverse(r.l));         // pass 2: reads x, writes y
+  if (lse && threadIdx.x == 0) lse[blockIdx.x] = safe_shift(r.m) + logf(r.l);  // log sum_j exp(x_j), if asked
 }
 
 // ---- long rows: one block per (chunk, row), two kernels ------------------------------------------
@@ -181,7 +182,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
 
 template <int VEC>
 __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
-    chunk_normalise(const float* __restrict__ x, float* __restrict__ y, const MaxSum* __restrict__ part, int cols) {
+    chunk_normalise(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ lse,
+                    const MaxSum* __restrict__ part, int cols) {
   const int chunks = gridDim.x, begin = blockIdx.x * kChunk, end = min(cols, begin + kChunk);
   // The row's (m, l) from its chunks' pairs (a few hundred: every block redoes the merge).
   MaxSum r = kEmpty;
@@ -189,6 +191,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
   r = block_merge(r);
   const size_t row = size_t(blockIdx.y) * cols;
   normalise<VEC>(x + row, y + row, begin, end, safe_shift(r.m), safe_inverse(r.l));
+  if (lse && blockIdx.x == 0 && threadIdx.x == 0) lse[blockIdx.y] = safe_shift(r.m) + logf(r.l);
 }
 
 // ---- launch configuration --------------------------------------------------------------------
@@ -209,7 +212,7 @@ template <int VEC>
 void launch_vec(const fa::SoftmaxArgs& a, cudaStream_t stream) {
   // Enough rows to fill every SM several times over: one block per row.
   if (a.cols <= kChunk || a.rows >= 4 * sm_count()) {
-    softmax_rows<VEC><<<a.rows, threads_for(a.cols), 0, stream>>>(a.x, a.y, a.cols);
+    softmax_rows<VEC><<<a.rows, threads_for(a.cols), 0, stream>>>(a.x, a.y, a.lse, a.cols);
     FA_CHECK_LAUNCH();
     return;
   }
@@ -220,7 +223,7 @@ void launch_vec(const fa::SoftmaxArgs& a, cudaStream_t stream) {
   const dim3 grid(chunks, a.rows);
   chunk_stats<VEC><<<grid, kMaxThreads, 0, stream>>>(a.x, part, a.cols);
   FA_CHECK_LAUNCH();
-  chunk_normalise<VEC><<<grid, kMaxThreads, 0, stream>>>(a.x, a.y, part, a.cols);
+  chunk_normalise<VEC><<<grid, kMaxThreads, 0, stream>>>(a.x, a.y, a.lse, part, a.cols);
   FA_CHECK_LAUNCH();
   FA_CUDA_CHECK(cudaFreeAsync(part, stream));
 }

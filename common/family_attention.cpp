@@ -1,0 +1,367 @@
+// The attention family (steps 04+): inputs, checks (O, LSE; dQ, dK, dV with --bwd) and timing
+// of the forward, the backward and both, with the FlashAttention FLOP convention.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <memory>
+#include <thread>
+#include <tuple>
+
+#include "buffer.h"
+#include "check.h"
+#include "cli.h"
+#include "random.h"
+#include "reference.h"
+#include "runner.h"
+
+namespace fa {
+namespace {
+
+// fp32 attention against fp64 or another fp32 attention. O is a convex combination of V rows
+// (|O| ~ 1); LSE is a log of a sum of up to seq_k terms plus the row max; the gradients are
+// sums over seq terms whose size varies with the shape, so their absolute term scales with the
+// largest |ref|. fp32 accumulation over 16k terms stays well inside these.
+constexpr double kOutAtolRel = 2e-5, kOutRtol = 2e-4;    // O
+constexpr Tolerance kLseTol{1e-4, 1e-5};                 // LSE
+constexpr double kGradAtolRel = 1e-4, kGradRtol = 1e-3;  // dQ, dK, dV
+// CPU budget of the fp64 reference in --check: heads are checked while the multiply-adds of
+// the checked heads stay under this; beyond it, the previous step is the only comparison.
+constexpr double kRefMacs = double(1ll << 31);
+
+struct Flags {
+  long long batch = 8, heads = 32, seq = 0, seq_q = 2048, seq_k = 2048, head_dim = 64;
+  double scale = 0;
+  bool causal = false, bwd = false;
+  std::string dtype = "f32";
+} flags;
+
+Problem make(int batch, int heads, int seq_q, int seq_k, int d, bool causal, DType dt = DType::F32) {
+  Problem p;
+  p.family = Family::Attention;
+  p.attn.batch = batch, p.attn.heads = heads, p.attn.seq_q = seq_q, p.attn.seq_k = seq_k, p.attn.head_dim = d;
+  p.attn.scale = float(1.0 / std::sqrt(double(d)));
+  p.attn.causal = causal;
+  p.attn.dtype = dt;
+  return p;
+}
+
+// The FlashAttention-2 benchmark shape: batch·seq = 16384 tokens, heads·head_dim = 2048.
+Problem fa2_shape(int seq, int d, bool causal) { return make(16384 / seq, 2048 / d, seq, seq, d, causal); }
+
+Problem default_problem() { return fa2_shape(2048, 64, false); }
+
+std::vector<Problem> sweep() {
+  std::vector<Problem> out;
+  for (bool causal : {false, true})
+    for (int d : {64, 128})
+      for (int seq : {512, 1024, 2048, 4096, 8192, 16384}) out.push_back(fa2_shape(seq, d, causal));
+  return out;
+}
+
+void add_flags(ArgParser& parser, Problem& p) {
+  flags.batch = p.attn.batch, flags.heads = p.attn.heads, flags.seq_q = p.attn.seq_q, flags.seq_k = p.attn.seq_k;
+  flags.head_dim = p.attn.head_dim, flags.causal = p.attn.causal, flags.bwd = p.backward;
+  parser.add_int("--batch", &flags.batch, 1, 1 << 20, "batch size B");
+  parser.add_int("--heads", &flags.heads, 1, 1 << 20, "heads H");
+  parser.add_int("--seq", &flags.seq, 1, INT_MAX, "sequence length: sets --seq-q and --seq-k");
+  parser.add_int("--seq-q", &flags.seq_q, 1, INT_MAX, "query length");
+  parser.add_int("--seq-k", &flags.seq_k, 1, INT_MAX, "key/value length");
+  parser.add_int("--head-dim", &flags.head_dim, 1, 1024, "head dimension d");
+  parser.add_double("--scale", &flags.scale, 1e-6, 1e6, "softmax scale (default 1/sqrt(head_dim))");
+  parser.add_flag("--causal", &flags.causal, "mask key j > query i (top-left aligned)");
+  parser.add_flag("--bwd", &flags.bwd, "also check and time the backward (fwd, bwd, fwd+bwd)");
+  parser.add_string("--dtype", &flags.dtype, "element type of Q, K, V, O", {"f32", "f16", "bf16"});
+}
+
+void resolve(Problem& p, const RunOptions&) {
+  p.attn.batch = int(flags.batch), p.attn.heads = int(flags.heads);
+  p.attn.seq_q = int(flags.seq ? flags.seq : flags.seq_q);
+  p.attn.seq_k = int(flags.seq ? flags.seq : flags.seq_k);
+  p.attn.head_dim = int(flags.head_dim);
+  p.attn.scale = float(flags.scale > 0 ? flags.scale : 1.0 / std::sqrt(double(flags.head_dim)));
+  p.attn.causal = flags.causal;
+  p.attn.dtype = flags.dtype == "f32" ? DType::F32 : flags.dtype == "f16" ? DType::F16 : DType::BF16;
+  p.backward = flags.bwd;
+}
+
+std::size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
+std::size_t q_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_q * a.head_dim; }
+std::size_t k_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_k * a.head_dim; }
+std::size_t rows(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_q; }
+std::size_t workspace_bytes(const StepInfo& s, const Problem& p) {
+  std::size_t w = s.fwd_workspace_bytes ? s.fwd_workspace_bytes(p.attn) : 0;
+  if (p.backward && s.bwd_workspace_bytes) w = std::max(w, s.bwd_workspace_bytes(p.attn));
+  return w;
+}
+// Device bytes one step needs: Q, K, V, O, LSE (+ dO, dQ, dK, dV) and its workspace.
+double device_bytes(const StepInfo& s, const Problem& p) {
+  const AttnParams& a = p.attn;
+  const double e = double(elem_bytes(a.dtype));
+  double b = e * (2.0 * q_elems(a) + 2.0 * k_elems(a)) + 4.0 * rows(a);
+  if (p.backward) b += e * (2.0 * q_elems(a) + 2.0 * k_elems(a));
+  return b + double(workspace_bytes(s, p));
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1ull << 30));
+  return buf;
+}
+
+void validate(const StepInfo& step, const Problem& p, const DeviceInfo* dev) {
+  const AttnParams& a = p.attn;
+  if (a.batch < 1 || a.heads < 1 || a.seq_q < 1 || a.seq_k < 1 || a.head_dim < 1)
+    throw UsageError("batch, heads, seq_q, seq_k and head_dim must all be at least 1");
+  if (double(q_elems(a)) > double(1ll << 31) || double(k_elems(a)) > double(1ll << 31))
+    throw UsageError(p.describe() + ": a tensor has more than 2^31 elements");
+  if (p.backward && !step.attn_bwd) throw UsageError(std::string(step.name) + " has no backward pass (drop --bwd)");
+  if (!step.attn_fwd) throw UsageError(std::string(step.name) + " has no attention forward");
+  if (dev) {
+    std::size_t free_b = 0, total_b = 0;
+    FA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double need = device_bytes(step, p), work = double(workspace_bytes(step, p));
+    if (need > 0.92 * double(free_b))
+      throw UsageError(std::string(step.name) + " needs " + gib(need) + " of device memory for " + p.describe() +
+                       (work > 0 ? " (" + gib(work) + " of it workspace: " +
+                                       (step.workspace_note ? step.workspace_note : "see the step") + ")"
+                                 : std::string()) +
+                       "; the device has " + gib(double(free_b)) + " free");
+  }
+}
+
+// Inputs: uniform in [-1, 1) + 0.5, so O is not near zero and relative errors mean something,
+// and one query row 20x larger (very peaked softmax: the max-subtraction must work).
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+};
+Inputs make_inputs(const Problem& p, std::uint64_t seed) {
+  const AttnParams& a = p.attn;
+  Inputs in{std::vector<float>(q_elems(a)), std::vector<float>(k_elems(a)), std::vector<float>(k_elems(a)),
+            std::vector<float>(p.backward ? q_elems(a) : 0)};
+  fill_uniform(in.q, seed, -0.5f, 1.5f);
+  fill_uniform(in.k, seed + 1, -0.5f, 1.5f);
+  fill_uniform(in.v, seed + 2, -0.5f, 1.5f);
+  if (p.backward) fill_uniform(in.dout, seed + 3, -1.f, 1.f);
+  const std::size_t big_row = std::min(1, a.seq_q - 1);
+  for (int d = 0; d < a.head_dim; ++d) in.q[big_row * a.head_dim + d] *= 20.f;
+  return in;
+}
+
+// Device state of one step on one problem.
+struct Run {
+  const StepInfo& step;
+  DeviceBuffer<float> o, lse, dq, dk, dv;
+  DeviceBuffer<char> workspace;
+  AttnFwdArgs fwd{};
+  AttnBwdArgs bwd{};
+  Run(const StepInfo& s, const Problem& p, const DeviceBuffer<float>& q, const DeviceBuffer<float>& k,
+      const DeviceBuffer<float>& v, const DeviceBuffer<float>& dout)
+      : step(s),
+        o(q_elems(p.attn)),
+        lse(rows(p.attn)),
+        dq(p.backward ? q_elems(p.attn) : 0),
+        dk(p.backward ? k_elems(p.attn) : 0),
+        dv(p.backward ? k_elems(p.attn) : 0),
+        workspace(workspace_bytes(s, p)) {
+    fwd = {p.attn, q.get(), k.get(), v.get(), o.get(), lse.get(), workspace.get()};
+    bwd = {p.attn,    q.get(),  k.get(),  v.get(),  o.get(),        dout.get(),
+           lse.get(), dq.get(), dk.get(), dv.get(), workspace.get()};
+  }
+  void forward(cudaStream_t s) { step.attn_fwd(fwd, s); }
+  void backward(cudaStream_t s) { step.attn_bwd(bwd, s); }
+};
+
+void sync_check() {
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// ---- the fp64 reference on a budget of heads ------------------------------------------------
+struct HeadRef {
+  std::vector<int> heads;  // flattened b*H + h
+  std::vector<std::vector<double>> o, lse, dq, dk, dv;
+};
+HeadRef reference_heads(const Problem& p, const Inputs& in) {
+  const AttnParams& a = p.attn;
+  const double macs = double(a.seq_q) * a.seq_k * a.head_dim * (p.backward ? 3.5 : 1.0);
+  const int bh = a.batch * a.heads;
+  const int n = int(std::min<double>(bh, std::floor(kRefMacs / macs)));
+  HeadRef r;
+  for (int i = 0; i < n; ++i) r.heads.push_back(n == bh ? i : int((long long)i * (bh - 1) / std::max(1, n - 1)));
+  r.o.resize(n), r.lse.resize(n), r.dq.resize(n), r.dk.resize(n), r.dv.resize(n);
+  const std::size_t qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
+  const ref::AttnShape shape{1, 1, a.seq_q, a.seq_k, a.head_dim, double(a.scale), a.causal};
+  auto one = [&](int i) {
+    const std::size_t h = r.heads[i];
+    const std::vector<double> q(in.q.begin() + h * qs, in.q.begin() + (h + 1) * qs),
+        k(in.k.begin() + h * ks, in.k.begin() + (h + 1) * ks), v(in.v.begin() + h * ks, in.v.begin() + (h + 1) * ks);
+    r.o[i].resize(qs), r.lse[i].resize(a.seq_q);
+    ref::attention_forward(shape, q.data(), k.data(), v.data(), r.o[i].data(), r.lse[i].data());
+    if (!p.backward) return;
+    const std::vector<double> dout(in.dout.begin() + h * qs, in.dout.begin() + (h + 1) * qs);
+    r.dq[i].resize(qs), r.dk[i].resize(ks), r.dv[i].resize(ks);
+    ref::attention_backward(shape, q.data(), k.data(), v.data(), dout.data(), r.dq[i].data(), r.dk[i].data(),
+                            r.dv[i].data());
+  };
+  std::vector<std::thread> pool;
+  for (int i = 0; i < n; ++i) pool.emplace_back(one, i);
+  for (auto& t : pool) t.join();
+  return r;
+}
+
+// Gathers the heads of a [B*H, per_head] device result that the reference computed.
+std::vector<float> gather(const std::vector<float>& all, const std::vector<int>& heads, std::size_t per_head) {
+  std::vector<float> out;
+  for (int h : heads) out.insert(out.end(), all.begin() + h * per_head, all.begin() + (h + 1) * per_head);
+  return out;
+}
+std::vector<double> concat(const std::vector<std::vector<double>>& parts) {
+  std::vector<double> out;
+  for (const auto& x : parts) out.insert(out.end(), x.begin(), x.end());
+  return out;
+}
+
+// ---- run --------------------------------------------------------------------------------------
+std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o,
+                           const DeviceInfo& dev) {
+  const AttnParams& a = p.attn;
+  if (a.dtype != DType::F32) throw UsageError("this runner handles fp32 attention (steps 04-08) only so far");
+  const Inputs in = make_inputs(p, o.seed);
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout);
+  Run me(step, p, q, k, v, dout);
+  std::unique_ptr<Run> before;
+  if (prev) {
+    std::size_t free_b = 0, total_b = 0;
+    FA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (device_bytes(*prev, p) < 0.92 * double(free_b))
+      before = std::make_unique<Run>(*prev, p, q, k, v, dout);
+    else
+      say(o, std::string("  note: not enough device memory left to run ") + prev->name + " beside " + step.name);
+  }
+  const bool prev_bwd = before && p.backward && prev->attn_bwd;
+  const std::vector<std::size_t> q_shape{std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q),
+                                         std::size_t(a.head_dim)},
+      k_shape{std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_k), std::size_t(a.head_dim)},
+      lse_shape{std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q)};
+
+  if (o.profile) {
+    profile_one_launch([&](cudaStream_t s) { p.backward ? me.backward(s) : me.forward(s); });
+    return {};
+  }
+  std::string check;
+  double err_prev = -1;
+  if (o.check) {
+    bool ok = true;
+    auto report = [&](const std::string& what, const CompareResult& c) {
+      say(o, "  check " + what + ": " + c.summary());
+      ok &= c.ok();
+    };
+    me.o.poison_nan(), me.lse.poison_nan();
+    me.forward(nullptr);
+    sync_check();
+    std::vector<float> O = me.o.download(), L = me.lse.download(), dQ, dK, dV;
+    if (p.backward) {
+      me.dq.poison_nan(), me.dk.poison_nan(), me.dv.poison_nan();
+      me.backward(nullptr);
+      sync_check();
+      dQ = me.dq.download(), dK = me.dk.download(), dV = me.dv.download();
+    }
+    const std::string name = step.name;
+    if (before) {
+      before->o.poison_nan(), before->lse.poison_nan();
+      before->forward(nullptr);
+      sync_check();
+      const std::vector<float> O2 = before->o.download(), L2 = before->lse.download();
+      const CompareResult co = compare(O, O2, scaled_tolerance(kOutAtolRel, kOutRtol, O2), q_shape);
+      report(name + " O vs " + prev->name, co);
+      report(name + " LSE vs " + prev->name, compare(L, L2, kLseTol, lse_shape));
+      err_prev = co.max_abs_err;
+      if (prev_bwd) {
+        before->dq.poison_nan(), before->dk.poison_nan(), before->dv.poison_nan();
+        before->backward(nullptr);
+        sync_check();
+        for (auto [label, mine, theirs, shape] : {std::tuple{"dQ", &dQ, before->dq.download(), q_shape},
+                                                  std::tuple{"dK", &dK, before->dk.download(), k_shape},
+                                                  std::tuple{"dV", &dV, before->dv.download(), k_shape}}) {
+          const CompareResult c = compare(*mine, theirs, scaled_tolerance(kGradAtolRel, kGradRtol, theirs), shape);
+          report(name + " " + label + " vs " + prev->name, c);
+          err_prev = std::max(err_prev, c.max_abs_err);
+        }
+      }
+    }
+    const HeadRef ref = reference_heads(p, in);
+    if (ref.heads.empty()) {
+      say(o,
+          "  check vs fp64 reference: skipped (one head is beyond the CPU budget of --check; the tests cover the "
+          "reference on smaller shapes)");
+    } else {
+      const std::string heads =
+          " (" + std::to_string(ref.heads.size()) + " of " + std::to_string(a.batch * a.heads) + " heads)";
+      const std::size_t qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
+      const std::vector<double> ro = concat(ref.o);
+      report(name + " O vs fp64" + heads,
+             compare(gather(O, ref.heads, qs), ro, scaled_tolerance(kOutAtolRel, kOutRtol, ro)));
+      report(name + " LSE vs fp64" + heads, compare(gather(L, ref.heads, a.seq_q), concat(ref.lse), kLseTol));
+      if (p.backward) {
+        for (auto [label, mine, theirs, per] :
+             {std::tuple{"dQ", &dQ, concat(ref.dq), qs}, std::tuple{"dK", &dK, concat(ref.dk), ks},
+              std::tuple{"dV", &dV, concat(ref.dv), ks}})
+          report(name + " " + label + " vs fp64" + heads,
+                 compare(gather(*mine, ref.heads, per), theirs, scaled_tolerance(kGradAtolRel, kGradRtol, theirs)));
+      }
+    }
+    check = ok ? "PASS" : "FAIL";
+  }
+
+  std::vector<ResultRow> out;
+  auto row = [&](const std::string& mode, double ms, double prev_ms, double flop_factor) {
+    ResultRow r;
+    r.step = step.name;
+    r.idea = step.idea;
+    r.problem = p.describe();
+    if (p.backward)
+      r.problem = make(a.batch, a.heads, a.seq_q, a.seq_k, a.head_dim, a.causal, a.dtype).describe() + " " + mode;
+    r.check = check;
+    r.err_vs_prev = err_prev;
+    if (prev) r.prev_step = prev->name;
+    if (ms > 0) {
+      // FlashAttention's convention: forward 4·B·H·Sq·Sk·d, halved when causal; bwd 2.5x.
+      const double flop =
+          flop_factor * 4.0 * a.batch * a.heads * double(a.seq_q) * a.seq_k * a.head_dim / (a.causal ? 2.0 : 1.0);
+      r.time_ms = ms;
+      r.rate = flop / (ms * 1e-3) * 1e-12;
+      r.unit = "TFLOP/s";
+      r.peak_name = a.dtype == DType::F32 ? "fp32" : "tensor";
+      r.peak_value = a.dtype == DType::F32 ? dev.fp32_peak_tflops : dev.tensor16_peak_tflops;
+      r.pct_peak = 100.0 * r.rate / r.peak_value;
+      if (prev_ms > 0) r.prev_time_ms = prev_ms, r.speedup_vs_prev = prev_ms / ms;
+    }
+    out.push_back(r);
+  };
+  if (!o.bench) {
+    row("fwd", -1, -1, 1.0);
+    return out;
+  }
+  std::vector<Launch> fwd{[&](cudaStream_t s) { me.forward(s); }};
+  if (before) fwd.push_back([&](cudaStream_t s) { before->forward(s); });
+  const std::vector<Timing> tf = time_interleaved(fwd, o.timing);
+  FA_CHECK_LAUNCH();
+  const double f_prev = before ? tf[1].median_ms : -1;
+  row("fwd", tf[0].median_ms, f_prev, 1.0);
+  if (p.backward) {
+    std::vector<Launch> bwd{[&](cudaStream_t s) { me.backward(s); }};
+    if (prev_bwd) bwd.push_back([&](cudaStream_t s) { before->backward(s); });
+    const std::vector<Timing> tb = time_interleaved(bwd, o.timing);
+    FA_CHECK_LAUNCH();
+    const double b_prev = prev_bwd ? tb[1].median_ms : -1;
+    row("bwd", tb[0].median_ms, b_prev, 2.5);
+    row("fwd+bwd", tf[0].median_ms + tb[0].median_ms, prev_bwd ? f_prev + b_prev : -1, 3.5);
+  }
+  return out;
+}
+
+}  // namespace
+
+const FamilyOps kAttentionFamily{"attention", add_flags, default_problem, sweep, resolve, validate, run};
+
+}  // namespace fa
