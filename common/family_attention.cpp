@@ -17,13 +17,6 @@
 namespace fa {
 namespace {
 
-// fp32 attention against fp64 or another fp32 attention. O is a convex combination of V rows
-// (|O| ~ 1); LSE is a log of a sum of up to seq_k terms plus the row max; the gradients are
-// sums over seq terms whose size varies with the shape, so their absolute term scales with the
-// largest |ref|. fp32 accumulation over 16k terms stays well inside these.
-constexpr double kOutAtolRel = 2e-5, kOutRtol = 2e-4;    // O
-constexpr Tolerance kLseTol{1e-4, 1e-5};                 // LSE
-constexpr double kGradAtolRel = 1e-4, kGradRtol = 1e-3;  // dQ, dK, dV
 // CPU budget of the fp64 reference in --check: heads are checked while the multiply-adds of
 // the checked heads stay under this; beyond it, the previous step is the only comparison.
 constexpr double kRefMacs = double(1ll << 31);
@@ -272,9 +265,9 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
       before->forward(nullptr);
       sync_check();
       const std::vector<float> O2 = before->o.download(), L2 = before->lse.download();
-      const CompareResult co = compare(O, O2, scaled_tolerance(kOutAtolRel, kOutRtol, O2), q_shape);
+      const CompareResult co = compare(O, O2, scaled_tolerance(tol::kAttnOutAtolRel, tol::kAttnOutRtol, O2), q_shape);
       report(name + " O vs " + prev->name, co);
-      report(name + " LSE vs " + prev->name, compare(L, L2, kLseTol, lse_shape));
+      report(name + " LSE vs " + prev->name, compare(L, L2, tol::kAttnLse, lse_shape));
       err_prev = co.max_abs_err;
       if (prev_bwd) {
         before->dq.poison_nan(), before->dk.poison_nan(), before->dv.poison_nan();
@@ -283,7 +276,8 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
         for (auto [label, mine, theirs, shape] : {std::tuple{"dQ", &dQ, before->dq.download(), q_shape},
                                                   std::tuple{"dK", &dK, before->dk.download(), k_shape},
                                                   std::tuple{"dV", &dV, before->dv.download(), k_shape}}) {
-          const CompareResult c = compare(*mine, theirs, scaled_tolerance(kGradAtolRel, kGradRtol, theirs), shape);
+          const CompareResult c =
+              compare(*mine, theirs, scaled_tolerance(tol::kAttnGradAtolRel, tol::kAttnGradRtol, theirs), shape);
           report(name + " " + label + " vs " + prev->name, c);
           err_prev = std::max(err_prev, c.max_abs_err);
         }
@@ -300,14 +294,15 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
       const std::size_t qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
       const std::vector<double> ro = concat(ref.o);
       report(name + " O vs fp64" + heads,
-             compare(gather(O, ref.heads, qs), ro, scaled_tolerance(kOutAtolRel, kOutRtol, ro)));
-      report(name + " LSE vs fp64" + heads, compare(gather(L, ref.heads, a.seq_q), concat(ref.lse), kLseTol));
+             compare(gather(O, ref.heads, qs), ro, scaled_tolerance(tol::kAttnOutAtolRel, tol::kAttnOutRtol, ro)));
+      report(name + " LSE vs fp64" + heads, compare(gather(L, ref.heads, a.seq_q), concat(ref.lse), tol::kAttnLse));
       if (p.backward) {
         for (auto [label, mine, theirs, per] :
              {std::tuple{"dQ", &dQ, concat(ref.dq), qs}, std::tuple{"dK", &dK, concat(ref.dk), ks},
               std::tuple{"dV", &dV, concat(ref.dv), ks}})
           report(name + " " + label + " vs fp64" + heads,
-                 compare(gather(*mine, ref.heads, per), theirs, scaled_tolerance(kGradAtolRel, kGradRtol, theirs)));
+                 compare(gather(*mine, ref.heads, per), theirs,
+                         scaled_tolerance(tol::kAttnGradAtolRel, tol::kAttnGradRtol, theirs)));
       }
     }
     check = ok ? "PASS" : "FAIL";

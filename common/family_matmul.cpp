@@ -23,10 +23,6 @@ namespace {
       throw CudaError(std::string("cuBLAS error ") + cublasGetStatusString(st_) + " from " #call); \
   } while (0)
 
-// fp32 GEMM against fp64: the error of a K-term fp32 dot product grows like sqrt(K)·eps·|terms|;
-// 1e-5 of the largest |C| plus 1e-5 relative holds to K = 16384 with a wide margin.
-constexpr double kAtolRel = 1e-5, kRtol = 1e-5;
-
 struct Flags {
   long long m = 4096, n = 4096, k = 4096, size = 0, batch = 1;
   std::string layout = "nn";
@@ -182,7 +178,7 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo*, const Problem&
     std::vector<float> picked(ref.index.size()), picked_blas(ref.index.size());
     for (std::size_t i = 0; i < ref.index.size(); ++i)
       picked[i] = C[ref.index[i]], picked_blas[i] = C_blas[ref.index[i]];
-    const Tolerance tol = scaled_tolerance(kAtolRel, kRtol, ref.value);
+    const Tolerance tol = scaled_tolerance(tol::kMatmulAtolRel, tol::kMatmulRtol, ref.value);
     const CompareResult c_ref = compare(picked, ref.value, tol);
     const CompareResult c_blas_ref = compare(picked_blas, ref.value, tol);
     const CompareResult c_blas = compare(C, C_blas, tol, {std::size_t(p.batch), std::size_t(p.M), std::size_t(p.N)});

@@ -16,10 +16,6 @@
 namespace fa {
 namespace {
 
-// fp32 softmax vs fp64 or vs another fp32 softmax. Outputs lie in [0, 1]; fp32 exp and a
-// fp32 sum over up to millions of terms give relative errors around 1e-6.
-constexpr Tolerance kSoftmaxTol{1e-8, 1e-5};
-
 void add_flags(ArgParser& p, Problem& pr) {
   p.add_int("--rows", &pr.rows, 1, INT_MAX, "rows of x");
   p.add_int("--cols", &pr.cols, 1, INT_MAX, "row length (softmax is over each row)");
@@ -133,12 +129,12 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
     const std::vector<float> y = launch_once(step, args, dy);
     if (prev) {
       const std::vector<float> yp = launch_once(*prev, prev_args, dy_prev);
-      const CompareResult c = compare(y, yp, kSoftmaxTol, shape);
+      const CompareResult c = compare(y, yp, tol::kSoftmax, shape);
       say(o, std::string("  check ") + step.name + " vs " + prev->name + ": " + c.summary());
       r.err_vs_prev = c.max_abs_err;
       ok &= c.ok();
     }
-    const CompareResult c = compare(y, reference(x, rows, cols), kSoftmaxTol, shape);
+    const CompareResult c = compare(y, reference(x, rows, cols), tol::kSoftmax, shape);
     say(o, std::string("  check ") + step.name + " vs fp64 reference: " + c.summary());
     ok &= c.ok();
     r.check = ok ? "PASS" : "FAIL";

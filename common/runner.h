@@ -12,6 +12,7 @@
 #include "device_info.h"
 #include "ops.h"
 #include "timer.h"
+#include "tolerance.h"
 
 namespace fa {
 
@@ -70,15 +71,6 @@ extern const FamilyOps kSoftmaxFamily, kMatmulFamily, kAttentionFamily;
 
 // The step's default problem, or its family's.
 Problem default_problem(const StepInfo& step);
-
-// Tolerance for outputs whose magnitude varies: atol is `atol_rel` times the largest |ref|.
-template <class T>
-Tolerance scaled_tolerance(double atol_rel, double rtol, const std::vector<T>& ref) {
-  double m = 0;
-  for (const T& v : ref)
-    if (std::isfinite(double(v))) m = std::fmax(m, std::fabs(double(v)));
-  return {atol_rel * (m > 0 ? m : 1.0), rtol};
-}
 
 int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev);
 int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& steps);

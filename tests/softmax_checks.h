@@ -15,13 +15,11 @@
 #include "ops.h"
 #include "random.h"
 #include "reference.h"
+#include "tolerance.h"
 
 namespace softmax_checks {
 
-// fp32 softmax against fp64 (or another fp32 softmax): |out - ref| <= 1e-8 + 1e-5 |ref|.
-// Outputs lie in [0, 1]; fp32 exp and a fp32 sum of up to millions of terms stay near 1e-6
-// relative error.
-constexpr fa::Tolerance kTol{1e-8, 1e-5};
+constexpr fa::Tolerance kTol = fa::tol::kSoftmax;
 
 // Runs a step on x [rows, cols] with NaN-poisoned outputs. `offset` shifts both buffers by
 // that many floats, to exercise unaligned rows. With `lse`, also asks for the row log-sum-exp.
@@ -62,8 +60,7 @@ inline std::vector<double> reference_lse(const std::vector<float>& x, int rows, 
   return out;
 }
 
-// The optional LSE output: |lse - ref| <= 1e-5 + 1e-6 |ref| (a log of a sum near 1..n, plus m).
-constexpr fa::Tolerance kLseTol{1e-5, 1e-6};
+constexpr fa::Tolerance kLseTol = fa::tol::kSoftmaxLse;
 
 inline std::vector<double> reference(const std::vector<float>& x, int rows, int cols) {
   const std::vector<double> xd(x.begin(), x.end());
