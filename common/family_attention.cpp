@@ -47,7 +47,10 @@ std::vector<Problem> sweep() {
   std::vector<Problem> out;
   for (bool causal : {false, true})
     for (int d : {64, 128})
-      for (int seq : {512, 1024, 2048, 4096, 8192, 16384}) out.push_back(fa2_shape(seq, d, causal));
+      for (int seq : {512, 1024, 2048, 4096, 8192, 16384}) {
+        out.push_back(fa2_shape(seq, d, causal));
+        out.back().backward = flags.bwd;  // --sweep --bwd: the backward too
+      }
   return out;
 }
 

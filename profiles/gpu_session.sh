@@ -23,9 +23,17 @@ test_rc=$?
 run_rc=0
 build/bin/run_all --csv > "$OUT/run_all.csv" 2> "$OUT/run.log" || run_rc=$?
 : > "$OUT/sweep.csv"
+sweep() {  # sweep <exe> [flags]: append its --sweep rows (one CSV header in all)
+  "$@" --sweep --csv 2>> "$OUT/run.log" | { [[ -s $OUT/sweep.csv ]] && tail -n +2 || cat; } >> "$OUT/sweep.csv"
+}
 for exe in build/bin/[0-9][0-9]_*; do
-  $exe --sweep --csv 2>> "$OUT/run.log" | { [[ -s $OUT/sweep.csv ]] && tail -n +2 || cat; } >> "$OUT/sweep.csv" \
-    || run_rc=1
+  echo "== $exe --sweep" >> "$OUT/run.log"
+  sweep "$exe" || run_rc=1
+  # Attention steps with a backward pass also sweep fwd + bwd (--device-info exits 2 without one).
+  if "$exe" --help | grep -q -- '--bwd' && "$exe" --bwd --device-info > /dev/null 2>&1; then
+    echo "== $exe --sweep --bwd" >> "$OUT/run.log"
+    sweep "$exe" --bwd || run_rc=1
+  fi
 done
 
 # One launch per (step, shape) under ncu; each block of CSV is preceded by "# <step> <problem>".

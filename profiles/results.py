@@ -65,7 +65,7 @@ def parse_ncu(path):
             return
         step, flags = header
         m = re.search(r"--rows (\d+) --cols (\d+)", flags)
-        problem = f"{m.group(1)}x{m.group(2)}" if m else flags
+        problem = f"{m.group(1)}x{m.group(2)}" if m else flags.replace("--", "").strip()
         kernels = OrderedDict()
         for r in csv.DictReader(io.StringIO("\n".join(lines))):
             name = re.sub(r"\(.*", "", r["Kernel Name"]).replace("void ", "")
@@ -145,9 +145,59 @@ def softmax_sweep_table():
 
 
 def softmax_profile_table():
+    return profile_table(("01_", "02_"))
+
+
+def steps_in(rows, prefix):
+    return [r for r in rows if r["step"].startswith(prefix)]
+
+
+def matmul_table():
+    rows = steps_in(read_csv(os.path.join(gpu_dir(), "sweep.csv")), "03_")
+    body = [[r["problem"], num(r["time_ms"], "{:.3f}"), num(r["rate"], "{:.1f}"), num(r["pct_peak"], "{:.0f}%"),
+             num(r["baseline_time_ms"], "{:.3f}"),
+             num(float(r["rate"]) * float(r["vs_baseline"]) if float(r["vs_baseline"]) > 0 else -1, "{:.1f}"),
+             num(100 * float(r["vs_baseline"]), "{:.0f}%")] for r in rows]
+    return md_table(["M×N×K layout", "03 time (ms)", "03 TFLOP/s", "03 % FP32 peak", "cuBLAS time (ms)",
+                     "cuBLAS TFLOP/s", "03 / cuBLAS"], body) + \
+        "\n\nStep 03 and cuBLAS SGEMM (default math mode: plain FP32, no TF32) timed interleaved in one process; " \
+        "median of 20 repetitions, L2 flushed before each.\n\n" + source_line(["sweep.csv"])
+
+
+def attention_table(steps, mode="fwd"):
+    """TFLOP/s per step for every sweep shape; x columns from the later step's interleaved timing."""
+    rows = read_csv(os.path.join(gpu_dir(), "sweep.csv"))
+    by = OrderedDict()
+    for r in rows:
+        if r["step"] not in steps:
+            continue
+        problem = r["problem"]
+        if problem.endswith((" fwd", " bwd", " fwd+bwd")):
+            problem, m = problem.rsplit(" ", 1)
+        else:
+            m = "fwd"
+        if m != mode:
+            continue
+        by.setdefault(problem, {})[r["step"]] = r
+    header = ["shape"] + [f"{s[:2]} TFLOP/s" for s in steps] + \
+        [f"{b[:2]} vs {a[:2]}" for a, b in zip(steps, steps[1:])]
+    body = []
+    for problem, s in by.items():
+        line = [problem] + [num(s[st]["rate"], "{:.1f}") if st in s else "-" for st in steps]
+        for a, b in zip(steps, steps[1:]):
+            line.append(num(s[b]["speedup_vs_prev"], "{:.2f}×") if b in s and s[b]["prev_step"] == a else "-")
+        body.append(line)
+    return md_table(header, body) + \
+        f"\n\n{mode}, FlashAttention FLOP convention (4·B·H·Sq·Sk·d, halved when causal; bwd 2.5×). Shapes: " \
+        "batch·seq = 16384 tokens, heads = 2048/d. \"x vs y\" is y's time over x's from the same process, " \
+        "timed interleaved; \"-\" where a step could not run the shape (memory) or did not run it.\n\n" + \
+        source_line(["sweep.csv"])
+
+
+def profile_table(prefixes):
     body = []
     for step, problem, kernel, m in parse_ncu(os.path.join(gpu_dir(), "ncu.csv")):
-        if not step.startswith(("01_", "02_")):
+        if not step.startswith(prefixes):
             continue
         body.append([step, problem, kernel.split("::")[-1]] +
                     [num(m.get(k), "{:.0f}" if k != "gpu__time_duration.sum" else "{:.1f}") for k in NCU_METRICS])
@@ -204,8 +254,17 @@ def summarize_sass(path):
 
 
 # ---- the generated blocks -----------------------------------------------------------------------
+ATTN_FWD = ("04_naive_attention", "05_flash_forward", "06_causal_stages")
 BLOCKS = {
     "README.md": {"results": run_all_table},
+    "docs/03_tiled_matmul.md": {"results:matmul": matmul_table, "profile:matmul": lambda: profile_table(("03_",))},
+    "docs/04_naive_attention.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
+                                   "results:attn_naive_bwd": lambda: attention_table(("04_naive_attention",), "bwd"),
+                                   "profile:attn_fwd": lambda: profile_table(("04_",))},
+    "docs/05_flash_forward.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
+                                 "profile:attn_fwd": lambda: profile_table(("04_", "05_"))},
+    "docs/06_causal_stages.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
+                                 "profile:attn_fwd": lambda: profile_table(("05_", "06_"))},
     "docs/01_safe_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
                                 "sass:softmax": lambda: sass_table(("step01::", "step02::"))},
     "docs/02_online_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,

@@ -78,9 +78,9 @@ inline Outputs run(const fa::StepInfo& step, const Shape& s, const Inputs& in, b
   if (backward) {
     fa::DeviceBuffer<float> dq(s.q_elems()), dk(s.k_elems()), dv(s.k_elems());
     dq.poison_nan(), dk.poison_nan(), dv.poison_nan();
-    step.attn_bwd({p, q.get(), k.get(), v.get(), o.get(), dout.get(), lse.get(), dq.get(), dk.get(), dv.get(),
-                   workspace.get()},
-                  nullptr);
+    step.attn_bwd(
+        {p, q.get(), k.get(), v.get(), o.get(), dout.get(), lse.get(), dq.get(), dk.get(), dv.get(), workspace.get()},
+        nullptr);
     FA_CHECK_LAUNCH();
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     out.dq = dq.download(), out.dk = dk.download(), out.dv = dv.download();
@@ -154,8 +154,8 @@ inline void expect_matches_golden(const fa::StepInfo& step, bool backward) {
   const auto cases = golden::cases(FA_DATA_DIR, "attention");
   ASSERT_FALSE(cases.empty());
   for (const auto& c : cases) {
-    const Shape s{int(c.integer("batch")),    int(c.integer("heads")), int(c.integer("seq_q")),
-                  int(c.integer("seq_k")),    int(c.integer("head_dim")), c.integer("causal") != 0,
+    const Shape s{int(c.integer("batch")), int(c.integer("heads")),    int(c.integer("seq_q")),
+                  int(c.integer("seq_k")), int(c.integer("head_dim")), c.integer("causal") != 0,
                   c.number("scale")};
     auto floats = [&](const char* t) {
       const fa::NpyArray a = fa::read_npy(c.path(t));

@@ -3,7 +3,9 @@
 // refusal of problems whose S and P would not fit.
 #include "attention_checks.h"
 
-namespace step04 { const fa::StepInfo& info(); }
+namespace step04 {
+const fa::StepInfo& info();
+}
 
 namespace {
 using namespace attention_checks;

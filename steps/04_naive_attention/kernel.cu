@@ -32,8 +32,12 @@
 #include "check.h"
 #include "ops.h"
 
-namespace step02 { const fa::StepInfo& info(); }  // online softmax (with the row LSE)
-namespace step03 { const fa::StepInfo& info(); }  // tiled matmul (NT, NN, TN; batched)
+namespace step02 {
+const fa::StepInfo& info();
+}  // namespace step02
+namespace step03 {
+const fa::StepInfo& info();
+}  // namespace step03
 
 namespace step04 {
 
@@ -61,7 +65,8 @@ __global__ void row_dot(const float* __restrict__ dout, const float* __restrict_
 // dS = P ∘ (dP - delta_row), written over dP. [rows, seq_k], grid-stride.
 __global__ void softmax_grad(const float* __restrict__ p, float* __restrict__ dp_ds, const float* __restrict__ delta,
                              long long elems, int seq_k) {
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < elems; e += (long long)gridDim.x * blockDim.x)
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < elems;
+       e += (long long)gridDim.x * blockDim.x)
     dp_ds[e] = p[e] * (dp_ds[e] - delta[e / seq_k]);
 }
 
@@ -124,17 +129,17 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t s) {
   float *dq = static_cast<float*>(a.dq), *dk = static_cast<float*>(a.dk), *dv = static_cast<float*>(a.dv);
 
   scores_and_probs(p, q, k, dS, P, nullptr, s);  // the forward's P again (its LSE is a.lse already)
-  matmul(P, dout, dv, p.seq_k, p.head_dim, p.seq_q, 1.f, fa::MatmulLayout::TN, p, s);     // dV = Pᵀ·dO
-  matmul(dout, v, dS, p.seq_q, p.seq_k, p.head_dim, 1.f, fa::MatmulLayout::NT, p, s);     // dP = dO·Vᵀ
+  matmul(P, dout, dv, p.seq_k, p.head_dim, p.seq_q, 1.f, fa::MatmulLayout::TN, p, s);  // dV = Pᵀ·dO
+  matmul(dout, v, dS, p.seq_q, p.seq_k, p.head_dim, 1.f, fa::MatmulLayout::NT, p, s);  // dP = dO·Vᵀ
   const long long rows = (long long)rows_of(p);
-  row_dot<<<unsigned((rows + 7) / 8), 256, 0, s>>>(dout, o, delta, rows, p.head_dim);     // delta
+  row_dot<<<unsigned((rows + 7) / 8), 256, 0, s>>>(dout, o, delta, rows, p.head_dim);  // delta
   FA_CHECK_LAUNCH();
   const long long elems = (long long)score_elems(p);
   softmax_grad<<<unsigned(std::min<long long>((elems + 255) / 256, 1 << 20)), 256, 0, s>>>(P, dS, delta, elems,
-                                                                                          p.seq_k);  // dS
+                                                                                           p.seq_k);  // dS
   FA_CHECK_LAUNCH();
-  matmul(dS, k, dq, p.seq_q, p.head_dim, p.seq_k, p.scale, fa::MatmulLayout::NN, p, s);   // dQ = scale·dS·K
-  matmul(dS, q, dk, p.seq_k, p.head_dim, p.seq_q, p.scale, fa::MatmulLayout::TN, p, s);   // dK = scale·dSᵀ·Q
+  matmul(dS, k, dq, p.seq_q, p.head_dim, p.seq_k, p.scale, fa::MatmulLayout::NN, p, s);  // dQ = scale·dS·K
+  matmul(dS, q, dk, p.seq_k, p.head_dim, p.seq_q, p.scale, fa::MatmulLayout::TN, p, s);  // dK = scale·dSᵀ·Q
 }
 
 std::string supports(const fa::Problem& pr) {
