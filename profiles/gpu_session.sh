@@ -3,7 +3,7 @@
 # sm_90a, the whole test suite (cpu, gpu, sanitize), run_all and every step's --sweep as CSV,
 # Nsight Compute counters for one launch of each step, and the SASS of every kernel.
 #
-#   OUT=/some/dir bash profiles/gpu_session.sh        # then: python3 profiles/results.py /some/dir
+#   OUT=/some/dir bash profiles/gpu_session.sh        # then: python3 profiles/results.py import /some/dir
 #
 # Writes 8 files to $OUT: env.txt build.log ctest.log run_all.csv sweep.csv run.log ncu.csv sass.txt
 set -uo pipefail
@@ -40,6 +40,7 @@ done
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
 metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread
+metrics+=,l1tex__t_sector_hit_rate.pct
 : > "$OUT/ncu.csv"
 while read -r step shape; do
   [[ -x build/bin/$step ]] || continue

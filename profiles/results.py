@@ -33,6 +33,7 @@ NCU_METRICS = OrderedDict([
     ("dram__bytes_read.sum", "DRAM read (MB)"),
     ("dram__bytes_write.sum", "DRAM write (MB)"),
     ("lts__t_sector_hit_rate.pct", "L2 hit %"),
+    ("l1tex__t_sector_hit_rate.pct", "L1 hit %"),
     ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM %"),
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM %"),
     ("sm__warps_active.avg.pct_of_peak_sustained_active", "occupancy %"),
@@ -139,7 +140,7 @@ def softmax_sweep_table():
     copy = float(rows[0]["peak_value"]) if rows else 0
     return md_table(["rows × cols", "01 time (ms)", "01 GB/s", "01 % copy", "02 time (ms)", "02 GB/s", "02 % copy",
                      "02 vs 01"], body) + \
-        f"\n\nMedians of {''}interleaved repetitions (01, 02, 01, 02, ...; L2 flushed before each) in one process. GB/s " \
+        f"\n\nMedians of interleaved repetitions (02, 01, 02, 01, ...; L2 flushed before each) in one process. GB/s " \
         f"counts x read once and y written once; % copy is of the device-to-device copy measured in the same run " \
         f"({copy:.0f} GB/s).\n\n" + source_line(["sweep.csv"])
 

@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) l += part_sum[blockIdx.y * chunks + c];
   l = block_reduce(l, Sum{}, 0.f);
   const size_t row = size_t(blockIdx.y) * cols;
-  normalise<VEC>(x + row, y + row, begin, end, m, safe_inverse(l));
   if (lse && blockIdx.x == 0 && threadIdx.x == 0) lse[blockIdx.y] = m + logf(l);
+  normalise<VEC>(x + row, y + row, begin, end, m, safe_inverse(l));
 }
 
 // ---- launch configuration --------------------------------------------------------------------

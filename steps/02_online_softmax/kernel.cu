@@ -190,8 +190,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) r = merge(r, part[blockIdx.y * chunks + c]);
   r = block_merge(r);
   const size_t row = size_t(blockIdx.y) * cols;
-  normalise<VEC>(x + row, y + row, begin, end, safe_shift(r.m), safe_inverse(r.l));
   if (lse && blockIdx.x == 0 && threadIdx.x == 0) lse[blockIdx.y] = safe_shift(r.m) + logf(r.l);
+  normalise<VEC>(x + row, y + row, begin, end, safe_shift(r.m), safe_inverse(r.l));
 }
 
 // ---- launch configuration --------------------------------------------------------------------
