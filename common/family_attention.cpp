@@ -326,12 +326,9 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
       // FlashAttention's convention: forward 4·B·H·Sq·Sk·d, halved when causal; bwd 2.5x.
       const double flop =
           flop_factor * 4.0 * a.batch * a.heads * double(a.seq_q) * a.seq_k * a.head_dim / (a.causal ? 2.0 : 1.0);
-      r.time_ms = ms;
-      r.rate = flop / (ms * 1e-3) * 1e-12;
-      r.unit = "TFLOP/s";
-      r.peak_name = a.dtype == DType::F32 ? "fp32" : "tensor";
-      r.peak_value = a.dtype == DType::F32 ? dev.fp32_peak_tflops : dev.tensor16_peak_tflops;
-      r.pct_peak = 100.0 * r.rate / r.peak_value;
+      const bool f32 = a.dtype == DType::F32;
+      set_rate(r, ms, flop, 1e-12, "TFLOP/s", f32 ? "fp32" : "tensor",
+               f32 ? dev.fp32_peak_tflops : dev.tensor16_peak_tflops);
       if (prev_ms > 0) r.prev_time_ms = prev_ms, r.speedup_vs_prev = prev_ms / ms;
     }
     out.push_back(r);

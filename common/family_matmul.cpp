@@ -194,12 +194,7 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo*, const Problem&
         o.timing);
     FA_CHECK_LAUNCH();
     const double flop = 2.0 * double(p.batch) * double(p.M) * double(p.N) * double(p.K);
-    r.time_ms = t[0].median_ms;
-    r.rate = flop / (r.time_ms * 1e-3) * 1e-12;
-    r.unit = "TFLOP/s";
-    r.peak_name = "fp32";
-    r.peak_value = dev.fp32_peak_tflops;
-    r.pct_peak = 100.0 * r.rate / dev.fp32_peak_tflops;
+    set_rate(r, t[0].median_ms, flop, 1e-12, "TFLOP/s", "fp32", dev.fp32_peak_tflops);
     r.baseline_time_ms = t[1].median_ms;
     r.vs_baseline = r.baseline_time_ms / r.time_ms;
   }

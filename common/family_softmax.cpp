@@ -146,12 +146,7 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
     if (prev) launches.push_back([&](cudaStream_t s) { prev->softmax(prev_args, s); });
     const std::vector<Timing> t = time_interleaved(launches, o.timing);
     FA_CHECK_LAUNCH();
-    r.time_ms = t[0].median_ms;
-    r.unit = "GB/s";
-    r.rate = bytes / (r.time_ms * 1e-3) * 1e-9;
-    r.peak_name = "copy";
-    r.peak_value = dev.copy_gbs;
-    r.pct_peak = 100.0 * r.rate / dev.copy_gbs;
+    set_rate(r, t[0].median_ms, bytes, 1e-9, "GB/s", "copy", dev.copy_gbs);
     if (prev) {
       r.prev_time_ms = t[1].median_ms;
       r.speedup_vs_prev = r.prev_time_ms / r.time_ms;

@@ -71,6 +71,16 @@ static const StepInfo* usable_prev(const StepInfo* prev, const Problem& p, const
   return nullptr;
 }
 
+void set_rate(ResultRow& r, double ms, double amount, double per_unit, const char* unit, const char* peak_name,
+              double peak) {
+  r.time_ms = ms;
+  r.rate = amount / (ms * 1e-3) * per_unit;
+  r.unit = unit;
+  r.peak_name = peak_name;
+  r.peak_value = peak;
+  r.pct_peak = 100.0 * r.rate / peak;
+}
+
 void profile_one_launch(const std::function<void(cudaStream_t)>& launch) {
   launch(nullptr);  // warm-up: module load, first touch of the buffers
   FA_CUDA_CHECK(cudaDeviceSynchronize());

@@ -44,6 +44,11 @@ struct ResultRow {
   double vs_baseline = -1;  // baseline time / this time: > 1 means this step is faster
 };
 
+// Fills a row's time and rate: `amount` (bytes or FLOPs) per second, times `per_unit` (1e-9 for
+// GB/s, 1e-12 for TFLOP/s), and its percentage of `peak` (in the same unit).
+void set_rate(ResultRow& r, double ms, double amount, double per_unit, const char* unit, const char* peak_name,
+              double peak);
+
 // For --profile: runs `launch` once to warm up, then once more between cudaProfilerStart and
 // cudaProfilerStop, so `ncu --profile-from-start off` captures exactly one launch of the step.
 void profile_one_launch(const std::function<void(cudaStream_t)>& launch);
