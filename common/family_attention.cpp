@@ -279,8 +279,9 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
         for (auto [label, mine, theirs, shape] : {std::tuple{"dQ", &dQ, before->dq.download(), q_shape},
                                                   std::tuple{"dK", &dK, before->dk.download(), k_shape},
                                                   std::tuple{"dV", &dV, before->dv.download(), k_shape}}) {
-          const CompareResult c =
-              compare(*mine, theirs, scaled_tolerance(tol::kAttnGradAtolRel, tol::kAttnGradRtol, theirs), shape);
+          const CompareResult c = compare(
+              *mine, theirs,
+              scaled_tolerance(tol::kAttnGradAtolRel, tol::kAttnGradRtol, theirs, tol::kAttnGradAtolFloor), shape);
           report(name + " " + label + " vs " + prev->name, c);
           err_prev = std::max(err_prev, c.max_abs_err);
         }
@@ -305,7 +306,7 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
               std::tuple{"dV", &dV, concat(ref.dv), ks}})
           report(name + " " + label + " vs fp64" + heads,
                  compare(gather(*mine, ref.heads, per), theirs,
-                         scaled_tolerance(tol::kAttnGradAtolRel, tol::kAttnGradRtol, theirs)));
+                         scaled_tolerance(tol::kAttnGradAtolRel, tol::kAttnGradRtol, theirs, tol::kAttnGradAtolFloor)));
       }
     }
     check = ok ? "PASS" : "FAIL";

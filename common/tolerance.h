@@ -24,18 +24,23 @@ constexpr double kMatmulAtolRel = 1e-5, kMatmulRtol = 1e-5;
 constexpr double kAttnOutAtolRel = 2e-5, kAttnOutRtol = 2e-4;
 constexpr Tolerance kAttnLse{1e-4, 1e-5};
 constexpr double kAttnGradAtolRel = 1e-4, kAttnGradRtol = 1e-3;
+// ...and an absolute floor for gradients that cancel to zero: with one visible key,
+// dS = P·(dP − Δ) with dP = Δ exactly, but the two are the same dot product summed in different
+// orders, so fp32 leaves ~1e-7·|dO|·|V| where fp64 leaves ~1e-16. The inputs of every check are
+// O(1), so 1e-5 is ~100x that roundoff and far below any real error.
+constexpr double kAttnGradAtolFloor = 1e-5;
 
 }  // namespace fa::tol
 
 namespace fa {
 
-// atol = atol_rel · max |ref| (finite values only), rtol as given.
+// atol = max(atol_rel · max |ref| (finite values only), atol_floor), rtol as given.
 template <class T>
-Tolerance scaled_tolerance(double atol_rel, double rtol, const std::vector<T>& ref) {
+Tolerance scaled_tolerance(double atol_rel, double rtol, const std::vector<T>& ref, double atol_floor = 0) {
   double m = 0;
   for (const T& v : ref)
     if (std::isfinite(double(v))) m = std::fmax(m, std::fabs(double(v)));
-  return {atol_rel * (m > 0 ? m : 1.0), rtol};
+  return {std::fmax(atol_rel * (m > 0 ? m : 1.0), atol_floor), rtol};
 }
 
 }  // namespace fa

@@ -128,7 +128,8 @@ void expect_close(const Out& got, const Ref& want, const Shape& s, bool backward
   if (!backward) return;
   for (auto [name, g, w, shape] : {std::tuple{"dQ", &got.dq, &want.dq, qs}, std::tuple{"dK", &got.dk, &want.dk, ks},
                                    std::tuple{"dV", &got.dv, &want.dv, ks}}) {
-    const auto c = fa::compare(*g, *w, fa::scaled_tolerance(kAttnGradAtolRel, kAttnGradRtol, *w), shape);
+    const auto c =
+        fa::compare(*g, *w, fa::scaled_tolerance(kAttnGradAtolRel, kAttnGradRtol, *w, kAttnGradAtolFloor), shape);
     EXPECT_TRUE(c.ok()) << s.str() << " " << name << " vs " << what << ": " << c.summary();
   }
 }
