@@ -157,7 +157,7 @@ def matmul_table():
     rows = steps_in(read_csv(os.path.join(gpu_dir(), "sweep.csv")), "03_")
     body = [[r["problem"], num(r["time_ms"], "{:.3f}"), num(r["rate"], "{:.1f}"), num(r["pct_peak"], "{:.0f}%"),
              num(r["baseline_time_ms"], "{:.3f}"),
-             num(float(r["rate"]) * float(r["vs_baseline"]) if float(r["vs_baseline"]) > 0 else -1, "{:.1f}"),
+             num(float(r["rate"]) / float(r["vs_baseline"]) if float(r["vs_baseline"]) > 0 else -1, "{:.1f}"),
              num(100 * float(r["vs_baseline"]), "{:.0f}%")] for r in rows]
     return md_table(["M×N×K layout", "03 time (ms)", "03 TFLOP/s", "03 % FP32 peak", "cuBLAS time (ms)",
                      "cuBLAS TFLOP/s", "03 / cuBLAS"], body) + \
