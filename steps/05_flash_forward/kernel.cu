@@ -32,7 +32,7 @@
 // warps per SM (registers and shared memory both allow exactly 2): 8 of 64 warp slots. The
 // two blocks hide each other's load latency and barriers; holding the next K or V tile in
 // registers while computing (register double buffering) made ptxas spill at these tile sizes.
-// exp: expf, full precision (about a dozen instructions per score, some 8% of the issue slots at
+// exp: expf, full precision (about eight instructions per score, some 6% of the issue slots at
 // d = 64); step 10 switches to exp2 with log2(e) folded into the scale.
 //
 // Build + run:  cmake --build build --target 05_flash_forward && build/bin/05_flash_forward
