@@ -1,0 +1,416 @@
+// =============================================================================================
+// FlashAttention from scratch, step by step, in CUDA C++
+// Step 06: causal attention in stages: mask only the tiles that cross the diagonal, skip the rest
+//
+// What changes since step 05: only the causal loop over key tiles. For a query block with rows
+// [m0, m0 + BLOCK_M) the key tiles fall into three stages:
+//
+//   full      every key <= m0 (and < seq_k): every row of the block sees every key of the tile.
+//             Tiles [0, n_full) run in a loop of their own, compiled without any mask code.
+//   diagonal  the tile straddles the diagonal (or the end of the keys): masked element by element
+//             exactly as in step 05. Tiles [n_full, n_tiles).
+//   skipped   every key is after the block's last row: fully masked, P = 0, nothing to add. The
+//             loop ends before them, so they are never loaded or computed.
+//
+// That removes about half of step 05's causal work (the fraction left tends to 1/2 as seq grows).
+// Blocks now differ in cost: the first query block reads one or two tiles, the last one all of
+// them. Causal blocks are therefore launched heaviest first (blockIdx.x counts from the last
+// query block), so the short blocks fill the tail of the grid. Non-causal runs as in step 05:
+// one stage, every tile masked.
+//
+// Tiles, threads and registers are step 05's:
+//   head_dim ≤ 64  (instance 64):  BLOCK_M 128, BLOCK_N 64, 128 threads = 16 row groups × 8
+//                                  column groups; S 8×8 and O 8×8 per thread; 99,328 B of
+//                                  shared memory
+//   head_dim ≤ 128 (instance 128): BLOCK_M 64, BLOCK_N 64, 128 threads = 8 × 16; S 8×4 and O 8×8
+//                                  per thread; 114,688 B
+// Per step of the inner loops: 8×8 FFMAs per 16 floats loaded (8×4 per 12 for S at d = 128).
+// ptxas (sm_90a, CUDA 13.0): 255 registers, 0 bytes spilled, both instances; 2 blocks of 4
+// warps per SM (registers and shared memory both allow exactly 2): 8 of 64 warp slots. The
+// two blocks hide each other's load latency and barriers; holding the next K or V tile in
+// registers while computing (register double buffering) made ptxas spill at these tile sizes.
+// exp: expf, full precision (about eight instructions per score, some 6% of the issue slots at
+// d = 64); step 10 switches to exp2 with log2(e) folded into the scale.
+//
+// Build + run:  cmake --build build --target 06_causal_stages && build/bin/06_causal_stages --causal
+// Read with:    docs/06_causal_stages.md
+// =============================================================================================
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "check.h"
+#include "ops.h"
+
+namespace step06 {
+
+const fa::StepInfo& info();  // bottom of the file: the step's name for messages
+
+constexpr int kThreads = 128;  // 4 warps per block, 2 blocks per SM (shared memory and registers)
+constexpr int kRows = 8;       // query rows per thread, in S and in O
+constexpr int kWarp = 32;
+
+// ---- tile configuration, per head-dim instance -------------------------------------------------
+template <int D>
+struct Config {
+  // d = 64: a 128-row Q tile halves the K/V traffic per FLOP and gives each thread an 8×8 piece
+  // of S; d = 128 has no room for that (O alone would need 128 registers), so 64 rows.
+  static constexpr int BLOCK_M = D == 64 ? 128 : 64;
+  static constexpr int BLOCK_N = 64;
+  static constexpr int ROW_GROUPS = BLOCK_M / kRows;        // 16 | 8
+  static constexpr int COL_GROUPS = kThreads / ROW_GROUPS;  // 8 | 16 threads share a row
+  static constexpr int KEYS = BLOCK_N / COL_GROUPS;         // 8 | 4 columns of S per thread
+  static constexpr int COLS = D / COL_GROUPS;               // 8 | 8 columns of O per thread
+  // 4 floats of padding per row of P turn its 16-way bank conflicts into 2-way; at d = 128 there
+  // is no room for them (two blocks per SM allow 113 KB each; this layout uses exactly 112 KB).
+  static constexpr int P_STRIDE = BLOCK_M + (D == 64 ? 4 : 0);
+  static constexpr int Q_FLOATS = D * BLOCK_M;         // Qt [D, BLOCK_M]
+  static constexpr int K_FLOATS = D * BLOCK_N;         // Kt [D, BLOCK_N]
+  static constexpr int V_FLOATS = BLOCK_N * D;         // V  [BLOCK_N, D]
+  static constexpr int P_FLOATS = BLOCK_N * P_STRIDE;  // Pt [BLOCK_N, P_STRIDE]
+  static constexpr std::size_t SMEM_BYTES = sizeof(float) * (Q_FLOATS + K_FLOATS + V_FLOATS + P_FLOATS);
+
+  static_assert(D == 64 || D == 128, "instances: head_dim padded to 64 or 128");
+  static_assert(BLOCK_M % kRows == 0 && kThreads % ROW_GROUPS == 0, "whole row groups, whole threads");
+  static_assert(COL_GROUPS >= 2 && COL_GROUPS <= 16 && (COL_GROUPS & (COL_GROUPS - 1)) == 0,
+                "a row's threads sit in one warp at lane bits 0, 2, 3, ... (see lane_layout)");
+  static_assert(KEYS % 4 == 0 && COLS % 4 == 0, "each thread owns whole float4 chunks of S and O columns");
+  static_assert(BLOCK_N * D % (4 * kThreads) == 0 && BLOCK_M * D % (4 * kThreads) == 0,
+                "every thread moves the same number of float4 per tile");
+  static_assert(BLOCK_M % kWarp == 0 && BLOCK_N % kWarp == 0, "transposed stores: 32 rows per warp");
+  static_assert(2 * (SMEM_BYTES + 1024) <= 228 * 1024, "two blocks per SM on sm_90 (1 KB reserved per block)");
+};
+
+// ---- who owns what -------------------------------------------------------------------------------
+// Thread (row group rg, column group cg) owns query rows 8·rg .. 8·rg+7 of the block, the S
+// columns (keys) and the O columns (head dims) given by chunk(): float4 chunks 4·COL_GROUPS
+// apart, so that the COL_GROUPS threads of a row read one contiguous run of shared memory.
+template <int COL_GROUPS>
+__device__ __forceinline__ int chunk(int cg, int e) {
+  return (e / 4) * 4 * COL_GROUPS + 4 * cg + e % 4;
+}
+
+// Lanes n and n^1 share a row group and lanes n and n^2 share a column group. Every float4 load
+// of the inner loops then reads one address per pair of lanes, which shared memory serves at
+// twice the rate of 32 distinct addresses (a warp's LDS.128 takes 2 cycles instead of 4).
+template <int COL_GROUPS>
+__device__ __forceinline__ void lane_layout(int& rg, int& cg) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  constexpr int HALF = COL_GROUPS / 2;
+  cg = (lane & 1) | ((lane >> 2) % HALF) << 1;
+  rg = warp * (kWarp / COL_GROUPS) + (((lane >> 1) & 1) | ((lane >> 2) / HALF) << 1);
+}
+
+// Max / sum over the COL_GROUPS threads of a row (lane bits 0 and 2, 3, ...): every lane gets it.
+template <int COL_GROUPS>
+__device__ __forceinline__ float row_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+#pragma unroll
+  for (int o = 4; o < 2 * COL_GROUPS; o *= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+template <int COL_GROUPS>
+__device__ __forceinline__ float row_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+#pragma unroll
+  for (int o = 4; o < 2 * COL_GROUPS; o *= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void put4(float* a, float4 v) { a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w; }
+
+// As in step 02: a row that has seen only -inf shifts by 0, so its exponentials are 0, not NaN.
+__device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }
+
+// ---- device memory -> shared memory, through registers ----------------------------------------------
+// A [ROWS, D] tile of one head's [seq, head_dim] matrix: fetch() loads it into registers (all
+// loads in flight at once), store() writes it to shared memory. Rows >= seq and columns >=
+// head_dim read as 0 (finite: a masked key's P = 0 times its V must stay 0).
+//   TRANSPOSE: dst [D, ROWS]; a warp loads 32 consecutive rows at one column chunk, so its four
+//              scalar stores hit 32 consecutive banks.
+//   else:      dst [ROWS, D]; consecutive lanes, consecutive float4: coalesced, conflict-free.
+template <int ROWS, int D, bool TRANSPOSE>
+struct TileLoad {
+  static constexpr int VECS = ROWS * D / 4 / kThreads;  // float4 per thread
+  float4 v[VECS];
+
+  __device__ static int row_of(int idx) { return TRANSPOSE ? idx % ROWS : idx / (D / 4); }
+  __device__ static int col_of(int idx) { return 4 * (TRANSPOSE ? idx / ROWS : idx % (D / 4)); }
+
+  __device__ void fetch(const float* __restrict__ src, int row0, int seq, int head_dim) {
+#pragma unroll
+    for (int i = 0; i < VECS; ++i) {
+      const int idx = threadIdx.x + i * kThreads, r = row0 + row_of(idx), c = col_of(idx);
+      v[i] = r < seq && c < head_dim ? *reinterpret_cast<const float4*>(src + std::size_t(r) * head_dim + c)
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  __device__ void scale(float s) {
+#pragma unroll
+    for (int i = 0; i < VECS; ++i) v[i].x *= s, v[i].y *= s, v[i].z *= s, v[i].w *= s;
+  }
+  __device__ void store(float* dst) const {
+#pragma unroll
+    for (int i = 0; i < VECS; ++i) {
+      const int idx = threadIdx.x + i * kThreads, r = row_of(idx), c = col_of(idx);
+      if constexpr (TRANSPOSE) {
+        dst[(c + 0) * ROWS + r] = v[i].x, dst[(c + 1) * ROWS + r] = v[i].y;
+        dst[(c + 2) * ROWS + r] = v[i].z, dst[(c + 3) * ROWS + r] = v[i].w;
+      } else {
+        *reinterpret_cast<float4*>(dst + r * D + c) = v[i];
+      }
+    }
+  }
+};
+
+// ---- the two products ---------------------------------------------------------------------------------
+// s [8, KEYS] = this thread's piece of (scale·Q) Kᵀ: per d, 8 floats of Qt and KEYS of Kt (float4
+// loads), 8·KEYS FFMAs.
+template <int D>
+__device__ __forceinline__ void tile_scores(const float* Qt, const float* Kt, int rg, int cg,
+                                            float (&s)[kRows][Config<D>::KEYS]) {
+  using C = Config<D>;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int e = 0; e < C::KEYS; ++e) s[i][e] = 0.f;
+#pragma unroll 8
+  for (int d = 0; d < D; ++d) {
+    float q[kRows], k[C::KEYS];  // registers: a column of this thread's Q rows, a row of its keys
+    put4(q, lds4(Qt + d * C::BLOCK_M + kRows * rg));
+    put4(q + 4, lds4(Qt + d * C::BLOCK_M + kRows * rg + 4));
+#pragma unroll
+    for (int e = 0; e < C::KEYS; e += 4) put4(k + e, lds4(Kt + d * C::BLOCK_N + chunk<C::COL_GROUPS>(cg, e)));
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+#pragma unroll
+      for (int e = 0; e < C::KEYS; ++e) s[i][e] = fmaf(q[i], k[e], s[i][e]);
+  }
+}
+
+// o [8, COLS] += this thread's rows of P times its columns of V: per key j, 8 floats of Pt and
+// COLS of V (float4 loads), 8·COLS FFMAs.
+template <int D>
+__device__ __forceinline__ void tile_pv(const float* Pt, const float* Vs, int rg, int cg,
+                                        float (&o)[kRows][Config<D>::COLS]) {
+  using C = Config<D>;
+#pragma unroll 8
+  for (int j = 0; j < C::BLOCK_N; ++j) {
+    float p[kRows], v[C::COLS];  // registers: P[rows, j], V[j, columns]
+    put4(p, lds4(Pt + j * C::P_STRIDE + kRows * rg));
+    put4(p + 4, lds4(Pt + j * C::P_STRIDE + kRows * rg + 4));
+#pragma unroll
+    for (int c = 0; c < C::COLS; c += 4) put4(v + c, lds4(Vs + j * D + chunk<C::COL_GROUPS>(cg, c)));
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+#pragma unroll
+      for (int c = 0; c < C::COLS; ++c) o[i][c] = fmaf(p[i], v[c], o[i][c]);
+  }
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------------
+// grid (query blocks, batch·heads); block kThreads. D: head_dim padded up to the instance.
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2)
+    flash_forward(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                  float* __restrict__ o, float* __restrict__ lse, int seq_q, int seq_k, int head_dim, float scale,
+                  bool causal) {
+  using C = Config<D>;
+  extern __shared__ float4 smem4[];             // float4: 16-byte alignment for the vector accesses
+  float* Qt = reinterpret_cast<float*>(smem4);  // [D, BLOCK_M]        scale·Q, transposed (whole block)
+  float* Kt = Qt + C::Q_FLOATS;                 // [D, BLOCK_N]        K tile, transposed
+  float* Vs = Kt + C::K_FLOATS;                 // [BLOCK_N, D]        V tile
+  float* Pt = Vs + C::V_FLOATS;                 // [BLOCK_N, P_STRIDE] P tile, transposed
+
+  // Causal: the last query block (the most key tiles) runs first, the first block last.
+  const int qb = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int m0 = qb * C::BLOCK_M;     // first query row of this block
+  const std::size_t bh = blockIdx.y;  // flattened (batch, head)
+  q += bh * seq_q * head_dim, k += bh * seq_k * head_dim, v += bh * seq_k * head_dim;
+  int rg, cg;
+  lane_layout<C::COL_GROUPS>(rg, cg);
+
+  // Q once, pre-multiplied by the scale (saves a multiply per score); the first K tile.
+  {
+    TileLoad<C::BLOCK_M, D, true> qload;
+    qload.fetch(q, m0, seq_q, head_dim);
+    qload.scale(scale);
+    qload.store(Qt);
+  }
+  TileLoad<C::BLOCK_N, D, true> kload;   // K tiles -> Kt
+  TileLoad<C::BLOCK_N, D, false> vload;  // V tiles -> Vs
+  kload.fetch(k, 0, seq_k, head_dim);
+  kload.store(Kt);
+  __syncthreads();
+
+  float acc[kRows][C::COLS];  // [8, COLS] unnormalised O rows, registers
+  float m[kRows], l[kRows];   // running max (whole row) and sum (this thread's keys only)
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    m[i] = -INFINITY, l[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < C::COLS; ++c) acc[i][c] = 0.f;
+  }
+
+  // The stages: tiles [0, n_full) need no mask; the loop ends with the last tile that holds a key
+  // visible to the block's last row.
+  const int kv_end = causal ? min(seq_k, min(m0 + C::BLOCK_M, seq_q)) : seq_k;  // keys any row can see
+  const int n_tiles = (kv_end + C::BLOCK_N - 1) / C::BLOCK_N;
+  const int n_full = causal ? min(m0 + 1, seq_k) / C::BLOCK_N : 0;
+
+  // One key tile: S = Q·Kᵀ, mask, online softmax, P to shared memory, O += P·V, then the next K.
+  auto attend = [&](int t, auto masked) {
+    const int n0 = t * C::BLOCK_N;        // first key of this tile
+    vload.fetch(v, n0, seq_k, head_dim);  // K_t is in Kt already
+    vload.store(Vs);                      // Vs was last read before the previous barrier
+
+    float s[kRows][C::KEYS];  // [8, KEYS] scores, registers
+    tile_scores<D>(Qt, Kt, rg, cg, s);
+
+    // Mask the diagonal tiles only (masked is std::true_type there, std::false_type in stage 1):
+    // keys past seq_k, and (causal) keys after the query.
+    if constexpr (decltype(masked)::value) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int row = m0 + kRows * rg + i;
+        const int visible = causal ? min(row + 1, seq_k) : seq_k;  // this row sees keys [0, visible)
+        const int lim = visible - n0 - 4 * cg;  // key n0 + chunk(cg, e) is visible iff chunk(0, e) < lim
+#pragma unroll
+        for (int e = 0; e < C::KEYS; ++e)
+          if (chunk<C::COL_GROUPS>(0, e) >= lim) s[i][e] = -INFINITY;
+      }
+    }
+
+    // The online-softmax step of each row (step 02's recurrence with the output row attached).
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      float tile_max = s[i][0];
+#pragma unroll
+      for (int e = 1; e < C::KEYS; ++e) tile_max = fmaxf(tile_max, s[i][e]);
+      const float m_new = fmaxf(m[i], row_max<C::COL_GROUPS>(tile_max));
+      const float shift = safe_shift(m_new);
+      const float alpha = expf(m[i] - shift);  // e^(m_old - m_new): 0 on the first tile, 1 if the max held
+      m[i] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int e = 0; e < C::KEYS; ++e) s[i][e] = expf(s[i][e] - shift), sum += s[i][e];
+      l[i] = l[i] * alpha + sum;  // partial: the row's other threads hold the rest (same m, same alpha)
+#pragma unroll
+      for (int c = 0; c < C::COLS; ++c) acc[i][c] *= alpha;
+    }
+
+    // P to shared memory, transposed: the P·V product needs whole rows of P in every thread of
+    // the row, and this thread holds only its keys.
+#pragma unroll
+    for (int e = 0; e < C::KEYS; ++e) {
+      float* dst = Pt + chunk<C::COL_GROUPS>(cg, e) * C::P_STRIDE + kRows * rg;
+      *reinterpret_cast<float4*>(dst) = make_float4(s[0][e], s[1][e], s[2][e], s[3][e]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(s[4][e], s[5][e], s[6][e], s[7][e]);
+    }
+    __syncthreads();  // P and V are in shared memory; everyone is done reading Kt
+
+    tile_pv<D>(Pt, Vs, rg, cg, acc);
+    if (t + 1 < n_tiles) {  // K_{t+1}: Kt was last read before the barrier above
+      kload.fetch(k, n0 + C::BLOCK_N, seq_k, head_dim);
+      kload.store(Kt);
+    }
+    __syncthreads();  // K_{t+1} is in; everyone is done reading Pt and Vs
+  };
+  int t = 0;
+  for (; t < n_full; ++t) attend(t, std::false_type{});  // stage 1: left of the diagonal, no mask
+  for (; t < n_tiles; ++t) attend(t, std::true_type{});  // stage 2: the diagonal; stage 3 never runs
+
+  // O = acc / l, one division per row; LSE = m + log l. A row with l = 0 (no visible key: not
+  // possible with top-left causal and seq_k >= 1, kept safe anyway) gets O = 0 and LSE = -inf.
+  o += bh * seq_q * head_dim, lse += bh * seq_q;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const float row_l = row_sum<C::COL_GROUPS>(l[i]);
+    const int row = m0 + kRows * rg + i;
+    if (row >= seq_q) continue;
+    const float inv_l = row_l > 0.f ? 1.f / row_l : 0.f;
+#pragma unroll
+    for (int c = 0; c < C::COLS; c += 4) {
+      const int col = chunk<C::COL_GROUPS>(cg, c);
+      if (col < head_dim)
+        *reinterpret_cast<float4*>(o + std::size_t(row) * head_dim + col) =
+            make_float4(acc[i][c] * inv_l, acc[i][c + 1] * inv_l, acc[i][c + 2] * inv_l, acc[i][c + 3] * inv_l);
+    }
+    if (cg == 0) lse[row] = row_l > 0.f ? m[i] + logf(row_l) : -INFINITY;
+  }
+}
+
+// ---- launcher ---------------------------------------------------------------------------------------------
+std::string supports(const fa::Problem& pr) {
+  const fa::AttnParams& p = pr.attn;
+  if (p.dtype != fa::DType::F32) return "this step computes in fp32 only (--dtype f32)";
+  if (p.head_dim > 128 || p.head_dim % 4 != 0)
+    return "head_dim must be a multiple of 4 and at most 128 (got " + std::to_string(p.head_dim) + ")";
+  if (std::size_t(p.batch) * p.heads > 65535) return "batch·heads must be at most 65535 (grid.y)";
+  return "";
+}
+
+template <int D>
+void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  using C = Config<D>;
+  // Once per instance: opt in to more than 48 KB of dynamic shared memory, and ask for the
+  // largest shared-memory carveout so that two blocks fit per SM.
+  static const bool ready = [] {
+    int dev = 0, optin = 0;
+    FA_CUDA_CHECK(cudaGetDevice(&dev));
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (std::size_t(optin) < C::SMEM_BYTES)
+      throw fa::UsageError(std::string(info().name) + " needs " + std::to_string(C::SMEM_BYTES) +
+                           " bytes of shared memory per block for head_dim " + std::to_string(D) +
+                           "; this GPU allows " + std::to_string(optin));
+    FA_CUDA_CHECK(
+        cudaFuncSetAttribute(flash_forward<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::SMEM_BYTES)));
+    FA_CUDA_CHECK(cudaFuncSetAttribute(flash_forward<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       int(cudaSharedmemCarveoutMaxShared)));
+    return true;
+  }();
+  (void)ready;
+  const fa::AttnParams& p = a.p;
+  const dim3 grid((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M, p.batch * p.heads);
+  flash_forward<D><<<grid, kThreads, C::SMEM_BYTES, stream>>>(
+      static_cast<const float*>(a.q), static_cast<const float*>(a.k), static_cast<const float*>(a.v),
+      static_cast<float*>(a.o), a.lse, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+  FA_CHECK_LAUNCH();
+}
+
+void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  fa::Problem pr;
+  pr.family = fa::Family::Attention;
+  pr.attn = a.p;
+  if (const std::string why = supports(pr); !why.empty()) throw fa::UsageError(std::string(info().name) + ": " + why);
+  const fa::AttnParams& p = a.p;
+  if (p.batch < 1 || p.heads < 1 || p.seq_q < 1 || p.seq_k < 1 || p.head_dim < 1)
+    throw fa::UsageError(std::string(info().name) + ": every size must be at least 1");
+  for (const void* ptr : {a.q, a.k, a.v, static_cast<const void*>(a.o)})
+    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
+      throw fa::UsageError(std::string(info().name) + ": Q, K, V and O must be 16-byte aligned (float4 access)");
+  // head_dim is padded up to an instance with zeros: they add nothing to Q·Kᵀ, and O's padding
+  // columns are never stored.
+  if (p.head_dim <= 64)
+    launch<64>(a, stream);
+  else
+    launch<128>(a, stream);
+}
+
+const fa::StepInfo& info() {
+  static const fa::StepInfo i = [] {
+    fa::StepInfo s{"06_causal_stages",
+                   "causal in stages: tiles left of the diagonal unmasked, diagonal tiles masked, the rest skipped",
+                   fa::Family::Attention};
+    s.attn_fwd = forward;
+    s.supports = supports;
+    return s;
+  }();
+  return i;
+}
+
+}  // namespace step06
