@@ -5,7 +5,7 @@
 #
 #   OUT=/some/dir bash profiles/gpu_session.sh        # then: python3 profiles/results.py import /some/dir
 #
-# Writes 8 files to $OUT: env.txt build.log ctest.log run_all.csv sweep.csv run.log ncu.csv sass.txt
+# Writes 8 files to $OUT: env.txt build.log ctest.log run_all.csv sweep.csv run.log ncu.csv sass.txt.gz
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -52,7 +52,7 @@ done < profiles/ncu_shapes.txt
 for obj in $(find build -name 'kernel.cu.o' | sort); do
   echo "### $obj"
   cuobjdump -sass "$obj" | grep -vE '^\s*/\*[0-9a-f]{4}\*/\s*$'
-done > "$OUT/sass.txt" 2>&1
+done 2>&1 | gzip > "$OUT/sass.txt.gz"
 
 echo "== ctest (rc $test_rc)"
 grep -E "tests passed|\(Failed\)|\(Skipped\)|Not Run|\*\*\*Failed" "$OUT/ctest.log" | head -30

@@ -17,6 +17,7 @@ Generated outputs: the tables between <!-- NAME:begin --> and <!-- NAME:end --> 
 README.md and docs/*.md. Only the standard library is used.
 """
 import csv
+import gzip
 import io
 import os
 import re
@@ -234,7 +235,7 @@ def demangle_short(name):
 def summarize_sass(path):
     kernels = OrderedDict()
     cur = None
-    for line in open(path, errors="replace"):
+    for line in gzip.open(path, "rt", errors="replace"):
         m = re.search(r"Function : (\S+)", line)
         if m:
             cur = demangle_short(m.group(1))
@@ -314,7 +315,7 @@ def import_session(src):
         if not os.path.exists(os.path.join(src, f)):
             raise SystemExit(f"{src}: no {f} (is this the output of profiles/gpu_session.sh?)")
         shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
-    sass = os.path.join(src, "sass.txt")
+    sass = os.path.join(src, "sass.txt.gz")
     if os.path.exists(sass):
         kernels = summarize_sass(sass)
         with open(os.path.join(dst, "sass_summary.csv"), "w", newline="") as f:
