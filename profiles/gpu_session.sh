@@ -1,69 +1,94 @@
 #!/usr/bin/env bash
 # profiles/gpu_session.sh: everything one GPU session needs, in one call: configure + build for
-# sm_90a, the whole test suite (cpu, gpu, sanitize), run_all and every step's --sweep as CSV,
-# Nsight Compute counters for one launch of each step, and the SASS of every kernel.
+# sm_90a, the whole test suite (cpu, gpu, sanitize), run_all, profiles/bench.py (every step's sweep
+# and the PyTorch SDPA baselines), profiles/capture.sh all (the Nsight Compute panel of every step
+# on its shapes of profiles/ncu_shapes.txt), and the SASS of every kernel.
 #
-#   OUT=/some/dir bash profiles/gpu_session.sh        # then: python3 profiles/results.py import /some/dir
+#   OUT=/some/dir bash profiles/gpu_session.sh     # then: python3 profiles/results.py import /some/dir
 #
-# Writes 8 files to $OUT: env.txt build.log ctest.log run_all.csv sweep.csv run.log ncu.csv sass.txt.gz
-set -uo pipefail
-OUT=${OUT:-$PWD/gpu_out}
-mkdir -p "$OUT"
+# Writes at most 8 files, no folders, to $OUT: env.txt build.log ctest.log run_all.csv bench.csv
+# run.log profiles.tar.gz sass.txt.gz. profiles.tar.gz holds what belongs in profiles/<gpu>/ besides
+# bench.csv: NN_name/{metrics.csv,speed_of_light.txt,ncu_raw.csv} from capture.sh and bench.png from
+# bench.py; `results.py import` unpacks it there.
+#
+# STAGES picks the stages (default: all of "build ctest run_all bench capture sass"), e.g. to split
+# a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
+# capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
+# CTEST_ARGS (e.g. "-L gpu") tune the build and the tests. A failing stage is reported and the others
+# still run; the exit status is 1 if any failed.
+set -euo pipefail
+mkdir -p "${OUT:=$PWD/gpu_out}"
+OUT=$(cd "$OUT" && pwd)
+STAGES=" ${STAGES:-build ctest run_all bench capture sass} "
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$PATH:/usr/local/cuda/bin"  # nvcc, ncu, cuobjdump where the image has them only there
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=()
+
+# stage NAME FUNCTION: runs FUNCTION if NAME is in $STAGES, reports its time and whether it failed.
+stage() {
+  [[ $STAGES == *" $1 "* ]] || return 0
+  local t0=$SECONDS rc=0
+  "$2" || rc=$?
+  if ((rc)); then
+    echo "== $1: FAILED (exit $rc, $((SECONDS - t0)) s)"
+    failed+=("$1")
+  else
+    echo "== $1: ok ($((SECONDS - t0)) s)"
+  fi
+}
+
 {
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | head -1
   nvcc --version | tail -1
   ncu --version | tail -1
-} > "$OUT/env.txt" 2>&1
-{ cmake --preset default -DCMAKE_CUDA_ARCHITECTURES=${ARCH:-90a} && cmake --build build -j "$(nproc)"; } \
-  > "$OUT/build.log" 2>&1 || { grep -B2 -A8 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+  python3 -c 'import torch; print(f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")' 2> /dev/null ||
+    echo "PyTorch: not installed"
+} > "$OUT/env.txt" 2>&1 || true
 
-(cd build && ctest --output-on-failure -j "${CTEST_JOBS:-4}" > "$OUT/ctest.log" 2>&1)
-test_rc=$?
-
-run_rc=0
-build/bin/run_all --csv > "$OUT/run_all.csv" 2> "$OUT/run.log" || run_rc=$?
-: > "$OUT/sweep.csv"
-sweep() {  # sweep <exe> [flags]: append its --sweep rows (one CSV header in all)
-  "$@" --sweep --csv 2>> "$OUT/run.log" | { [[ -s $OUT/sweep.csv ]] && tail -n +2 || cat; } >> "$OUT/sweep.csv"
-}
-for exe in build/bin/[0-9][0-9]_*; do
-  echo "== $exe --sweep" >> "$OUT/run.log"
-  sweep "$exe" || run_rc=1
-  # Attention steps with a backward pass also sweep fwd + bwd (--device-info exits 2 without one).
-  if "$exe" --help | grep -q -- '--bwd' && "$exe" --bwd --device-info > /dev/null 2>&1; then
-    echo "== $exe --sweep --bwd" >> "$OUT/run.log"
-    sweep "$exe" --bwd || run_rc=1
+build() {
+  if ! { cmake --preset default -DCMAKE_CUDA_ARCHITECTURES="${ARCH:-90a}" && cmake --build build -j "$(nproc)"; } \
+    > "$OUT/build.log" 2>&1; then
+    grep -B2 -A8 -E "error|Error" "$OUT/build.log" | head -80
+    return 1
   fi
-done
+}
+# shellcheck disable=SC2086  # CTEST_ARGS: several words
+tests() { (cd build && ctest --output-on-failure -j "${CTEST_JOBS:-4}" ${CTEST_ARGS:-}) > "$OUT/ctest.log" 2>&1; }
+run_all() { build/bin/run_all --csv > "$OUT/run_all.csv" 2>> "$OUT/run.log"; }
+bench() {  # every step's --sweep (--bwd) and the SDPA baselines; the plot goes into the tarball
+  python3 profiles/bench.py --out "$OUT/bench.csv" --png "$work/profiles/bench.png" --no-render >> "$OUT/run.log" 2>&1
+}
+capture() { bash profiles/capture.sh --no-build --out "$work/profiles" all >> "$OUT/run.log" 2>&1; }
+sass() {
+  for obj in $(find build -name 'kernel.cu.o' | sort); do
+    echo "### $obj"
+    cuobjdump -sass "$obj" | grep -vE '^\s*/\*[0-9a-f]{4}\*/\s*$'
+  done 2>&1 | gzip > "$OUT/sass.txt.gz"
+}
 
-# One launch per (step, shape) under ncu; each block of CSV is preceded by "# <step> <problem>".
-metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
-metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
-metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread
-metrics+=,l1tex__t_sector_hit_rate.pct
-: > "$OUT/ncu.csv"
-while read -r step shape; do
-  [[ -x build/bin/$step ]] || continue
-  echo "# $step $shape" >> "$OUT/ncu.csv"
-  ncu --clock-control none --profile-from-start off --csv --metrics "$metrics" \
-    build/bin/$step --profile $shape >> "$OUT/ncu.csv" 2>> "$OUT/run.log"
-done < profiles/ncu_shapes.txt
+stage build build
+if [[ " ${failed[*]-} " == *" build "* ]]; then exit 1; fi
+stage ctest tests
+stage run_all run_all
+stage bench bench
+stage capture capture
+stage sass sass
+if [[ -d $work/profiles ]] && [[ -n $(ls -A "$work/profiles") ]]; then
+  tar -C "$work/profiles" -czf "$OUT/profiles.tar.gz" .
+fi
 
-for obj in $(find build -name 'kernel.cu.o' | sort); do
-  echo "### $obj"
-  cuobjdump -sass "$obj" | grep -vE '^\s*/\*[0-9a-f]{4}\*/\s*$'
-done 2>&1 | gzip > "$OUT/sass.txt.gz"
-
-echo "== ctest (rc $test_rc)"
-grep -E "tests passed|\(Failed\)|\(Skipped\)|Not Run|\*\*\*Failed" "$OUT/ctest.log" | head -30
-echo "== run_all + sweeps (rc $run_rc)"
-grep -E "^(device|peaks)|FAIL|error" "$OUT/run.log" | sort -u | head -12
-python3 - "$OUT" <<'PY'
-import csv, sys, os
-for name in ("run_all.csv", "sweep.csv"):
-    rows = list(csv.DictReader(open(os.path.join(sys.argv[1], name))))
-    print(f"-- {name}")
-    for r in rows:
-        print(f"{r['step']:<22} {r['problem']:<26} {float(r['time_ms']):9.4f} ms {float(r['rate']):9.1f} {r['unit']:<7}"
-              f" {float(r['pct_peak']):5.1f}% {r['peak']:<5} x{float(r['speedup_vs_prev']):5.2f} {r['check']}")
-PY
+echo "== summary"
+[[ -f $OUT/ctest.log ]] && grep -E "tests passed|\(Failed\)|Not Run|\*\*\*Failed" "$OUT/ctest.log" | head -30
+[[ -f $OUT/run.log ]] && grep -E "^(device|peaks)|FAIL|error|== capture.sh|does not know|PyTorch|matplotlib" "$OUT/run.log" |
+  sort -u | head -30
+[[ -s $OUT/run_all.csv ]] && python3 profiles/bench.py --show "$OUT/run_all.csv"
+[[ -s $OUT/bench.csv ]] && echo "bench.csv rows per step:" &&
+  python3 -c 'import csv, collections, sys; print(dict(collections.Counter(r["step"] for r in csv.DictReader(open(sys.argv[1])))))' "$OUT/bench.csv"
+[[ -f $OUT/profiles.tar.gz ]] && echo "profiles.tar.gz:" && tar -tzf "$OUT/profiles.tar.gz" | grep -v '/$' | sort | head -40
+ls -la "$OUT"
+if ((${#failed[@]})); then
+  echo "== failed stages: ${failed[*]}"
+  exit 1
+fi

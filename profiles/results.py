@@ -1,95 +1,50 @@
 #!/usr/bin/env python3
 """profiles/results.py: the project's results, generated from measured runs (never typed).
 
-  python3 profiles/results.py import DIR   # copy a GPU session's output (profiles/gpu_session.sh)
-                                           # into profiles/<gpu>/, then render
-  python3 profiles/results.py render       # rewrite the generated tables from the committed CSVs
+  python3 profiles/results.py import DIR   # take a GPU session's output (profiles/gpu_session.sh) into
+                                           # profiles/<gpu>/, then render
+  python3 profiles/results.py render       # rewrite the generated tables from the committed files
   python3 profiles/results.py check        # exit 1 if `render` would change any file (CI runs it)
 
 Committed inputs, per GPU (profiles/h100/...):
-  env.txt          GPU, driver, nvcc and ncu versions of the session
-  run_all.csv      run_all --csv: every step on its default problem
-  sweep.csv        every step's --sweep --csv
-  ncu.csv          Nsight Compute counters, one launch per (step, shape) of profiles/ncu_shapes.txt
-  sass_summary.csv instruction counts per kernel, from the session's cuobjdump -sass
+  env.txt            GPU, driver, nvcc, ncu (and PyTorch) versions of the session
+  run_all.csv        run_all --csv: every step on its default problem
+  bench.csv          profiles/bench.py: every step's --sweep (--bwd) rows, and the SDPA baselines
+  bench.png          profiles/bench.py's plot of bench.csv
+  NN_name/           profiles/capture.sh: metrics.csv (the ncu panel, one row per shape and kernel),
+                     speed_of_light.txt, ncu_raw.csv
+  ncu.csv            the older capture format (nine counters), read for steps without NN_name/
+  sass_summary.csv   instruction counts per kernel, from the session's cuobjdump -sass
 
-Generated outputs: the tables between <!-- NAME:begin --> and <!-- NAME:end --> markers in
-README.md and docs/*.md. Only the standard library is used.
+Generated outputs: the blocks between <!-- NAME:begin --> and <!-- NAME:end --> markers in
+README.md, profiles/README.md and docs/*.md; every docs/NN_*.md may hold a <!-- compare:NN:begin -->
+block (the step's panel beside its predecessor's, profiles/moved.txt). Only the standard library
+is used.
 """
 import csv
 import gzip
-import io
 import os
 import re
 import shutil
 import sys
+import tarfile
 from collections import OrderedDict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROFILES = os.path.join(ROOT, "profiles")
-GPU = "h100"  # the GPU whose committed results the docs quote
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fa_profiles import (COUNTERS, DOC_GPU as GPU, ROOT, aggregate, compare_report, fmt_delta,  # noqa: E402
+                         fmt_number, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
+                         read_env, read_moved, read_shapes, shape_label, value)
 
-NCU_METRICS = OrderedDict([
-    ("gpu__time_duration.sum", "time (µs)"),
-    ("dram__bytes_read.sum", "DRAM read (MB)"),
-    ("dram__bytes_write.sum", "DRAM write (MB)"),
-    ("lts__t_sector_hit_rate.pct", "L2 hit %"),
-    ("l1tex__t_sector_hit_rate.pct", "L1 hit %"),
-    ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM %"),
-    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM %"),
-    ("sm__warps_active.avg.pct_of_peak_sustained_active", "occupancy %"),
-    ("launch__registers_per_thread", "regs"),
-])
+# Docs being edited on another branch: their blocks are neither rendered nor checked here until the
+# branches meet (then delete the entry and run `render`). Said on every run, so it is not forgotten.
+HELD = {"docs/05_flash_forward.md", "docs/06_causal_stages.md"}
 
-
-# ---- reading ------------------------------------------------------------------------------------
-def gpu_dir(gpu=GPU):
-    return os.path.join(PROFILES, gpu)
-
-
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def read_env(gpu=GPU):
-    path = os.path.join(gpu_dir(gpu), "env.txt")
-    return [l.strip() for l in open(path)] if os.path.exists(path) else []
-
-
-def parse_ncu(path):
-    """ncu.csv: blocks '# <step> <flags>' then ncu's CSV. -> [(step, problem, kernel, {metric: value})]"""
-    out = []
-    header, lines = None, []
-
-    def flush():
-        if header is None:
-            return
-        step, flags = header
-        m = re.search(r"--rows (\d+) --cols (\d+)", flags)
-        problem = f"{m.group(1)}x{m.group(2)}" if m else flags.replace("--", "").strip()
-        kernels = OrderedDict()
-        for r in csv.DictReader(io.StringIO("\n".join(lines))):
-            name = re.sub(r"\(.*", "", r["Kernel Name"]).replace("void ", "")
-            key = (r["ID"], name)
-            value = float(r["Metric Value"].replace(",", ""))
-            unit = r["Metric Unit"]
-            scale = {"byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1, "Gbyte": 1e3, "ns": 1e-3, "us": 1, "usecond": 1,
-                     "msecond": 1e3, "nsecond": 1e-3}.get(unit, 1)
-            kernels.setdefault(key, {})[r["Metric Name"]] = value * scale
-        for (_, name), metrics in kernels.items():
-            out.append((step, problem, name, metrics))
-
-    for line in open(path):
-        line = line.rstrip("\n")
-        if line.startswith("# "):
-            flush()
-            parts = line[2:].split(" ", 1)
-            header, lines = (parts[0], parts[1] if len(parts) > 1 else ""), []
-        elif line.startswith('"'):
-            lines.append(line)
-    flush()
-    return out
+# The columns of the per-kernel profile tables in the docs (their prose quotes these numbers).
+PROFILE_COLUMNS = [("time_us", "time (µs)", "{:.1f}"), ("dram_read_mb", "DRAM read (MB)", "{:.0f}"),
+                   ("dram_write_mb", "DRAM write (MB)", "{:.0f}"), ("l2_hit_pct", "L2 hit %", "{:.0f}"),
+                   ("l1_hit_pct", "L1 hit %", "{:.0f}"), ("dram_pct", "DRAM %", "{:.0f}"),
+                   ("sm_pct", "SM %", "{:.0f}"), ("occupancy_pct", "occupancy %", "{:.0f}"),
+                   ("regs", "regs", "{:.0f}")]
 
 
 # ---- formatting ---------------------------------------------------------------------------------
@@ -99,12 +54,6 @@ def num(v, fmt):
     except (TypeError, ValueError):
         return "-"
     return "-" if x < 0 else fmt.format(x)
-
-
-def md_table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def source_line(files):
@@ -131,7 +80,7 @@ def run_all_table():
 
 def softmax_sweep_table():
     """From step 02's sweep rows: 02 and its predecessor 01 timed interleaved in the same process."""
-    rows = [r for r in read_csv(os.path.join(gpu_dir(), "sweep.csv")) if r["step"] == "02_online_softmax"]
+    rows = [r for r in read_csv(os.path.join(gpu_dir(), "bench.csv")) if r["step"] == "02_online_softmax"]
     body = []
     for r in rows:
         rate02, t01, t02 = float(r["rate"]), float(r["prev_time_ms"]), float(r["time_ms"])
@@ -143,7 +92,7 @@ def softmax_sweep_table():
                      "02 vs 01"], body) + \
         f"\n\nMedians of interleaved repetitions (02, 01, 02, 01, ...; L2 flushed before each) in one process. GB/s " \
         f"counts x read once and y written once; % copy is of the device-to-device copy measured in the same run " \
-        f"({copy:.0f} GB/s).\n\n" + source_line(["sweep.csv"])
+        f"({copy:.0f} GB/s).\n\n" + source_line(["bench.csv"])
 
 
 def softmax_profile_table():
@@ -155,7 +104,7 @@ def steps_in(rows, prefix):
 
 
 def matmul_table():
-    rows = steps_in(read_csv(os.path.join(gpu_dir(), "sweep.csv")), "03_")
+    rows = steps_in(read_csv(os.path.join(gpu_dir(), "bench.csv")), "03_")
     body = [[r["problem"], num(r["time_ms"], "{:.3f}"), num(r["rate"], "{:.1f}"), num(r["pct_peak"], "{:.0f}%"),
              num(r["baseline_time_ms"], "{:.3f}"),
              num(float(r["rate"]) / float(r["vs_baseline"]) if float(r["vs_baseline"]) > 0 else -1, "{:.1f}"),
@@ -163,12 +112,12 @@ def matmul_table():
     return md_table(["M×N×K layout", "03 time (ms)", "03 TFLOP/s", "03 % FP32 peak", "cuBLAS time (ms)",
                      "cuBLAS TFLOP/s", "03 / cuBLAS"], body) + \
         "\n\nStep 03 and cuBLAS SGEMM (default math mode: plain FP32, no TF32) timed interleaved in one process; " \
-        "median of 20 repetitions, L2 flushed before each.\n\n" + source_line(["sweep.csv"])
+        "median of 20 repetitions, L2 flushed before each.\n\n" + source_line(["bench.csv"])
 
 
 def attention_table(steps, mode="fwd"):
     """TFLOP/s per step for every sweep shape; x columns from the later step's interleaved timing."""
-    rows = read_csv(os.path.join(gpu_dir(), "sweep.csv"))
+    rows = read_csv(os.path.join(gpu_dir(), "bench.csv"))
     by = OrderedDict()
     for r in rows:
         if r["step"] not in steps:
@@ -193,19 +142,29 @@ def attention_table(steps, mode="fwd"):
         f"\n\n{mode}, FlashAttention FLOP convention (4·B·H·Sq·Sk·d, halved when causal; bwd 2.5×). Shapes: " \
         "batch·seq = 16384 tokens, heads = 2048/d. \"x vs y\" is y's time over x's from the same process, " \
         "timed interleaved; \"-\" where a step could not run the shape (memory) or did not run it.\n\n" + \
-        source_line(["sweep.csv"])
+        source_line(["bench.csv"])
 
 
 def profile_table(prefixes):
+    """Every captured kernel of the steps named by `prefixes`, one row each, shape by shape: the
+    shapes of the last of them (the doc's own step) where it has a capture, else all."""
+    steps = [st for st in known_steps() if st.startswith(prefixes)]
+    panels = {st: load_panel(st) for st in steps}
+    order = [f for _, f in read_shapes()]
+    own = [st for st in steps if panels[st][0]][-1:]
+    shapes = list(dict.fromkeys(r["shape"] for st in (own or steps) for r in panels[st][0]))
+    shapes.sort(key=lambda f: order.index(f) if f in order else len(order))
     body = []
-    for step, problem, kernel, m in parse_ncu(os.path.join(gpu_dir(), "ncu.csv")):
-        if not step.startswith(prefixes):
-            continue
-        body.append([step, problem, kernel.split("::")[-1]] +
-                    [num(m.get(k), "{:.0f}" if k != "gpu__time_duration.sum" else "{:.1f}") for k in NCU_METRICS])
-    return md_table(["step", "problem", "kernel"] + list(NCU_METRICS.values()), body) + \
+    for flags in shapes:
+        for st in steps:
+            for r in panels[st][0]:
+                if r["shape"] == flags:
+                    body.append([st, shape_label(flags), r["kernel"]] +
+                                [num(value(r, k), f) for k, _, f in PROFILE_COLUMNS])
+    files = sorted({os.path.relpath(path, gpu_dir()) for _, path in panels.values() if path})
+    return md_table(["step", "problem", "kernel"] + [label for _, label, _ in PROFILE_COLUMNS], body) + \
         "\n\nOne launch per row after a warm-up, `ncu --clock-control none` (ncu times compare only with ncu " \
-        "times).\n\n" + source_line(["ncu.csv"])
+        "times).\n\n" + source_line(files or ["ncu.csv"])
 
 
 def sass_table(prefixes):
@@ -255,10 +214,75 @@ def summarize_sass(path):
     return kernels
 
 
+# ---- the master table of profiles/README.md ------------------------------------------------------
+def known_steps():
+    return fa_known_steps(GPU)
+
+
+def moved_cell(m):
+    """'DRAM read (MB) at 64x4194304: 3221 → 2148 (-33%)', or why it cannot be shown yet."""
+    if not m["prev"] or not m["counter"]:
+        return "- (first of its family)"
+    c = COUNTERS[m["counter"]]
+    rows = {st: [r for r in load_panel(st)[0] if r["shape"] == m["shape"]] for st in (m["prev"], m["step"])}
+    missing = [st for st, r in rows.items() if not r]
+    if missing:
+        return f"not captured at {shape_label(m['shape'])} yet: `profiles/capture.sh {' '.join(st[:2] for st in missing)}`"
+    before, after = (aggregate(rows[st])[c.key] for st in (m["prev"], m["step"]))
+    if before is None or after is None:
+        return f"{c.label}: not in the capture (re-run `profiles/capture.sh {m['prev'][:2]} {m['step'][:2]}`)"
+    return f"{c.label} at {shape_label(m['shape'])}: {fmt_number(before, c.kind)} → {fmt_number(after, c.kind)} " \
+           f"({fmt_delta(before, after, c.kind)[1]} vs {m['prev'][:2]})"
+
+
+def master_table():
+    bench = read_bench()
+    run_all_path = os.path.join(gpu_dir(), "run_all.csv")
+    ideas = {r["step"]: r["idea"] for r in (read_csv(run_all_path) if os.path.exists(run_all_path) else []) + bench}
+    body = []
+    for m in read_moved():
+        b = next((r for r in bench if r["step"] == m["step"] and r["problem"] == m["problem"]), None)
+        gain = "-"
+        if b and num(b["speedup_vs_prev"], "x") != "-":
+            gain = f"{float(b['speedup_vs_prev']):.2f}× vs {b['prev_step'][:2]}"
+        body.append([m["step"], ideas.get(m["step"], "-"), m["problem"] or "-",
+                     num(b["time_ms"], "{:.3f}") if b else "-",
+                     (num(b["rate"], "{:.1f}") + " " + b["unit"]) if b else "-",
+                     (num(b["pct_peak"], "{:.1f}%") + " of " + b["peak"]) if b else "-",
+                     moved_cell(m), gain])
+    files = sorted({os.path.relpath(p, gpu_dir()) for m in read_moved() for st in (m["step"], m["prev"]) if st
+                    for p in [load_panel(st)[1]] if p})
+    return md_table(["step", "what changed", "problem", "time (ms)", "rate", "% of peak",
+                     "the counter that moved (ncu, before → after)", "step gain (same run)"], body) + \
+        "\n\nTime, rate and % of peak: `bench.csv` (CUDA events, median of at least 20 repetitions, L2 flushed " \
+        "before each); \"-\" where the step has not been benchmarked on that problem yet. The counter: the panel " \
+        "counter that the step's idea predicts will move most (`profiles/moved.txt`), summed or duration-weighted " \
+        "over the step's kernels, from one launch under Nsight Compute. Step gain: the previous step's time over " \
+        "this one's, timed interleaved in the same process.\n\n" + source_line(["bench.csv"] + files)
+
+
+def env_block():
+    env = read_env()
+    if not env:
+        return "*No `profiles/h100/env.txt` yet.*"
+    gpu = env[0].split(", ")
+    lines = [f"- GPU: {gpu[0]}" + (f", driver {gpu[1]}" if len(gpu) > 1 else "") +
+             (f", {gpu[2]}" if len(gpu) > 2 else "") + (f", max SM clock {gpu[3]}" if len(gpu) > 3 else "")]
+    for line in env[1:]:
+        if line.startswith("Build cuda") or "nvcc" in line.lower():
+            lines.append(f"- CUDA compiler: {line}")
+        elif line.startswith("Version"):
+            lines.append(f"- Nsight Compute: {line}")
+        else:
+            lines.append(f"- {line}")
+    return "\n".join(lines) + f"\n\n*From `profiles/{GPU}/env.txt`, recorded by `profiles/gpu_session.sh`.*"
+
+
 # ---- the generated blocks -----------------------------------------------------------------------
 ATTN_FWD = ("04_naive_attention", "05_flash_forward", "06_causal_stages")
 BLOCKS = {
     "README.md": {"results": run_all_table},
+    "profiles/README.md": {"master": master_table, "ncu_env": env_block},
     "docs/03_tiled_matmul.md": {"results:matmul": matmul_table, "profile:matmul": lambda: profile_table(("03_",))},
     "docs/04_naive_attention.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
                                    "results:attn_naive_bwd": lambda: attention_table(("04_naive_attention",), "bwd"),
@@ -272,15 +296,41 @@ BLOCKS = {
     "docs/02_online_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
                                   "sass:softmax": lambda: sass_table(("step01::", "step02::"))},
 }
+_COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
 
 
-def render_file(rel, blocks):
+def compare_block(nn):
+    """A doc's compare:NN block: step NN's panel beside the step it is compared with (moved.txt)."""
+    step = next((st for st in known_steps() if st[:2] == nn), None)
+    if step is None:
+        return f"*No step {nn} yet.*"
+    m = next((m for m in read_moved() if m["step"] == step), None)
+    steps = [m["prev"], step] if m and m["prev"] else [step]
+    text, _ = compare_report(steps, GPU, markdown=True)
+    if not text.strip():  # one step, nothing captured
+        text = f"*No capture yet for step {step}: run `profiles/capture.sh {nn}` on a GPU.*"
+    cmd = f"python3 profiles/compare.py {' '.join(s[:2] for s in steps)}" if len(steps) > 1 else \
+        f"python3 profiles/compare.py {nn} <another step>"
+    return text + f"\n\n*Generated by `profiles/results.py`; captured with `profiles/capture.sh {nn}`, " \
+                  f"compared with `{cmd}`.*"
+
+
+def blocks_of(rel, text):
+    blocks = dict(BLOCKS.get(rel, {}))
+    if rel.startswith("docs/"):
+        for nn in _COMPARE.findall(text):
+            blocks[f"compare:{nn}"] = (lambda n: lambda: compare_block(n))(nn)
+    return blocks
+
+
+def render_file(rel):
     path = os.path.join(ROOT, rel)
     if not os.path.exists(path):
         return None, None
-    old = open(path, encoding="utf-8").read()
+    with open(path, encoding="utf-8") as f:
+        old = f.read()
     new = old
-    for name, fn in blocks.items():
+    for name, fn in blocks_of(rel, old).items():
         pat = re.compile(rf"(<!-- {re.escape(name)}:begin -->\n)(.*?)(<!-- {re.escape(name)}:end -->)", re.S)
         if not pat.search(new):
             raise SystemExit(f"{rel}: missing markers <!-- {name}:begin --> / <!-- {name}:end -->")
@@ -289,15 +339,20 @@ def render_file(rel, blocks):
 
 
 def render(check):
+    docs = sorted("docs/" + f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
     stale = []
-    for rel, blocks in BLOCKS.items():
-        old, new = render_file(rel, blocks)
-        if old is None:
+    for rel in list(dict.fromkeys(list(BLOCKS) + docs)):
+        if rel in HELD:
             continue
-        if old != new:
-            stale.append(rel)
-            if not check:
-                open(os.path.join(ROOT, rel), "w", encoding="utf-8").write(new)
+        old, new = render_file(rel)
+        if old is None or old == new:
+            continue
+        stale.append(rel)
+        if not check:
+            with open(os.path.join(ROOT, rel), "w", encoding="utf-8") as f:
+                f.write(new)
+    if HELD:
+        print("held (edited on another branch; not rendered or checked): " + ", ".join(sorted(HELD)))
     if check:
         if stale:
             print("generated tables are stale in: " + ", ".join(stale) + " (run: python3 profiles/results.py render)")
@@ -308,13 +363,50 @@ def render(check):
     return 0
 
 
+# ---- import -------------------------------------------------------------------------------------
+_CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv)|bench\.png)$")
+
+
 def import_session(src):
-    dst = gpu_dir()
+    """A gpu_session.sh output folder -> profiles/<gpu>/ (the GPU named in its env.txt)."""
+    if not os.path.exists(os.path.join(src, "env.txt")):
+        raise SystemExit(f"{src}: no env.txt (is this the output of profiles/gpu_session.sh?)")
+    with open(os.path.join(src, "env.txt"), encoding="utf-8") as f:
+        gpu = gpu_slug(f.readline().split(",")[0])
+    dst = gpu_dir(gpu)
     os.makedirs(dst, exist_ok=True)
-    for f in ("env.txt", "run_all.csv", "sweep.csv", "ncu.csv"):
-        if not os.path.exists(os.path.join(src, f)):
-            raise SystemExit(f"{src}: no {f} (is this the output of profiles/gpu_session.sh?)")
-        shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
+    copied = []
+    for name, target in (("env.txt", "env.txt"), ("run_all.csv", "run_all.csv"), ("bench.csv", "bench.csv"),
+                         ("sweep.csv", "bench.csv"), ("ncu.csv", "ncu.csv")):  # sweep.csv, ncu.csv: older sessions
+        if os.path.exists(os.path.join(src, name)):
+            shutil.copyfile(os.path.join(src, name), os.path.join(dst, target))
+            copied.append(target)
+    tar = os.path.join(src, "profiles.tar.gz")
+    if os.path.exists(tar):
+        steps = set()
+        with tarfile.open(tar, "r:gz") as t:
+            for member in t.getmembers():
+                m = _CAPTURE_FILE.match(member.name)
+                if not (m and member.isfile()):
+                    continue
+                path = os.path.join(dst, m.group(1))
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with t.extractfile(member) as f_in, open(path, "wb") as f_out:
+                    shutil.copyfileobj(f_in, f_out)
+                if "/" in m.group(1):
+                    steps.add(m.group(1).split("/")[0])
+                else:
+                    copied.append(m.group(1))
+        copied += [f"{st}/" for st in sorted(steps)]
+        legacy = os.path.join(dst, "ncu.csv")
+        if steps and os.path.exists(legacy) and "ncu.csv" not in copied:
+            left = sorted({r["step"] for r in legacy_rows(gpu)} - {st for st in os.listdir(dst)
+                                                                    if os.path.exists(os.path.join(dst, st, "metrics.csv"))})
+            if left:
+                print(f"kept {os.path.relpath(legacy, ROOT)}: steps {', '.join(left)} have no metrics.csv yet")
+            else:
+                os.remove(legacy)
+                print(f"removed {os.path.relpath(legacy, ROOT)}: every step in it now has its metrics.csv")
     sass = os.path.join(src, "sass.txt.gz")
     if os.path.exists(sass):
         kernels = summarize_sass(sass)
@@ -323,7 +415,10 @@ def import_session(src):
             w.writerow(["kernel", "instructions", "ldg128", "ldg32", "stg128", "stg32", "mufu_ex2", "shfl", "bar"])
             for name, k in kernels.items():
                 w.writerow([name] + list(k.values()))
-    print(f"imported {src} -> {os.path.relpath(dst, ROOT)}")
+        copied.append("sass_summary.csv")
+    print(f"imported {src} -> {os.path.relpath(dst, ROOT)}/: {', '.join(copied)}")
+    if gpu != GPU:
+        print(f"note: the docs quote profiles/{GPU}/; this session ran on {gpu}, so render changes nothing for it")
 
 
 def main(argv):

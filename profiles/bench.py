@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""profiles/bench.py: every built step's benchmark sweep and PyTorch's SDPA baselines, in one CSV
+and one plot.
+
+  python3 profiles/bench.py                     # on a GPU: all of it; writes profiles/<gpu>/bench.csv and
+                                                # bench.png, then re-renders the generated tables (results.py)
+  python3 profiles/bench.py --steps 04,05       # only these steps (SDPA baselines still run)
+  python3 profiles/bench.py --no-sdpa           # the steps only
+  python3 profiles/bench.py --plot-only         # no GPU: redraw profiles/h100/bench.png from the committed bench.csv
+  python3 profiles/bench.py --show FILE.csv ... # print CSVs of the executables' format as terminal tables
+  python3 profiles/bench.py --check-deps        # which optional parts are here (PyTorch, matplotlib)
+
+Steps: `build/bin/NN_name --sweep --csv` for every built step, and `--sweep --bwd --csv` as well for
+a step with a backward (its `--bwd --device-info` exits 0). Their rows are kept as printed.
+
+Baselines (PyTorch with CUDA only): torch.nn.functional.scaled_dot_product_attention under
+torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) (step 'sdpa_flash') and
+SDPBackend.CUDNN_ATTENTION (step 'sdpa_cudnn'), on the attention sweep of the steps (batch·seq =
+16384 tokens, heads = 2048/head_dim, seq 512...16384, head_dim 64 and 128, causal and not), fp16 and
+bf16, layout [B, H, S, D], inputs uniform in [-0.5, 1.5) (dO in [-1, 1)). Timed as the steps are:
+CUDA events around each launch, warm-up launches, at least 20 repetitions, the median, L2 flushed
+before every repetition by writing a buffer twice its size. Rows: forward (problem 'B.. H.. S.. D..
+[causal] f16'), backward ('... bwd', autograd.grad of the forward's output) and their sum ('...
+fwd+bwd'); FLOPs by the FlashAttention convention (forward 4·B·H·S²·D, halved when causal; backward
+2.5×, both 3.5×); % of peak of the dense fp16 tensor peak that the steps' --device-info prints.
+
+Without PyTorch the baselines are skipped, without matplotlib the plot: each is said, and the CSV
+and the terminal table are still written.
+"""
+import argparse
+import csv
+import glob
+import importlib.util
+import io
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa_profiles as fp  # noqa: E402
+
+# The attention sweep of common/family_attention.cpp (sweep()): the FlashAttention-2 benchmark shapes.
+ATTN_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+ATTN_DIMS = (64, 128)
+TOKENS, MODEL_DIM = 16384, 2048
+
+
+def say(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---- optional parts ------------------------------------------------------------------------------
+def have_torch():
+    """-> (torch module or None, why not)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None, "PyTorch not found: SDPA baselines skipped (pip install torch)"
+    if not torch.cuda.is_available():
+        return None, f"PyTorch {torch.__version__} has no CUDA device: SDPA baselines skipped"
+    return torch, ""
+
+
+def have_matplotlib():
+    if importlib.util.find_spec("matplotlib") is None:
+        return False, "matplotlib not found: bench.png not drawn (apt-get install python3-matplotlib, or pip install matplotlib)"
+    return True, ""
+
+
+# ---- the steps -----------------------------------------------------------------------------------
+def parse_rows(text):
+    start = text.find("step,idea,problem")
+    return list(csv.DictReader(io.StringIO(text[start:]))) if start >= 0 else []
+
+
+def run_csv(cmd):
+    say("== " + " ".join(cmd))
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    rows = parse_rows(p.stdout)
+    if p.returncode != 0:
+        say(f"   exited {p.returncode} ({len(rows)} rows kept)")
+    return rows, p.returncode
+
+
+def device_info(exe):
+    """The device name and the dense fp16 tensor peak (TFLOP/s) as the step executables print them."""
+    p = subprocess.run([exe, "--device-info"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    name = re.search(r"^device \d+: (.*?) \(sm_", p.stdout, re.M)
+    peak = re.search(r"FP16 tensor ([\d.]+) TFLOP/s", p.stdout)
+    return (name.group(1) if name else ""), (float(peak.group(1)) if peak else -1.0)
+
+
+def step_exes(build, only):
+    exes = sorted(e for e in glob.glob(os.path.join(build, "bin", "[0-9][0-9]_*")) if os.access(e, os.X_OK))
+    return [e for e in exes if not only or os.path.basename(e)[:2] in only]
+
+
+def step_rows(exes):
+    rows, failed = [], 0
+    for exe in exes:
+        r, rc = run_csv([exe, "--sweep", "--csv"])
+        rows, failed = rows + r, failed + (rc != 0)
+        if subprocess.run([exe, "--bwd", "--device-info"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0:
+            r, rc = run_csv([exe, "--sweep", "--bwd", "--csv"])
+            rows, failed = rows + r, failed + (rc != 0)
+    return rows, failed
+
+
+# ---- the SDPA baselines --------------------------------------------------------------------------
+def median_ms(torch, fn, flush, reps, warmup):
+    """CUDA events around each call, L2 flushed (2×L2 written) before each; the median in ms."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for i, (a, b) in enumerate(events):
+        flush.fill_(i & 0xFF)
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in events)
+
+
+def time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup):
+    """-> (forward ms, backward ms) of SDPA under the backend in force."""
+    import torch.nn.functional as F
+
+    def fwd():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    out = fwd()
+    tf = median_ms(torch, fwd, flush, reps, warmup)
+    tb = median_ms(torch, lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), flush, reps, warmup)
+    return tf, tb
+
+
+def sdpa_rows(torch, tensor_peak, reps, warmup):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    props = torch.cuda.get_device_properties(0)
+    l2 = int(getattr(props, "L2_cache_size", 0) or (128 << 20))
+    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+    device = torch.cuda.get_device_name(0)
+    backends = [("sdpa_flash", SDPBackend.FLASH_ATTENTION, "FlashAttention-2 backend"),
+                ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION, "cuDNN backend")]
+    rows, refused = [], set()
+    torch.manual_seed(0)
+    for causal, d, seq in ((c, d, s) for c in (False, True) for d in ATTN_DIMS for s in ATTN_SEQS):
+        b, h = TOKENS // seq, MODEL_DIM // d
+        flop = 4.0 * b * h * seq * seq * d / (2.0 if causal else 1.0)
+        shape = f"B{b} H{h} S{seq} D{d}" + (" causal" if causal else "")
+        for dname, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+            q, k, v = (torch.rand(b, h, seq, d, device="cuda", dtype=dtype).mul_(2).sub_(0.5).requires_grad_()
+                       for _ in range(3))
+            dout = torch.rand(b, h, seq, d, device="cuda", dtype=dtype).mul_(2).sub_(1)
+            for step, backend, what in backends:
+                try:
+                    with sdpa_kernel(backend):
+                        tf, tb = time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup)
+                except RuntimeError as e:
+                    why = str(e).strip().splitlines()[0][:160]
+                    if (step, why) not in refused:
+                        say(f"   {step}: {shape} {dname}: {why} (skipped; further such skips not repeated)")
+                        refused.add((step, why))
+                    continue
+                for mode, ms, factor in (("", tf, 1.0), (" bwd", tb, 2.5), (" fwd+bwd", tf + tb, 3.5)):
+                    rate = factor * flop / (ms * 1e-3) * 1e-12
+                    rows.append(dict(step=step, idea=f"PyTorch {torch.__version__} SDPA, {what}",
+                                     problem=f"{shape} {dname}{mode}", time_ms=f"{ms:.6g}", rate=f"{rate:.6g}",
+                                     unit="TFLOP/s", pct_peak=f"{100 * rate / tensor_peak:.4g}" if tensor_peak > 0 else "-1",
+                                     peak="tensor", peak_value=f"{tensor_peak:.6g}", prev_step="", prev_time_ms="-1",
+                                     speedup_vs_prev="-1", err_vs_prev="-1", check="", baseline="",
+                                     baseline_time_ms="-1", vs_baseline="-1", device=device))
+            say(f"   sdpa {shape} {dname}: done")
+    return rows
+
+
+# ---- output --------------------------------------------------------------------------------------
+def write_csv(path, rows):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fp.BENCH_COLUMNS, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def show(rows):
+    def n(v, f):
+        x = fp.to_float(v)
+        return "-" if x is None or x < 0 else f.format(x)
+    body = [[r["step"], r["problem"], n(r["time_ms"], "{:.4f}"), n(r["rate"], "{:.1f}") + " " + r["unit"],
+             n(r["pct_peak"], "{:.1f}%") + " " + r["peak"], n(r["speedup_vs_prev"], "{:.2f}x"), r.get("check", "")]
+            for r in rows]
+    return fp.text_table(["step", "problem", "time (ms)", "rate", "% of peak", "x prev", "check"], body, left=2)
+
+
+def series_style(label, dtype, colors):
+    return dict(color=colors[label], linestyle="--" if dtype == "bf16" else "-", marker="o", markersize=3.5, linewidth=1.6)
+
+
+def plot(rows, png, source):
+    """bench.png: softmax GB/s, matmul TFLOP/s against cuBLAS, attention forward and backward TFLOP/s."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    fig, axes = plt.subplots(5, 2, figsize=(12, 21))
+    device = next((r["device"] for r in rows if r.get("device")), "unknown GPU")
+    fig.suptitle(f"{device}: the steps and their baselines\n(generated by profiles/bench.py from {source})",
+                 fontsize=13, y=0.995)
+
+    # Softmax: GB/s per shape, and the device copy measured in the same runs.
+    ax = axes[0][0]
+    soft = [r for r in rows if r["unit"] == "GB/s" and re.fullmatch(r"\d+x\d+", r["problem"])]
+    shapes = list(dict.fromkeys(r["problem"] for r in soft))
+    for step in dict.fromkeys(r["step"] for r in soft):
+        pts = {r["problem"]: float(r["rate"]) for r in soft if r["step"] == step}
+        ax.plot(range(len(shapes)), [pts.get(s, float("nan")) for s in shapes], marker="o", label=step)
+    copies = [float(r["peak_value"]) for r in soft if r["peak"] == "copy"]
+    if copies:
+        ax.axhline(statistics.median(copies), color="grey", linestyle=":", label="device copy (same runs)")
+    ax.set_xticks(range(len(shapes)))
+    ax.set_xticklabels([s.replace("x", "×") for s in shapes], rotation=20)
+    top = max([float(r["rate"]) for r in soft] + copies + [1.0])
+    ax.set(title="softmax", ylabel="GB/s (x read once, y written once)", ylim=(0, 1.1 * top))
+
+    # Matmul: TFLOP/s against M = N = K, per layout, with cuBLAS from the same runs.
+    ax = axes[0][1]
+    mm = [r for r in rows if r["baseline"] and re.fullmatch(r"(\d+)x\1x\1 (NN|NT|TN)", r["problem"])]
+    for i, layout in enumerate(dict.fromkeys(r["problem"].split()[1] for r in mm)):
+        pts = sorted((int(r["problem"].split("x")[0]), float(r["rate"]), float(r["time_ms"]), float(r["baseline_time_ms"]))
+                     for r in mm if r["problem"].endswith(layout))
+        color = f"C{i}"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=f"{mm[0]['step'][:2]} {layout}")
+        ax.plot([p[0] for p in pts], [p[1] * p[2] / p[3] for p in pts], marker="s", linestyle="--", color=color,
+                label=f"{mm[0]['baseline']} {layout}")
+    ax.set_xscale("log", base=2)
+    ax.set(title="fp32 matmul", xlabel="M = N = K", ylabel="TFLOP/s", ylim=(0, None))
+
+    # Attention: TFLOP/s against seq, one panel per (mode, head_dim, causal).
+    attn = []
+    for r in rows:
+        p = fp.split_problem(r["problem"])
+        if p and r["unit"] == "TFLOP/s" and fp.to_float(r["rate"]) and float(r["rate"]) > 0 and p["mode"] in ("fwd", "bwd"):
+            attn.append((p, r))
+    labels = list(dict.fromkeys(sorted((r["step"] for _, r in attn), key=lambda s: (s.startswith("sdpa"), s))))
+    colors = {l: f"C{i % 10}" for i, l in enumerate(labels)}
+    handles = {}
+    panels = [(mode, d, causal) for mode in ("fwd", "bwd") for d in ATTN_DIMS for causal in (False, True)]
+    for (mode, d, causal), ax in zip(panels, [a for row in axes[1:] for a in row]):
+        series = {}
+        for p, r in attn:
+            if (p["mode"], p["d"], p["causal"]) == (mode, d, causal):
+                series.setdefault((r["step"], p["dtype"]), {}).setdefault(p["seq"], float(r["rate"]))
+        dtype_order = {"f32": 0, "f16": 1, "bf16": 2}
+        for (label, dtype), pts in sorted(series.items(), key=lambda kv: (labels.index(kv[0][0]), dtype_order[kv[0][1]])):
+            xs = sorted(pts)
+            (line,) = ax.plot(xs, [pts[x] for x in xs], **series_style(label, dtype, colors))
+            handles.setdefault(f"{label} {dtype}", line)
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(ATTN_SEQS))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{s // 1024}k" if s >= 1024 else str(s) for s in ATTN_SEQS])
+        ax.set_title(f"attention {'forward' if mode == 'fwd' else 'backward'}, head_dim {d}, "
+                     f"{'causal' if causal else 'not causal'}")
+        values = [v for pts in series.values() for v in pts.values()]
+        if values and max(values) > 5 * min(values):  # fp32 steps and fp16 baselines: a log scale
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(v)[0] in "25" else ""))
+            ax.set_ylabel("TFLOP/s (log scale)")
+        else:
+            ax.set_ylim(0, 1.15 * max(values) if values else 1)
+            ax.set_ylabel("TFLOP/s")
+        ax.set_xlabel("seq (batch·seq = 16384)")
+        ax.grid(True, which="both", alpha=0.3)
+        if not series:
+            ax.text(0.5, 0.5, "no rows in bench.csv yet", ha="center", va="center", transform=ax.transAxes, color="grey")
+    for ax in axes[0]:
+        ax.grid(True, alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    top = 0.968  # below the two-line title; the legend of the attention panels, then the panels
+    if handles:
+        fig.legend(list(handles.values()), list(handles.keys()), loc="upper center", ncol=4, fontsize=9,
+                   bbox_to_anchor=(0.5, top), title="attention: solid fp32/fp16, dashed bf16", title_fontsize=9)
+        top -= 0.014 + 0.0105 * ((len(handles) + 3) // 4)
+    fig.tight_layout(rect=(0, 0, 1, top))
+    os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
+    fig.savefig(png, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def draw(rows, png, source):
+    ok, why = have_matplotlib()
+    if not ok:
+        say(why)
+        return False
+    plot(rows, png, source)
+    say(f"wrote {fp.rel(png) if png.startswith(fp.ROOT) else png}")
+    return True
+
+
+# ---- main ----------------------------------------------------------------------------------------
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="bench.py", description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", help="comma-separated step numbers to run (default: every built step)")
+    ap.add_argument("--no-steps", action="store_true", help="run no step (the SDPA baselines only)")
+    ap.add_argument("--no-sdpa", action="store_true", help="skip the PyTorch SDPA baselines")
+    ap.add_argument("--build", default=os.path.join(fp.ROOT, "build"), help="the build folder (default: build/)")
+    ap.add_argument("--out", help="the CSV to write (default: profiles/<gpu>/bench.csv)")
+    ap.add_argument("--png", help="the plot to draw (default: bench.png beside the CSV)")
+    ap.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    ap.add_argument("--no-render", action="store_true", help="do not re-render the generated tables afterwards")
+    ap.add_argument("--reps", type=int, default=20, help="timed repetitions of each SDPA call (at least 20)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed warm-up calls (default 3)")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the plot from an existing CSV (--csv), run nothing")
+    ap.add_argument("--csv", help=f"with --plot-only: the CSV to read (default profiles/{fp.DOC_GPU}/bench.csv)")
+    ap.add_argument("--show", nargs="+", metavar="CSV", help="print these CSVs as terminal tables, run nothing")
+    ap.add_argument("--check-deps", action="store_true", help="say which optional parts are present, run nothing")
+    a = ap.parse_args(argv)
+    if a.reps < 20:
+        ap.error("--reps: at least 20 (DESIGN §5)")
+
+    if a.check_deps:
+        torch, why = have_torch()
+        print(f"PyTorch {torch.__version__}: SDPA baselines (flash, cudnn)" if torch else why)
+        ok, why = have_matplotlib()
+        print("matplotlib: bench.png" if ok else why)
+        return 0
+    if a.show:
+        for path in a.show:
+            print(f"-- {path}\n{show(fp.read_csv(path))}")
+        return 0
+    if a.plot_only:
+        path = a.csv or os.path.join(fp.gpu_dir(), "bench.csv")
+        if not os.path.exists(path):
+            ap.error(f"no {path} (run bench.py on a GPU first)")
+        png = a.png or os.path.join(os.path.dirname(os.path.abspath(path)), "bench.png")
+        source = fp.rel(os.path.abspath(path)) if os.path.abspath(path).startswith(fp.ROOT) else os.path.basename(path)
+        return 0 if draw(fp.read_csv(path), png, source) else 1
+
+    only = {s.strip()[:2].zfill(2) for s in a.steps.split(",")} if a.steps else set()
+    exes = [] if a.no_steps else step_exes(a.build, only)
+    if not exes and not a.no_steps:
+        say(f"no step executable in {a.build}/bin" + (f" matching --steps {a.steps}" if only else "") +
+            " (build first: cmake --preset default && cmake --build build)")
+    device, tensor_peak = device_info(exes[0]) if exes else ("", -1.0)
+    rows, failed = step_rows(exes)
+    if not a.no_sdpa:
+        torch, why = have_torch()
+        if torch:
+            if tensor_peak <= 0:
+                built = step_exes(a.build, set())
+                device, tensor_peak = device_info(built[0]) if built else (device, -1.0)
+            say(f"== SDPA baselines (PyTorch {torch.__version__})")
+            rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup)
+        else:
+            say(why)
+    if not rows:
+        say("nothing measured: no step ran and no baseline could run")
+        return 1
+    device = device or next((r["device"] for r in rows if r.get("device")), "unknown")
+    out = a.out or os.path.join(fp.gpu_dir(fp.gpu_slug(device)), "bench.csv")
+    write_csv(out, rows)
+    print(show(rows))
+    say(f"wrote {out} ({len(rows)} rows)")
+    if not a.no_plot:
+        draw(rows, a.png or os.path.join(os.path.dirname(os.path.abspath(out)), "bench.png"), "bench.csv")
+    if not a.no_render and os.path.abspath(out) == os.path.join(fp.gpu_dir(), "bench.csv"):
+        import results
+        results.render(check=False)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

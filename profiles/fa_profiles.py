@@ -1,0 +1,687 @@
+#!/usr/bin/env python3
+"""profiles/fa_profiles.py: what capture.sh, compare.py, bench.py and results.py share.
+
+Python 3 standard library only. As a module it gives the committed measurements' layout, the
+Nsight Compute metric panel (which ncu metrics, how they become the columns of metrics.csv, how
+a step's kernels add up), the side-by-side comparison of steps, and the small formatting helpers.
+As a script it serves profiles/capture.sh:
+
+  python3 profiles/fa_profiles.py slug "NVIDIA H100 80GB HBM3"   # -> h100 (the profiles/<gpu>/ folder)
+  python3 profiles/fa_profiles.py ncu-metrics                    # the --metrics list capture.sh asks ncu for
+  python3 profiles/fa_profiles.py shapes 05_flash_forward        # that step's lines of ncu_shapes.txt
+  python3 profiles/fa_profiles.py panel WORK_DIR OUT_DIR [--ncu-version V]
+        # WORK_DIR: one capture of one step, files NNN.flags, NNN.raw.csv (ncu --page raw --csv) and
+        # NNN.sol.txt (ncu --page details --section SpeedOfLight), NNN = 000, 001, ... in shape order.
+        # Writes OUT_DIR/metrics.csv, OUT_DIR/speed_of_light.txt and OUT_DIR/ncu_raw.csv.
+"""
+import csv
+import io
+import os
+import re
+import sys
+from collections import OrderedDict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROFILES = os.path.join(ROOT, "profiles")
+DOC_GPU = "h100"  # the GPU whose committed results the docs quote
+SHAPES_FILE = os.path.join(PROFILES, "ncu_shapes.txt")
+MOVED_FILE = os.path.join(PROFILES, "moved.txt")
+
+# The executables' --csv header (common/runner.cpp, print_rows); bench.csv keeps it for every row.
+BENCH_COLUMNS = ["step", "idea", "problem", "time_ms", "rate", "unit", "pct_peak", "peak", "peak_value",
+                 "prev_step", "prev_time_ms", "speedup_vs_prev", "err_vs_prev", "check", "baseline",
+                 "baseline_time_ms", "vs_baseline", "device"]
+
+
+# ---- files -------------------------------------------------------------------------------------
+def gpu_dir(gpu=DOC_GPU):
+    return os.path.join(PROFILES, gpu)
+
+
+def rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+def read_csv(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def read_env(gpu=DOC_GPU):
+    path = os.path.join(gpu_dir(gpu), "env.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def read_bench(gpu=DOC_GPU):
+    path = os.path.join(gpu_dir(gpu), "bench.csv")
+    return read_csv(path) if os.path.exists(path) else []
+
+
+def gpu_slug(name):
+    """'NVIDIA H100 80GB HBM3' -> 'h100': the short model name for known parts, else the name
+    lower-cased with every run of other characters turned into '_'."""
+    n = name.lower()
+    m = re.search(r"\b(gh200|gb200|[abhl]\d{2,3}[a-z]?|l40s?|rtx ?a?\d{4}( ?ti)?)\b", n)
+    if m:
+        return m.group(1).replace(" ", "")
+    slug = re.sub(r"[^a-z0-9]+", "_", n).strip("_")
+    return re.sub(r"^nvidia_", "", slug) or "gpu"
+
+
+# ---- steps, shapes and the counter each step moves ------------------------------------------------
+def _lines(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [l.strip() for l in f if l.strip() and not l.lstrip().startswith("#")]
+
+
+def norm_flags(flags):
+    return " ".join(flags.split())
+
+
+def read_shapes(path=SHAPES_FILE):
+    """ncu_shapes.txt -> [(step, flags)] in file order."""
+    out = []
+    for line in _lines(path):
+        step, _, flags = line.partition(" ")
+        out.append((step, norm_flags(flags)))
+    return out
+
+
+def read_moved(path=MOVED_FILE):
+    """moved.txt -> [{step, prev, shape, counter, problem}] ('-' fields become '')."""
+    out = []
+    for line in _lines(path):
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 5:
+            raise SystemExit(f"{rel(path)}: expected 5 '|'-separated fields, got: {line}")
+        step, prev, shape, counter, problem = [("" if p == "-" else p) for p in parts]
+        if counter and counter not in COUNTERS:
+            raise SystemExit(f"{rel(path)}: unknown counter '{counter}' (one of: {', '.join(COUNTERS)})")
+        out.append(dict(step=step, prev=prev, shape=norm_flags(shape), counter=counter, problem=problem))
+    return out
+
+
+def known_steps(gpu=DOC_GPU):
+    names = {s for s, _ in read_shapes()} | {m["step"] for m in read_moved()}
+    if os.path.isdir(gpu_dir(gpu)):
+        names |= {d for d in os.listdir(gpu_dir(gpu)) if re.match(r"\d\d_", d)}
+    names |= {r["step"] for r in read_bench(gpu) if re.match(r"\d\d_", r["step"])}
+    names |= {r["step"] for r in legacy_rows(gpu)}
+    return sorted(names)
+
+
+def resolve_step(arg, gpu=DOC_GPU):
+    """'5', '05', '05_flash_forward' or 'flash_forward' -> '05_flash_forward'."""
+    names = known_steps(gpu)
+    a = arg.strip()
+    if re.fullmatch(r"\d{1,2}", a):
+        hits = [n for n in names if n[:2] == f"{int(a):02d}"]
+    else:
+        hits = [n for n in names if n == a or n[3:] == a]
+    if len(hits) == 1:
+        return hits[0]
+    raise SystemExit(f"unknown step '{arg}' (known: {', '.join(n[:2] for n in names)})")
+
+
+def parse_flags(flags):
+    toks, out, i = flags.split(), {}, 0
+    while i < len(toks):
+        t = toks[i]
+        if t.startswith("--") and i + 1 < len(toks) and not toks[i + 1].startswith("--"):
+            out[t[2:]] = toks[i + 1]
+            i += 2
+        else:
+            out[t.lstrip("-")] = True
+            i += 1
+    return out
+
+
+def shape_label(flags):
+    """A shape's flags as the executables describe the problem: '--rows 64 --cols 4194304' ->
+    '64x4194304', '--batch 4 --heads 32 --seq 4096 --head-dim 64 --causal' -> 'B4 H32 S4096 D64 causal'."""
+    f = parse_flags(flags)
+    if "rows" in f and "cols" in f:
+        return f"{f['rows']}x{f['cols']}"
+    if "size" in f or "m" in f:
+        m, n, k = (f.get(x, f.get("size", "?")) for x in ("m", "n", "k"))
+        label = f"{m}x{n}x{k} {str(f.get('layout', 'nt')).upper()}"
+        return label + (f" x{f['batch']}" if "batch" in f else "")
+    if "head-dim" in f or "seq" in f:
+        seq = f"S{f['seq']}" if "seq" in f else f"Sq{f.get('seq-q', '?')} Sk{f.get('seq-k', '?')}"
+        label = f"B{f.get('batch', '?')} H{f.get('heads', '?')} {seq} D{f.get('head-dim', '?')}"
+        label += " causal" if f.get("causal") else ""
+        label += f" {f['dtype']}" if "dtype" in f else ""
+        return label + (" bwd" if f.get("bwd") else "")
+    return flags.replace("--", "").strip()
+
+
+_ATTN = re.compile(r"^B(\d+) H(\d+) (?:S(\d+)|Sq(\d+) Sk(\d+)) D(\d+)( causal)? (f32|f16|bf16)(?: (fwd|bwd|fwd\+bwd))?$")
+
+
+def split_problem(problem):
+    """An attention problem of bench.csv -> dict(shape, batch, heads, seq, d, causal, dtype, mode), or None.
+    'B8 H32 S2048 D64 causal f16 bwd' -> shape 'B8 H32 S2048 D64 causal', mode 'bwd'; no mode = fwd."""
+    m = _ATTN.match(problem.strip())
+    if not m:
+        return None
+    b, h, s, sq, sk, d, causal, dtype, mode = m.groups()
+    shape = problem.strip().rsplit(" " + dtype, 1)[0]
+    return dict(shape=shape, batch=int(b), heads=int(h), seq=int(s or sq), seq_k=int(s or sk), d=int(d),
+                causal=bool(causal), dtype=dtype, mode=mode or "fwd")
+
+
+# ---- numbers and units ---------------------------------------------------------------------------
+def to_float(text):
+    """'1,101,604,352' -> 1101604352.0; '', 'n/a', '-1' stay distinguishable: None for non-numbers."""
+    if text is None:
+        return None
+    t = str(text).strip().replace(",", "")
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+_TIME = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "µs": 1e-6, "msecond": 1e-3, "ms": 1e-3,
+         "second": 1.0, "s": 1.0}
+_PREFIX = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 1024.0, "Mi": 1024.0 ** 2,
+           "Gi": 1024.0 ** 3, "Ti": 1024.0 ** 4}
+
+
+def to_base(value, unit):
+    """(value, ncu unit) -> value in seconds for times, bytes for sizes; other units unchanged."""
+    u = (unit or "").strip()
+    if u in _TIME:
+        return value * _TIME[u]
+    m = re.fullmatch(r"(K|k|M|G|T|Ki|Mi|Gi|Ti)?(byte|B)", u)
+    if m:
+        return value * _PREFIX[m.group(1) or ""]
+    return value
+
+
+# ---- the metric panel ----------------------------------------------------------------------------
+class Counter:
+    """One row of the panel: a column of metrics.csv, its label, how a step's kernels combine
+    ('sum', 'max', or 'time': weighted by each kernel's duration), and its kind of number."""
+
+    def __init__(self, key, label, agg, kind):
+        self.key, self.label, self.agg, self.kind = key, label, agg, kind
+
+
+PANEL = [
+    Counter("time_us", "duration (µs)", "sum", "time"),
+    Counter("dram_read_mb", "DRAM read (MB)", "sum", "size"),
+    Counter("dram_write_mb", "DRAM write (MB)", "sum", "size"),
+    Counter("dram_pct", "DRAM throughput (% of peak)", "time", "pct"),
+    Counter("sm_pct", "SM throughput (% of peak)", "time", "pct"),
+    Counter("occupancy_pct", "achieved occupancy (%)", "time", "pct"),
+    Counter("regs", "registers / thread", "max", "int"),
+    Counter("smem_kb", "shared memory / block (KB, static + dynamic)", "max", "kb"),
+    Counter("tensor_pct", "tensor pipe (% of peak, active)", "time", "pct"),
+    Counter("fma_pct", "FMA pipe (% of peak, active)", "time", "pct"),
+    Counter("bank_ld", "shared-memory load bank conflicts", "sum", "count"),
+    Counter("bank_st", "shared-memory store bank conflicts", "sum", "count"),
+    Counter("l2_hit_pct", "L2 hit rate (%)", "time", "pct"),
+    Counter("l1_hit_pct", "L1 hit rate (%)", "time", "pct"),
+]
+COUNTERS = OrderedDict((c.key, c) for c in PANEL)
+
+# metrics.csv column <- ncu metrics (the first one ncu reported wins; 'max' takes the largest).
+# Names from the Nsight Compute metrics reference for GH100 (2025.x). A name this ncu does not
+# know is dropped by capture.sh and its column stays empty.
+PANEL_METRICS = OrderedDict([
+    ("time_us", (["gpu__time_duration.sum"], "first")),
+    ("dram_read_mb", (["dram__bytes_read.sum"], "first")),
+    ("dram_write_mb", (["dram__bytes_write.sum"], "first")),
+    ("dram_pct", (["dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                   "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"], "first")),
+    ("sm_pct", (["sm__throughput.avg.pct_of_peak_sustained_elapsed"], "first")),
+    ("occupancy_pct", (["sm__warps_active.avg.pct_of_peak_sustained_active"], "first")),
+    ("regs", (["launch__registers_per_thread"], "first")),
+    ("smem_static_kb", (["launch__shared_mem_per_block_static"], "first")),
+    ("smem_dynamic_kb", (["launch__shared_mem_per_block_dynamic"], "first")),
+    # mma.sync (HMMA) on sm_80/sm_90, wgmma (GMMA) on sm_90a; the generic tensor pipe where it exists.
+    ("tensor_pct", (["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+                     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                     "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"], "max")),
+    ("fma_pct", (["sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"], "first")),
+    ("bank_ld", (["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"], "first")),
+    ("bank_st", (["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"], "first")),
+    ("l2_hit_pct", (["lts__t_sector_hit_rate.pct"], "first")),
+    ("l1_hit_pct", (["l1tex__t_sector_hit_rate.pct"], "first")),
+])
+# Warp-stall reasons, in warp cycles per issued instruction (the WarpStateStats section's numbers).
+STALL_REASONS = ["barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle",
+                 "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction",
+                 "not_selected", "selected", "short_scoreboard", "sleeping", "tex_throttle", "wait"]
+STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+_STALL_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+
+METRICS_COLUMNS = ["step", "shape", "problem", "id", "kernel", "grid", "block", "time_us", "dram_read_mb",
+                   "dram_write_mb", "dram_pct", "sm_pct", "occupancy_pct", "regs", "smem_static_kb",
+                   "smem_dynamic_kb", "tensor_pct", "fma_pct", "bank_ld", "bank_st", "l2_hit_pct", "l1_hit_pct",
+                   "stall1", "stall1_cpi", "stall2", "stall2_cpi", "stall3", "stall3_cpi", "stall_total_cpi"]
+NCU_SECTIONS = ["SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats"]
+
+
+def ncu_metric_list():
+    names = []
+    for metrics, _ in PANEL_METRICS.values():
+        names += metrics
+    return names + [STALL_METRIC.format(r) for r in STALL_REASONS]
+
+
+def short_kernel(name):
+    """'void step03::sgemm<1, 4, 4, step03::Tile<128, 128, 256, 2>>(const float *, ...)' ->
+    'sgemm<1, 4, 4, Tile<128, 128, 256, 2>>'."""
+    n = re.sub(r"^void\s+", "", name.strip())
+    if n.endswith(")"):  # drop the parameter list: the last balanced (...)
+        depth = 0
+        for i in range(len(n) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(n[i], 0)
+            if depth == 0:
+                n = n[:i]
+                break
+    return re.sub(r"\b(step\d\d|fa)::", "", n).strip()
+
+
+def _convert(column, value, unit):
+    base = to_base(value, unit)
+    if column == "time_us":
+        return base * 1e6 if unit.strip() in _TIME else value * 1e-3  # no unit: ncu's default is ns
+    if column.endswith("_mb"):
+        return base * 1e-6 if unit.strip() else value * 1e-6
+    if column.endswith("_kb"):
+        return base * 1e-3 if unit.strip() else value * 1e-3
+    return value
+
+
+def parse_raw_csv(text):
+    """ncu --page raw --csv (one header row, one units row, one row per profiled kernel) ->
+    [{kernel, grid, block, metrics: {name: (value or None, unit)}}]."""
+    lines = text.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"') or l.startswith("ID,")), None)
+    if start is None:
+        return []
+    rows = list(csv.reader(lines[start:]))
+    header, body = rows[0], rows[1:]
+    units = [""] * len(header)
+    if body and (not body[0] or not body[0][0].strip().isdigit()):  # the units row has no ID
+        units, body = body[0] + [""] * (len(header) - len(body[0])), body[1:]
+    col = {h: i for i, h in enumerate(header)}
+    out = []
+    for r in body:
+        if not r or not r[0].strip().isdigit():
+            continue
+        r = r + [""] * (len(header) - len(r))
+        metrics = {h: (to_float(r[i]), units[i]) for i, h in enumerate(header) if "__" in h}
+        get = lambda k: r[col[k]] if k in col else ""
+        out.append(dict(id=int(get("ID")), kernel=get("Kernel Name"), grid=get("Grid Size"),
+                        block=get("Block Size"), metrics=metrics))
+    return out
+
+
+def _dims(text):
+    return "x".join(re.findall(r"\d+", text or "")) or ""
+
+
+def panel_row(step, flags, rec):
+    """One profiled kernel (parse_raw_csv) -> one metrics.csv row: the panel and the top three stalls."""
+    m = rec["metrics"]
+    row = OrderedDict((c, "") for c in METRICS_COLUMNS)
+    row.update(step=step, shape=flags, problem=shape_label(flags), id=rec["id"], kernel=short_kernel(rec["kernel"]),
+               grid=_dims(rec["grid"]), block=_dims(rec["block"]))
+    for column, (names, how) in PANEL_METRICS.items():
+        values = [_convert(column, m[n][0], m[n][1]) for n in names if n in m and m[n][0] is not None]
+        if values:
+            row[column] = max(values) if how == "max" else values[0]
+    stalls = {}
+    for name, (value, _) in m.items():
+        s = _STALL_RE.match(name)
+        if s and value is not None and not s.group(1).endswith("_not_issued"):
+            stalls[s.group(1)] = value
+    if stalls:
+        row["stall_total_cpi"] = sum(stalls.values())
+        top = sorted(((v, k) for k, v in stalls.items() if k != "selected"), reverse=True)[:3]
+        for i, (v, k) in enumerate(top, 1):
+            row[f"stall{i}"], row[f"stall{i}_cpi"] = k, v
+    return row
+
+
+def _fmt_cell(v):
+    if isinstance(v, float):
+        return f"{v:.10g}"
+    return str(v)
+
+
+def write_metrics(path, rows):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(METRICS_COLUMNS)
+        for r in rows:
+            w.writerow([_fmt_cell(r.get(c, "")) for c in METRICS_COLUMNS])
+
+
+def build_step_capture(work, out, ncu_version=""):
+    """capture.sh's last stage for one step: WORK_DIR/NNN.{flags,raw.csv,sol.txt} -> OUT_DIR files."""
+    step = os.path.basename(os.path.normpath(out))
+    ids = sorted({f.split(".")[0] for f in os.listdir(work) if f.endswith(".flags")})
+    rows, raw, sol = [], [], []
+    for i in ids:
+        with open(os.path.join(work, i + ".flags"), encoding="utf-8") as f:
+            flags = norm_flags(f.read())
+        text = ""
+        if os.path.exists(os.path.join(work, i + ".raw.csv")):
+            with open(os.path.join(work, i + ".raw.csv"), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        recs = parse_raw_csv(text)
+        if not recs:
+            print(f"  {step} {flags}: no kernel in ncu's raw export (nothing recorded)", file=sys.stderr)
+            continue
+        rows += [panel_row(step, flags, r) for r in recs]
+        raw.append(f"# {step} {flags}\n" + "\n".join(l for l in text.splitlines() if not l.startswith("==")))
+        sol_path = os.path.join(work, i + ".sol.txt")
+        if os.path.exists(sol_path):
+            with open(sol_path, encoding="utf-8", errors="replace") as f:
+                body = "\n".join(l.rstrip() for l in f.read().splitlines() if not l.startswith("==PROF=="))
+            sol.append(f"## {shape_label(flags)}   ({step} --profile {flags})\n\n{body.strip()}\n")
+    if not rows:
+        return 1
+    os.makedirs(out, exist_ok=True)
+    write_metrics(os.path.join(out, "metrics.csv"), rows)
+    with open(os.path.join(out, "ncu_raw.csv"), "w", encoding="utf-8") as f:
+        f.write("\n".join(raw) + "\n")
+    with open(os.path.join(out, "speed_of_light.txt"), "w", encoding="utf-8") as f:
+        f.write(f"# {step}: Nsight Compute SpeedOfLight section, one launch per shape after a warm-up\n"
+                f"# (ncu --clock-control none --profile-from-start off; {ncu_version or 'ncu version unknown'}).\n"
+                f"# Written by profiles/capture.sh; durations compare only with other ncu durations.\n\n")
+        f.write("\n".join(sol))
+    print(f"  wrote {rel(out)}/metrics.csv ({len(rows)} rows: one per shape and kernel), speed_of_light.txt, ncu_raw.csv")
+    return 0
+
+
+# ---- the committed panels ------------------------------------------------------------------------
+_LEGACY_METRICS = {"gpu__time_duration.sum": "time_us", "dram__bytes_read.sum": "dram_read_mb",
+                   "dram__bytes_write.sum": "dram_write_mb", "lts__t_sector_hit_rate.pct": "l2_hit_pct",
+                   "l1tex__t_sector_hit_rate.pct": "l1_hit_pct",
+                   "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
+                   "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_pct",
+                   "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy_pct",
+                   "launch__registers_per_thread": "regs"}
+
+
+def legacy_rows(gpu=DOC_GPU):
+    """profiles/<gpu>/ncu.csv, the older capture format ('# <step> <flags>' then ncu's --csv details
+    page, nine metrics) -> metrics.csv rows with the other columns empty."""
+    path = os.path.join(gpu_dir(gpu), "ncu.csv")
+    if not os.path.exists(path):
+        return []
+    out, header, lines = [], None, []
+
+    def flush():
+        if header is None:
+            return
+        step, flags = header
+        kernels = OrderedDict()
+        for r in csv.DictReader(io.StringIO("\n".join(lines))):
+            k = kernels.setdefault(r["ID"], {"kernel": r["Kernel Name"], "metrics": {}})
+            k["metrics"][r["Metric Name"]] = (to_float(r["Metric Value"]), r["Metric Unit"])
+        for i, k in kernels.items():
+            row = OrderedDict((c, "") for c in METRICS_COLUMNS)
+            row.update(step=step, shape=flags, problem=shape_label(flags), id=i, kernel=short_kernel(k["kernel"]))
+            for name, (value, unit) in k["metrics"].items():
+                if name in _LEGACY_METRICS and value is not None:
+                    row[_LEGACY_METRICS[name]] = _convert(_LEGACY_METRICS[name], value, unit)
+            out.append(row)
+
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("# "):
+                flush()
+                step, _, flags = line[2:].partition(" ")
+                header, lines = (step, norm_flags(flags)), []
+            elif line.startswith('"'):
+                lines.append(line)
+    flush()
+    return out
+
+
+def load_panel(step, gpu=DOC_GPU):
+    """(rows of the step's metrics.csv, the file they came from); the legacy ncu.csv where the step
+    has no metrics.csv yet; ([], None) where neither has it."""
+    path = os.path.join(gpu_dir(gpu), step, "metrics.csv")
+    if os.path.exists(path):
+        return read_csv(path), path
+    rows = [r for r in legacy_rows(gpu) if r["step"] == step]
+    return (rows, os.path.join(gpu_dir(gpu), "ncu.csv")) if rows else ([], None)
+
+
+def value(row, key):
+    """A panel value of one metrics.csv row as a float, or None (empty: not captured / unavailable)."""
+    if key == "smem_kb":
+        s, d = to_float(row.get("smem_static_kb")), to_float(row.get("smem_dynamic_kb"))
+        return None if s is None and d is None else (s or 0.0) + (d or 0.0)
+    return to_float(row.get(key))
+
+
+def aggregate(rows):
+    """A step's kernels on one shape -> one panel: durations, bytes and conflicts add up; percentages
+    are duration-weighted means; registers and shared memory the largest; the stall reasons are the
+    top three of the duration-weighted kernels' top three."""
+    times = [value(r, "time_us") for r in rows]
+    out = {"kernels": len(rows)}
+    for c in PANEL:
+        vals = [(value(r, c.key), t) for r, t in zip(rows, times)]
+        vals = [(v, t) for v, t in vals if v is not None]
+        if not vals:
+            out[c.key] = None
+        elif c.agg == "sum":
+            out[c.key] = sum(v for v, _ in vals)
+        elif c.agg == "max":
+            out[c.key] = max(v for v, _ in vals)
+        else:
+            w = [(v, t) for v, t in vals if t]
+            out[c.key] = (sum(v * t for v, t in w) / sum(t for _, t in w)) if w else sum(v for v, _ in vals) / len(vals)
+    stalls, total, weight = {}, 0.0, 0.0
+    for r, t in zip(rows, times):
+        t = t or 1.0
+        tot = to_float(r.get("stall_total_cpi"))
+        if tot is None:
+            continue
+        total, weight = total + tot * t, weight + t
+        for i in (1, 2, 3):
+            name, cpi = r.get(f"stall{i}"), to_float(r.get(f"stall{i}_cpi"))
+            if name and cpi is not None:
+                stalls[name] = stalls.get(name, 0.0) + cpi * t
+    out["stall_total_cpi"] = total / weight if weight else None
+    out["stalls"] = sorted(((v / weight, k) for k, v in stalls.items()), reverse=True)[:3] if weight else []
+    return out
+
+
+# ---- formatting ----------------------------------------------------------------------------------
+def fmt_number(v, kind):
+    if v is None:
+        return "-"
+    if kind == "count":
+        a = abs(v)
+        if a >= 1e9:
+            return f"{v / 1e9:.2f}G"
+        if a >= 1e6:
+            return f"{v / 1e6:.2f}M"
+        if a >= 1e4:
+            return f"{v / 1e3:.1f}k"
+        return f"{v:.0f}"
+    if kind == "int":
+        return f"{v:.0f}"
+    if kind == "pct":
+        return f"{v:.1f}"
+    a = abs(v)
+    return f"{v:.0f}" if a >= 100 or v == 0 else f"{v:.1f}" if a >= 10 else f"{v:.2f}"
+
+
+def fmt_delta(a, b, kind):
+    """before a, after b -> ('+12.3', '+8%')."""
+    if a is None or b is None:
+        return "-", "-"
+    d = b - a
+    if d == 0:
+        return "0", "0%"
+    absolute = ("+" if d > 0 else "") + fmt_number(d, kind)
+    if a == 0:
+        return absolute, "-" if b == 0 else "new"
+    return absolute, f"{100.0 * d / abs(a):+.0f}%"
+
+
+def fmt_stall(entry, total):
+    if not entry:
+        return "-"
+    cpi, name = entry
+    share = f" ({100 * cpi / total:.0f}%)" if total else ""
+    return f"{name} {cpi:.2f}{share}"
+
+
+def md_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def text_table(header, rows, left=1):
+    """A terminal table: the first `left` columns left-aligned, the others right-aligned."""
+    table = [list(map(str, header))] + [list(map(str, r)) for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    out = []
+    for n, r in enumerate(table):
+        out.append("  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(l.rstrip() for l in out)
+
+
+# ---- side by side --------------------------------------------------------------------------------
+def no_capture_note(step):
+    return (f"No capture yet for step {step}: run `profiles/capture.sh {step[:2]}` on a GPU, then "
+            f"`python3 profiles/results.py import DIR` (or commit the `profiles/<gpu>/{step}/` it wrote).")
+
+
+def comparison(steps, gpu=DOC_GPU, shape=None):
+    """-> (panels, shapes, notes): panels[step] = rows; shapes = the flags every step has (file order),
+    filtered by the substring `shape` (of the flags or the label); notes = why something is missing."""
+    panels, notes = OrderedDict(), []
+    for s in steps:
+        panels[s], _ = load_panel(s, gpu)
+        if not panels[s]:
+            notes.append(no_capture_note(s))
+    have = [s for s in steps if panels[s]]
+    order = [f for _, f in read_shapes()]
+    common = []
+    for s in have:
+        for r in panels[s]:
+            if r["shape"] not in common and all(any(x["shape"] == r["shape"] for x in panels[t]) for t in have):
+                common.append(r["shape"])
+    common.sort(key=lambda f: order.index(f) if f in order else len(order))
+    if shape:
+        common = [f for f in common if shape in f or shape in shape_label(f)]
+    if len(have) > 1 and not common:
+        listing = "; ".join(f"{s}: " + ", ".join(sorted({shape_label(r['shape']) for r in panels[s]})) for s in have)
+        notes.append(f"No shape captured for all of {', '.join(have)}" + (f" matching '{shape}'" if shape else "") +
+                     f" ({listing}).")
+    return panels, common, notes
+
+
+def compare_rows(steps, panels, flags):
+    """The side-by-side table of the given steps on one shape: header, body."""
+    aggs = [aggregate([r for r in panels[s] if r["shape"] == flags]) for s in steps]
+    header = ["counter"]
+    for i, s in enumerate(steps):
+        header.append(f"{s[:2]} ({aggs[i]['kernels']} kernel{'s' if aggs[i]['kernels'] != 1 else ''})")
+        if i:
+            header += [f"{s[:2]} vs {steps[i - 1][:2]}", "%"]
+    body = []
+    for c in PANEL:
+        line = [c.label]
+        for i, a in enumerate(aggs):
+            line.append(fmt_number(a[c.key], c.kind))
+            if i:
+                line += list(fmt_delta(aggs[i - 1][c.key], a[c.key], c.kind))
+        body.append(line)
+    for n in range(3):
+        line = [f"warp stall #{n + 1} (cycles per instruction, share)"]
+        for i, a in enumerate(aggs):
+            line.append(fmt_stall(a["stalls"][n] if len(a["stalls"]) > n else None, a["stall_total_cpi"]))
+            if i:
+                line += ["", ""]
+        body.append(line)
+    return header, body
+
+
+def kernel_rows(step, panels, flags):
+    """One step's kernels on one shape, one column each."""
+    rows = [r for r in panels[step] if r["shape"] == flags]
+    header = ["counter"] + [f"{r['kernel']}" for r in rows]
+    body = [[c.label] + [fmt_number(value(r, c.key), c.kind) for r in rows] for c in PANEL]
+    for n in range(1, 4):
+        body.append([f"warp stall #{n}"] + [fmt_stall((to_float(r.get(f"stall{n}_cpi")), r.get(f"stall{n}"))
+                                                      if r.get(f"stall{n}") else None, to_float(r.get("stall_total_cpi")))
+                                            for r in rows])
+    return header, body
+
+
+def compare_report(steps, gpu=DOC_GPU, markdown=False, shape=None, kernels=False):
+    """compare.py's output, and results.py's compare:NN blocks. -> (text, ok)."""
+    panels, shapes, notes = comparison(steps, gpu, shape)
+    table = md_table if markdown else text_table
+    parts = []
+    have = [s for s in steps if panels[s]]
+    if len(have) < len(steps):  # a step without a capture: say so, and show no half comparison
+        shapes = []
+    for flags in shapes:
+        title = f"{shape_label(flags)}  (`--profile {flags}`)" if markdown else f"{shape_label(flags)}  (--profile {flags})"
+        parts.append(("**" + title + "**" if markdown else "== " + title) + "\n\n" + table(*compare_rows(have, panels, flags)))
+        if kernels:
+            for s in have:
+                parts.append((f"*{s}, per kernel:*" if markdown else f"-- {s}, per kernel:") + "\n\n" +
+                             table(*kernel_rows(s, panels, flags)))
+    if parts:
+        sources = sorted({rel(load_panel(s, gpu)[1]) for s in have})
+        legacy = any(p.endswith("ncu.csv") for p in sources)
+        foot = ("One launch after a warm-up under `ncu --clock-control none`; a step's kernels add up (durations, "
+                "bytes, conflicts) or are weighted by duration (percentages). '-': not captured" +
+                (" (the older ncu.csv holds nine of the panel's counters)" if legacy else "") + ". From " +
+                ", ".join(f"`{p}`" for p in sources) + ".")
+        parts.append(foot if markdown else foot.replace("`", ""))
+    parts += notes if markdown else [n.replace("`", "") for n in notes]
+    return "\n\n".join(parts), bool(shapes) and len(have) == len(steps)
+
+
+# ---- command line (for capture.sh) ---------------------------------------------------------------
+def main(argv):
+    if len(argv) == 3 and argv[1] == "slug":
+        print(gpu_slug(argv[2]))
+        return 0
+    if len(argv) == 2 and argv[1] == "ncu-metrics":
+        print(",".join(ncu_metric_list()))
+        return 0
+    if len(argv) == 2 and argv[1] == "ncu-sections":
+        print(" ".join(NCU_SECTIONS))
+        return 0
+    if len(argv) == 3 and argv[1] == "shapes":
+        for step, flags in read_shapes():
+            if step == argv[2]:
+                print(flags)
+        return 0
+    if len(argv) in (4, 6) and argv[1] == "panel":
+        version = argv[5] if len(argv) == 6 and argv[4] == "--ncu-version" else ""
+        return build_step_capture(argv[2], argv[3], version)
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

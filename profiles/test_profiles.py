@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""CPU tests of the profiles/ tools (python3 -m unittest profiles/test_profiles.py, or run directly).
+
+No GPU and no Nsight Compute: capture.sh runs against a mock `ncu` and mock step executables in a
+scratch copy of the tree, which exercises its shell logic (shapes, --bwd detection, metrics that ncu
+refuses, a failing shape) and the raw-CSV -> metrics.csv conversion end to end.
+"""
+import csv
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import fa_profiles as fp  # noqa: E402
+
+# A mock ncu: profiles by running the app and saving what was asked; exports a raw CSV in ncu's
+# layout (header, units, one row per kernel) with units that need converting and an 'n/a'.
+MOCK_NCU = r'''#!/usr/bin/env python3
+import json, os, subprocess, sys
+a = sys.argv[1:]
+if a == ["--version"]:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.3.1.0 (mock)")
+    sys.exit(0)
+if "-i" in a:
+    rep = json.load(open(a[a.index("-i") + 1]))
+    if "details" in a:
+        print("  Section: GPU Speed Of Light Throughput\n    Duration   us   1.23")
+        sys.exit(0)
+    kernels = ["void step04::sgemm<0, 4, 4, step04::Tile<128, 128, 256, 2>>(const float *, float *, int)",
+               "void step04::softmax_rows<4>(const float *, float *, float *, int)"] \
+        if "04_" in rep["exe"] else ["void step01::softmax_rows<4>(const float *, float *, float *, int)"]
+    metrics = rep["metrics"] + ["smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio"]
+    units = {"gpu__time_duration.sum": "nsecond", "dram__bytes_read.sum": "byte", "dram__bytes_write.sum": "Mbyte",
+             "launch__shared_mem_per_block_static": "Kbyte", "launch__shared_mem_per_block_dynamic": "byte",
+             "launch__registers_per_thread": "register/thread"}
+    def value(m, k):
+        if m == "gpu__time_duration.sum": return "1,234,567" if k == 0 else "765,433"
+        if m == "dram__bytes_read.sum": return "1,073,741,824"
+        if m == "dram__bytes_write.sum": return "2.5"
+        if m == "launch__shared_mem_per_block_static": return "48"
+        if m == "launch__shared_mem_per_block_dynamic": return "16384"
+        if m == "launch__registers_per_thread": return "128"
+        if m == "l1tex__t_sector_hit_rate.pct": return "n/a"
+        if m == "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": return "10"
+        if m == "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": return "12.5"
+        if "stalled" in m:
+            reason = m.split("stalled_")[1].split("_per_issue")[0]
+            return {"long_scoreboard": "9", "selected": "20", "barrier": "3", "wait": "4", "gmma": "5"}.get(reason, "0.5")
+        return "50"
+    head = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+            "Grid Size", "Device", "CC"] + metrics
+    q = lambda row: ",".join('"%s"' % c for c in row)
+    print(q(head))
+    print(q([""] * 11 + [units.get(m, "%" if "pct" in m else "") for m in metrics]))
+    for k, name in enumerate(kernels):
+        print(q([str(k), "1", "x", "h", name, "1", "7", "(256, 1, 1)", "(132, 4, 1)", "0", "9.0"] +
+                [value(m, k) for m in metrics]))
+    sys.exit(0)
+metrics = a[a.index("--metrics") + 1].split(",") if "--metrics" in a else []
+bad = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+if metrics and os.environ.get("MOCK_NCU_ANONYMOUS"):
+    print("==ERROR== the metrics list is not valid")
+    sys.exit(1)
+if bad in metrics:
+    print("==ERROR== Failed to find metric " + bad)
+    sys.exit(1)
+rep = a[a.index("-o") + 1]
+app = a[a.index("-o") + 2:]
+rc = subprocess.run(app).returncode
+if rc == 0:
+    json.dump({"exe": app[0], "args": app[1:], "metrics": metrics}, open(rep + ".ncu-rep", "w"))
+sys.exit(rc)
+'''
+
+# A mock step executable: --device-info names an H100; only 04_ has a backward; --oom fails.
+MOCK_STEP = r'''#!/usr/bin/env bash
+name=$(basename "$0")
+case " $* " in
+  *" --bwd --device-info "*) [[ $name == 04_* ]] && exit 0; echo "error: $name has no backward pass"; exit 2 ;;
+  *" --device-info "*) echo "device 0: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 1.98 GHz)"; exit 0 ;;
+  *" --oom "*) echo "error: out of memory" >&2; exit 1 ;;
+esac
+exit 0
+'''
+
+
+def write_exe(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+class RawCsv(unittest.TestCase):
+    RAW = textwrap.dedent('''\
+        ==PROF== Disconnected
+        "ID","Process ID","Kernel Name","Block Size","Grid Size","gpu__time_duration.sum","dram__bytes_read.sum","l1tex__t_sector_hit_rate.pct","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio","smsp__average_warps_issue_stalled_selected_per_issue_active.ratio"
+        "","","","","","usecond","Gbyte","%","",""
+        "0","1","void step05::flash_fwd<64>(const float *)","(128, 1, 1)","(32, 128, 1)","2,500.5","1.5","n/a","7.5","1"
+        ''')
+
+    def test_units_and_missing(self):
+        recs = fp.parse_raw_csv(self.RAW)
+        self.assertEqual(len(recs), 1)
+        row = fp.panel_row("05_flash_forward", "--seq 64", recs[0])
+        self.assertEqual(row["kernel"], "flash_fwd<64>")
+        self.assertAlmostEqual(row["time_us"], 2500.5)
+        self.assertAlmostEqual(row["dram_read_mb"], 1500.0)
+        self.assertEqual(row["l1_hit_pct"], "")  # n/a: empty, not zero
+        self.assertEqual(row["fma_pct"], "")  # not collected: empty
+        self.assertEqual((row["stall1"], row["stall1_cpi"]), ("wait", 7.5))  # 'selected' is no stall
+        self.assertEqual(row["stall2"], "")
+        self.assertAlmostEqual(row["stall_total_cpi"], 8.5)
+        self.assertEqual((row["grid"], row["block"]), ("32x128x1", "128x1x1"))
+
+    def test_no_header(self):
+        self.assertEqual(fp.parse_raw_csv("==ERROR== nothing profiled\n"), [])
+
+    def test_helpers(self):
+        self.assertEqual(fp.gpu_slug("NVIDIA H100 80GB HBM3"), "h100")
+        self.assertEqual(fp.gpu_slug("NVIDIA H200"), "h200")
+        self.assertEqual(fp.gpu_slug("NVIDIA A100-SXM4-80GB"), "a100")
+        self.assertEqual(fp.gpu_slug("Some Future GPU"), "some_future_gpu")
+        self.assertEqual(fp.shape_label("--batch 4 --heads 32 --seq 4096 --head-dim 64 --causal --bwd"),
+                         "B4 H32 S4096 D64 causal bwd")
+        self.assertEqual(fp.shape_label("--size 4096 --layout nn"), "4096x4096x4096 NN")
+        p = fp.split_problem("B8 H32 S2048 D64 causal bf16 fwd+bwd")
+        self.assertEqual((p["shape"], p["dtype"], p["mode"], p["seq"]), ("B8 H32 S2048 D64 causal", "bf16", "fwd+bwd", 2048))
+        self.assertEqual(fp.split_problem("B4 H32 S4096 D64 f32")["mode"], "fwd")
+        self.assertIsNone(fp.split_problem("4096x4096"))
+        self.assertEqual(fp.fmt_delta(100.0, 67.0, "size"), ("-33.0", "-33%"))
+        self.assertEqual(fp.fmt_delta(32.0, 32.0, "int"), ("0", "0%"))
+
+    def test_aggregate(self):
+        rows = [dict(time_us="300", dram_read_mb="10", sm_pct="90", regs="32", stall_total_cpi="10",
+                     stall1="wait", stall1_cpi="6"),
+                dict(time_us="100", dram_read_mb="5", sm_pct="10", regs="64", stall_total_cpi="20",
+                     stall1="barrier", stall1_cpi="12")]
+        a = fp.aggregate(rows)
+        self.assertEqual((a["time_us"], a["dram_read_mb"], a["regs"]), (400.0, 15.0, 64.0))
+        self.assertAlmostEqual(a["sm_pct"], 70.0)  # weighted by duration
+        self.assertAlmostEqual(a["stall_total_cpi"], 12.5)
+        self.assertEqual([name for _, name in a["stalls"]], ["wait", "barrier"])
+
+
+class Capture(unittest.TestCase):
+    """capture.sh against a mock ncu and mock steps in a scratch tree."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="capture_test_")
+        os.makedirs(os.path.join(self.tmp, "profiles"))
+        for f in ("capture.sh", "fa_profiles.py"):
+            shutil.copy(os.path.join(HERE, f), os.path.join(self.tmp, "profiles", f))
+        with open(os.path.join(self.tmp, "profiles", "ncu_shapes.txt"), "w") as f:
+            f.write("# test shapes\n01_mock --rows 64 --cols 4096\n01_mock --rows 1 --cols 1 --oom\n"
+                    "01_mock --rows 2 --cols 2 --bwd\n04_mock --batch 1 --heads 2 --seq 128 --head-dim 64\n"
+                    "04_mock --batch 1 --heads 2 --seq 128 --head-dim 64 --bwd\n")
+        bindir = os.path.join(self.tmp, "build", "bin")
+        os.makedirs(bindir)
+        for step in ("01_mock", "04_mock"):
+            write_exe(os.path.join(bindir, step), MOCK_STEP)
+        self.mockbin = os.path.join(self.tmp, "mockbin")
+        os.makedirs(self.mockbin)
+        write_exe(os.path.join(self.mockbin, "ncu"), MOCK_NCU.replace("#!/usr/bin/env python3", "#!" + sys.executable))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def run_capture(self, *args, **extra_env):
+        env = dict(os.environ, PATH=self.mockbin + os.pathsep + os.environ["PATH"], PYTHON=sys.executable, **extra_env)
+        return subprocess.run(["bash", os.path.join(self.tmp, "profiles", "capture.sh"), *args], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def test_capture(self):
+        p = self.run_capture("--no-build", "1", "04_mock")
+        out = p.stdout
+        self.assertEqual(p.returncode, 1, out)  # the --oom shape failed; the others are written
+        self.assertIn("dropped", out)
+        self.assertIn("skipped (01_mock has no backward pass)", out)
+        self.assertIn("FAILED", out)
+        d = os.path.join(self.tmp, "profiles", "h100")
+        with open(os.path.join(d, "01_mock", "metrics.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(len(rows), 1)
+        r = rows[0]
+        self.assertEqual(r["problem"], "64x4096")
+        self.assertEqual(r["kernel"], "softmax_rows<4>")
+        self.assertAlmostEqual(float(r["time_us"]), 1234.567)
+        self.assertAlmostEqual(float(r["dram_read_mb"]), 1073.741824)
+        self.assertAlmostEqual(float(r["dram_write_mb"]), 2.5)
+        self.assertAlmostEqual(float(r["smem_static_kb"]), 48.0)
+        self.assertAlmostEqual(float(r["smem_dynamic_kb"]), 16.384)
+        self.assertEqual(r["regs"], "128")
+        self.assertEqual(r["l1_hit_pct"], "")
+        self.assertAlmostEqual(float(r["tensor_pct"]), 12.5)  # the largest of the tensor-pipe metrics it had
+        self.assertEqual([r["stall1"], r["stall2"], r["stall3"]], ["long_scoreboard", "gmma", "wait"])
+        with open(os.path.join(d, "04_mock", "metrics.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([(x["problem"], x["kernel"]) for x in rows],
+                         [("B1 H2 S128 D64", "sgemm<0, 4, 4, Tile<128, 128, 256, 2>>"), ("B1 H2 S128 D64", "softmax_rows<4>"),
+                          ("B1 H2 S128 D64 bwd", "sgemm<0, 4, 4, Tile<128, 128, 256, 2>>"),
+                          ("B1 H2 S128 D64 bwd", "softmax_rows<4>")])
+        with open(os.path.join(d, "04_mock", "speed_of_light.txt")) as f:
+            sol = f.read()
+        self.assertIn("## B1 H2 S128 D64 bwd", sol)
+        self.assertIn("Speed Of Light", sol)
+        self.assertTrue(os.path.exists(os.path.join(d, "04_mock", "ncu_raw.csv")))
+
+    def test_metrics_refused_without_a_name(self):
+        p = self.run_capture("--no-build", "04", MOCK_NCU_ANONYMOUS="1")
+        self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertIn("refused the --metrics list without naming a metric", p.stdout)
+        with open(os.path.join(self.tmp, "profiles", "h100", "04_mock", "metrics.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(len(rows), 4)
+        self.assertEqual(rows[0]["time_us"], "")  # the mock's sections carry nothing else
+
+    def test_usage(self):
+        self.assertEqual(self.run_capture().returncode, 2)
+        self.assertEqual(self.run_capture("--bogus").returncode, 2)
+        p = self.run_capture("--no-build", "99")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("no step '99'", p.stdout)
+        self.assertIn("profiles/capture.sh", self.run_capture("--help").stdout)
+
+
+class CommittedData(unittest.TestCase):
+    def test_compare_01_02(self):
+        text, ok = fp.compare_report(["01_safe_softmax", "02_online_softmax"], markdown=True)
+        self.assertTrue(ok)
+        self.assertIn("| DRAM read (MB) |", text)
+        self.assertIn("64x4194304", text)
+
+    def test_moved_names_known_steps(self):
+        shapes = {(s, f) for s, f in fp.read_shapes()}
+        for m in fp.read_moved():
+            self.assertIn((m["step"], m["shape"]), shapes, f"moved.txt: {m['step']} is not captured at {m['shape']}")
+            if m["prev"]:
+                self.assertIn((m["prev"], m["shape"]), shapes, f"moved.txt: {m['prev']} is not captured at {m['shape']}")
+
+    def test_bench_schema(self):
+        with open(os.path.join(fp.gpu_dir(), "bench.csv"), newline="") as f:
+            self.assertEqual(next(csv.reader(f)), fp.BENCH_COLUMNS)
+
+
+if __name__ == "__main__":
+    unittest.main()
