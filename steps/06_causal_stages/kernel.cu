@@ -54,6 +54,7 @@ constexpr int kRows = 8;       // query rows per thread, in S and in O
 constexpr int kWarp = 32;
 
 // ---- tile configuration, per head-dim instance -------------------------------------------------
+constexpr int kWarps = kThreads / kWarp;
 template <int D>
 struct Config {
   // d = 64: a 128-row Q tile halves the K/V traffic per FLOP and gives each thread an 8×8 piece
@@ -64,13 +65,14 @@ struct Config {
   static constexpr int COL_GROUPS = kThreads / ROW_GROUPS;  // 8 | 16 threads share a row
   static constexpr int KEYS = BLOCK_N / COL_GROUPS;         // 8 | 4 columns of S per thread
   static constexpr int COLS = D / COL_GROUPS;               // 8 | 8 columns of O per thread
-  // 4 floats of padding per row of P turn its 16-way bank conflicts into 2-way; at d = 128 there
-  // is no room for them (two blocks per SM allow 113 KB each; this layout uses exactly 112 KB).
-  static constexpr int P_STRIDE = BLOCK_M + (D == 64 ? 4 : 0);
-  static constexpr int Q_FLOATS = D * BLOCK_M;         // Qt [D, BLOCK_M]
-  static constexpr int K_FLOATS = D * BLOCK_N;         // Kt [D, BLOCK_N]
-  static constexpr int V_FLOATS = BLOCK_N * D;         // V  [BLOCK_N, D]
-  static constexpr int P_FLOATS = BLOCK_N * P_STRIDE;  // Pt [BLOCK_N, P_STRIDE]
+  // The transposed tiles carry 4 floats of padding after every 4 rows (see trow): D floats for Qt
+  // and Kt. Pt has them at d = 64 only: at d = 128 the 64 floats would break the budget of two
+  // blocks per SM, which this layout fills to the byte (115,712 B).
+  static constexpr bool P_PAD = D == 64;
+  static constexpr int Q_FLOATS = D * BLOCK_M + D;                             // Qt [D, BLOCK_M] padded
+  static constexpr int K_FLOATS = D * BLOCK_N + D;                             // Kt [D, BLOCK_N] padded
+  static constexpr int V_FLOATS = BLOCK_N * D;                                 // V  [BLOCK_N, D]
+  static constexpr int P_FLOATS = BLOCK_N * BLOCK_M + (P_PAD ? BLOCK_N : 0);  // Pt [BLOCK_N, BLOCK_M]
   static constexpr std::size_t SMEM_BYTES = sizeof(float) * (Q_FLOATS + K_FLOATS + V_FLOATS + P_FLOATS);
 
   static_assert(D == 64 || D == 128, "instances: head_dim padded to 64 or 128");
@@ -80,7 +82,7 @@ struct Config {
   static_assert(KEYS % 4 == 0 && COLS % 4 == 0, "each thread owns whole float4 chunks of S and O columns");
   static_assert(BLOCK_N * D % (4 * kThreads) == 0 && BLOCK_M * D % (4 * kThreads) == 0,
                 "every thread moves the same number of float4 per tile");
-  static_assert(BLOCK_M % kWarp == 0 && BLOCK_N % kWarp == 0, "transposed stores: 32 rows per warp");
+  static_assert(BLOCK_M % kWarp == 0 && BLOCK_N % kWarp == 0 && D % 4 == 0, "whole groups of 4 rows (trow)");
   static_assert(2 * (SMEM_BYTES + 1024) <= 228 * 1024, "two blocks per SM on sm_90 (1 KB reserved per block)");
 };
 
@@ -126,27 +128,51 @@ __device__ __forceinline__ void put4(float* a, float4 v) { a[0] = v.x, a[1] = v.
 // As in step 02: a row that has seen only -inf shifts by 0, so its exponentials are 0, not NaN.
 __device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }
 
+// Offset of row r of a transposed tile whose rows are COLS floats (Qt, Kt, Pt): 4 floats of
+// padding after every 4 rows. A warp's transposed stores of a 4-row × 128-byte block (TileLoad)
+// then land on 32 different banks, and every row still starts on a 16-byte boundary (float4).
+template <int COLS, bool PAD = true>
+__device__ __forceinline__ int trow(int r) {
+  return r * COLS + (PAD ? r / 4 * 4 : 0);
+}
+
 // ---- device memory -> shared memory, through registers ----------------------------------------------
-// A [ROWS, D] tile of one head's [seq, head_dim] matrix: fetch() loads it into registers (all
-// loads in flight at once), store() writes it to shared memory. Rows >= seq and columns >=
-// head_dim read as 0 (finite: a masked key's P = 0 times its V must stay 0).
-//   TRANSPOSE: dst [D, ROWS]; a warp loads 32 consecutive rows at one column chunk, so its four
-//              scalar stores hit 32 consecutive banks.
-//   else:      dst [ROWS, D]; consecutive lanes, consecutive float4: coalesced, conflict-free.
+// A [ROWS, D] tile of one head's [seq, head_dim] matrix: fetch() issues all of a thread's loads
+// into registers, store() writes them to shared memory. The kernel calls fetch() a whole product
+// before store(), so the wait for L2 hides behind FFMAs (register prefetch, as step 03 does).
+// Rows >= seq and columns >= head_dim read as 0 (finite: a masked key's P = 0 times its V must
+// stay 0).
+// Each warp instruction loads a block of 4 rows × 128 bytes (lane = 8·row + float4 chunk): four
+// whole 128-byte lines, four L1 tag lookups. The warps take the D/32 blocks of a row side by side.
+//   TRANSPOSE: dst [D, ROWS] (trow): the four scalar stores of a warp hit 32 different banks.
+//   else:      dst [ROWS, D]: each 8-lane phase of a float4 store writes 128 contiguous bytes.
 template <int ROWS, int D, bool TRANSPOSE>
 struct TileLoad {
   static constexpr int VECS = ROWS * D / 4 / kThreads;  // float4 per thread
+  static constexpr int LINES = D / 32;                  // 128-byte blocks per row: 2 | 4
+  static constexpr int ROW_STEP = 4 * kWarps / LINES;   // rows between a thread's loads: 8 | 4
+  static_assert(kWarps % LINES == 0 && VECS * ROW_STEP == ROWS, "the warps tile the rows exactly");
   float4 v[VECS];
 
-  __device__ static int row_of(int idx) { return TRANSPOSE ? idx % ROWS : idx / (D / 4); }
-  __device__ static int col_of(int idx) { return 4 * (TRANSPOSE ? idx / ROWS : idx % (D / 4)); }
+  // This thread's load i: row row0() + i·ROW_STEP, columns col0() .. col0() + 3.
+  __device__ static int row0() { return 4 * (threadIdx.x / kWarp / LINES) + threadIdx.x % kWarp / 8; }
+  __device__ static int col0() { return 32 * (threadIdx.x / kWarp % LINES) + 4 * (threadIdx.x % 8); }
 
-  __device__ void fetch(const float* __restrict__ src, int row0, int seq, int head_dim) {
+  __device__ void fetch(const float* __restrict__ src, int row0_tile, int seq, int head_dim) {
+    const int r = row0_tile + row0(), c = col0();
+    if (row0_tile + ROWS <= seq && head_dim == D) {
+      // A whole tile (all but the last): no bounds checks, and with the row pitch known at compile
+      // time every load is one base pointer plus a constant offset (LDG [R+imm]).
+      const float* p = src + std::size_t(r) * D + c;
 #pragma unroll
-    for (int i = 0; i < VECS; ++i) {
-      const int idx = threadIdx.x + i * kThreads, r = row0 + row_of(idx), c = col_of(idx);
-      v[i] = r < seq && c < head_dim ? *reinterpret_cast<const float4*>(src + std::size_t(r) * head_dim + c)
-                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int i = 0; i < VECS; ++i) v[i] = *reinterpret_cast<const float4*>(p + i * ROW_STEP * D);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VECS; ++i) {
+        const int ri = r + i * ROW_STEP;
+        v[i] = ri < seq && c < head_dim ? *reinterpret_cast<const float4*>(src + std::size_t(ri) * head_dim + c)
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
     }
   }
   __device__ void scale(float s) {
@@ -154,14 +180,14 @@ struct TileLoad {
     for (int i = 0; i < VECS; ++i) v[i].x *= s, v[i].y *= s, v[i].z *= s, v[i].w *= s;
   }
   __device__ void store(float* dst) const {
+    const int r = row0(), c = col0();
 #pragma unroll
     for (int i = 0; i < VECS; ++i) {
-      const int idx = threadIdx.x + i * kThreads, r = row_of(idx), c = col_of(idx);
-      if constexpr (TRANSPOSE) {
-        dst[(c + 0) * ROWS + r] = v[i].x, dst[(c + 1) * ROWS + r] = v[i].y;
-        dst[(c + 2) * ROWS + r] = v[i].z, dst[(c + 3) * ROWS + r] = v[i].w;
+      if constexpr (TRANSPOSE) {  // column c + k of the tile is row c + k of dst: trow<ROWS>(c + k)
+        float* d = dst + trow<ROWS>(c) + r + i * ROW_STEP;
+        d[0] = v[i].x, d[ROWS] = v[i].y, d[2 * ROWS] = v[i].z, d[3 * ROWS] = v[i].w;
       } else {
-        *reinterpret_cast<float4*>(dst + r * D + c) = v[i];
+        *reinterpret_cast<float4*>(dst + (r + i * ROW_STEP) * D + c) = v[i];
       }
     }
   }
@@ -170,25 +196,43 @@ struct TileLoad {
 // ---- the two products ---------------------------------------------------------------------------------
 // s [8, KEYS] = this thread's piece of (scale·Q) Kᵀ: per d, 8 floats of Qt and KEYS of Kt (float4
 // loads), 8·KEYS FFMAs.
+// Both loops are software-pipelined by hand: the operands of step d+1 are loaded into a second set
+// of registers (b) while the FFMAs of step d run on the first (a), so no step waits for shared
+// memory. They walk a group of 4 rows at a time (trow's padding sits between groups). The last
+// step loads group 0 again: a harmless read that keeps the loop free of branches.
+
 template <int D>
 __device__ __forceinline__ void tile_scores(const float* Qt, const float* Kt, int rg, int cg,
                                             float (&s)[kRows][Config<D>::KEYS]) {
   using C = Config<D>;
+  constexpr int M = C::BLOCK_M, N = C::BLOCK_N, KEYS = C::KEYS;
+  const float* qt = Qt + kRows * rg;                   // this thread's 8 query rows, at d = 0
+  const float* kt = Kt + chunk<C::COL_GROUPS>(cg, 0);  // this thread's keys, at d = 0
+  float qa[kRows], ka[KEYS], qb[kRows], kb[KEYS];      // registers: a column of Q rows, a row of keys
+  auto load = [&](const float* q_d, const float* k_d, float(&q)[kRows], float(&k)[KEYS]) {
+    put4(q, lds4(q_d)), put4(q + 4, lds4(q_d + 4));
 #pragma unroll
-  for (int i = 0; i < kRows; ++i)
-#pragma unroll
-    for (int e = 0; e < C::KEYS; ++e) s[i][e] = 0.f;
-#pragma unroll 8
-  for (int d = 0; d < D; ++d) {
-    float q[kRows], k[C::KEYS];  // registers: a column of this thread's Q rows, a row of its keys
-    put4(q, lds4(Qt + d * C::BLOCK_M + kRows * rg));
-    put4(q + 4, lds4(Qt + d * C::BLOCK_M + kRows * rg + 4));
-#pragma unroll
-    for (int e = 0; e < C::KEYS; e += 4) put4(k + e, lds4(Kt + d * C::BLOCK_N + chunk<C::COL_GROUPS>(cg, e)));
+    for (int e = 0; e < KEYS; e += 4) put4(k + e, lds4(k_d + chunk<C::COL_GROUPS>(0, e)));
+  };
+  auto step = [&](const float(&q)[kRows], const float(&k)[KEYS]) {
 #pragma unroll
     for (int i = 0; i < kRows; ++i)
 #pragma unroll
-      for (int e = 0; e < C::KEYS; ++e) s[i][e] = fmaf(q[i], k[e], s[i][e]);
+      for (int e = 0; e < KEYS; ++e) s[i][e] = fmaf(q[i], k[e], s[i][e]);
+  };
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int e = 0; e < KEYS; ++e) s[i][e] = 0.f;
+  load(qt, kt, qa, ka);
+#pragma unroll 2
+  for (int d = 0; d < D; d += 4) {
+    const float *qg = qt + trow<M>(d), *kg = kt + trow<N>(d);  // rows d .. d+3 of Qt and Kt
+    const int next = (d + 4) % D;
+    load(qg + M, kg + N, qb, kb), step(qa, ka);
+    load(qg + 2 * M, kg + 2 * N, qa, ka), step(qb, kb);
+    load(qg + 3 * M, kg + 3 * N, qb, kb), step(qa, ka);
+    load(qt + trow<M>(next), kt + trow<N>(next), qa, ka), step(qb, kb);
   }
 }
 
@@ -198,17 +242,30 @@ template <int D>
 __device__ __forceinline__ void tile_pv(const float* Pt, const float* Vs, int rg, int cg,
                                         float (&o)[kRows][Config<D>::COLS]) {
   using C = Config<D>;
-#pragma unroll 8
-  for (int j = 0; j < C::BLOCK_N; ++j) {
-    float p[kRows], v[C::COLS];  // registers: P[rows, j], V[j, columns]
-    put4(p, lds4(Pt + j * C::P_STRIDE + kRows * rg));
-    put4(p + 4, lds4(Pt + j * C::P_STRIDE + kRows * rg + 4));
+  constexpr int M = C::BLOCK_M, COLS = C::COLS;
+  const float* pt = Pt + kRows * rg;                   // this thread's 8 query rows, at key 0
+  const float* vs = Vs + chunk<C::COL_GROUPS>(cg, 0);  // this thread's columns, at key 0
+  float pa[kRows], va[COLS], pb[kRows], vb[COLS];      // registers: P[rows, j], V[j, columns]
+  auto load = [&](const float* p_j, const float* v_j, float(&p)[kRows], float(&v)[COLS]) {
+    put4(p, lds4(p_j)), put4(p + 4, lds4(p_j + 4));
 #pragma unroll
-    for (int c = 0; c < C::COLS; c += 4) put4(v + c, lds4(Vs + j * D + chunk<C::COL_GROUPS>(cg, c)));
+    for (int c = 0; c < COLS; c += 4) put4(v + c, lds4(v_j + chunk<C::COL_GROUPS>(0, c)));
+  };
+  auto step = [&](const float(&p)[kRows], const float(&v)[COLS]) {
 #pragma unroll
     for (int i = 0; i < kRows; ++i)
 #pragma unroll
-      for (int c = 0; c < C::COLS; ++c) o[i][c] = fmaf(p[i], v[c], o[i][c]);
+      for (int c = 0; c < COLS; ++c) o[i][c] = fmaf(p[i], v[c], o[i][c]);
+  };
+  load(pt, vs, pa, va);
+#pragma unroll 2
+  for (int j = 0; j < C::BLOCK_N; j += 4) {
+    const float *pg = pt + trow<M, C::P_PAD>(j), *vg = vs + j * D;  // keys j .. j+3 of Pt and V
+    const int next = (j + 4) % C::BLOCK_N;
+    load(pg + M, vg + D, pb, vb), step(pa, va);
+    load(pg + 2 * M, vg + 2 * D, pa, va), step(pb, vb);
+    load(pg + 3 * M, vg + 3 * D, pb, vb), step(pa, va);
+    load(pt + trow<M, C::P_PAD>(next), vs + next * D, pa, va), step(pb, vb);
   }
 }
 
@@ -224,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* Qt = reinterpret_cast<float*>(smem4);  // [D, BLOCK_M]        scale·Q, transposed (whole block)
   float* Kt = Qt + C::Q_FLOATS;                 // [D, BLOCK_N]        K tile, transposed
   float* Vs = Kt + C::K_FLOATS;                 // [BLOCK_N, D]        V tile
-  float* Pt = Vs + C::V_FLOATS;                 // [BLOCK_N, P_STRIDE] P tile, transposed
+  float* Pt = Vs + C::V_FLOATS;                 // [BLOCK_N, BLOCK_M]  P tile, transposed
 
   // Causal: the last query block (the most key tiles) runs first, the first block last.
   const int qb = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -234,17 +291,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   int rg, cg;
   lane_layout<C::COL_GROUPS>(rg, cg);
 
-  // Q once, pre-multiplied by the scale (saves a multiply per score); the first K tile.
+  // Q once, pre-multiplied by the scale (saves a multiply per score), and the first K tile: both
+  // fetches in flight together.
+  TileLoad<C::BLOCK_N, D, true> kload;   // K tiles -> Kt
+  TileLoad<C::BLOCK_N, D, false> vload;  // V tiles -> Vs
   {
     TileLoad<C::BLOCK_M, D, true> qload;
     qload.fetch(q, m0, seq_q, head_dim);
+    kload.fetch(k, 0, seq_k, head_dim);
     qload.scale(scale);
     qload.store(Qt);
+    kload.store(Kt);
   }
-  TileLoad<C::BLOCK_N, D, true> kload;   // K tiles -> Kt
-  TileLoad<C::BLOCK_N, D, false> vload;  // V tiles -> Vs
-  kload.fetch(k, 0, seq_k, head_dim);
-  kload.store(Kt);
   __syncthreads();
 
   float acc[kRows][C::COLS];  // [8, COLS] unnormalised O rows, registers
@@ -262,11 +320,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int n_tiles = (kv_end + C::BLOCK_N - 1) / C::BLOCK_N;
   const int n_full = causal ? min(m0 + 1, seq_k) / C::BLOCK_N : 0;
 
-  // One key tile: S = Q·Kᵀ, mask, online softmax, P to shared memory, O += P·V, then the next K.
+  // One key tile: S = Q·Kᵀ, mask, online softmax, P to shared memory, O += P·V. The global loads
+  // of V_t and K_{t+1} are issued one product ahead of their stores (register prefetch).
   auto attend = [&](int t, auto masked) {
     const int n0 = t * C::BLOCK_N;        // first key of this tile
-    vload.fetch(v, n0, seq_k, head_dim);  // K_t is in Kt already
-    vload.store(Vs);                      // Vs was last read before the previous barrier
+    vload.fetch(v, n0, seq_k, head_dim);  // V_t -> registers, in flight during Q·Kᵀ (K_t is in Kt)
 
     float s[kRows][C::KEYS];  // [8, KEYS] scores, registers
     tile_scores<D>(Qt, Kt, rg, cg, s);
@@ -303,22 +361,25 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int c = 0; c < C::COLS; ++c) acc[i][c] *= alpha;
     }
 
-    // P to shared memory, transposed: the P·V product needs whole rows of P in every thread of
-    // the row, and this thread holds only its keys.
+    // V_t and P to shared memory (Vs and Pt were last read before the previous barrier). P goes
+    // transposed: the P·V product needs whole rows of P in every thread of the row, and this
+    // thread holds only its keys.
+    vload.store(Vs);
 #pragma unroll
     for (int e = 0; e < C::KEYS; ++e) {
-      float* dst = Pt + chunk<C::COL_GROUPS>(cg, e) * C::P_STRIDE + kRows * rg;
+      float* dst = Pt + trow<C::BLOCK_M, C::P_PAD>(chunk<C::COL_GROUPS>(cg, e)) + kRows * rg;
       *reinterpret_cast<float4*>(dst) = make_float4(s[0][e], s[1][e], s[2][e], s[3][e]);
       *reinterpret_cast<float4*>(dst + 4) = make_float4(s[4][e], s[5][e], s[6][e], s[7][e]);
     }
     __syncthreads();  // P and V are in shared memory; everyone is done reading Kt
 
+    // K_{t+1} -> registers, in flight during P·V. After the last tile it reads an empty range
+    // (seq 0: zeros, no loads); a select, not a branch around the fetch, which made ptxas spill.
+    const bool more = t + 1 < n_tiles;
+    kload.fetch(k, n0 + C::BLOCK_N, more ? seq_k : 0, head_dim);
     tile_pv<D>(Pt, Vs, rg, cg, acc);
-    if (t + 1 < n_tiles) {  // K_{t+1}: Kt was last read before the barrier above
-      kload.fetch(k, n0 + C::BLOCK_N, seq_k, head_dim);
-      kload.store(Kt);
-    }
-    __syncthreads();  // K_{t+1} is in; everyone is done reading Pt and Vs
+    if (more) kload.store(Kt);  // Kt was last read before the barrier above
+    __syncthreads();            // K_{t+1} is in; everyone is done reading Pt and Vs
   };
   int t = 0;
   for (; t < n_full; ++t) attend(t, std::false_type{});  // stage 1: left of the diagonal, no mask
