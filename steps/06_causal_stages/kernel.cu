@@ -20,15 +20,17 @@
 //
 // Tiles, threads and registers are step 05's:
 //   head_dim ≤ 64  (instance 64):  BLOCK_M 128, BLOCK_N 64, 128 threads = 16 row groups × 8
-//                                  column groups; S 8×8 and O 8×8 per thread; 99,328 B of
+//                                  column groups; S 8×8 and O 8×8 per thread; 99,072 B of
 //                                  shared memory
 //   head_dim ≤ 128 (instance 128): BLOCK_M 64, BLOCK_N 64, 128 threads = 8 × 16; S 8×4 and O 8×8
-//                                  per thread; 114,688 B
+//                                  per thread; 115,712 B (all that two blocks per SM allow)
 // Per step of the inner loops: 8×8 FFMAs per 16 floats loaded (8×4 per 12 for S at d = 128).
-// ptxas (sm_90a, CUDA 13.0): 255 registers, 0 bytes spilled, both instances; 2 blocks of 4
-// warps per SM (registers and shared memory both allow exactly 2): 8 of 64 warp slots. The
-// two blocks hide each other's load latency and barriers; holding the next K or V tile in
-// registers while computing (register double buffering) made ptxas spill at these tile sizes.
+// ptxas (sm_90a, CUDA 13.0): 255 registers (d = 64) and 237 (d = 128), 0 bytes spilled; 2 blocks
+// of 4 warps per SM (registers and shared memory both allow exactly 2): 8 of 64 warp slots.
+// With so few warps, nothing may wait for memory: V_t is fetched into registers before Q·Kᵀ_t
+// and K_{t+1} before P·V_t, each stored to shared memory after that product; every global load
+// of a warp reads whole 128-byte lines; the transposed Q and K tiles are padded so that their
+// stores have no bank conflicts.
 // exp: expf, full precision (about eight instructions per score, some 6% of the issue slots at
 // d = 64); step 10 switches to exp2 with log2(e) folded into the scale.
 //
@@ -52,9 +54,9 @@ const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 constexpr int kThreads = 128;  // 4 warps per block, 2 blocks per SM (shared memory and registers)
 constexpr int kRows = 8;       // query rows per thread, in S and in O
 constexpr int kWarp = 32;
+constexpr int kWarps = kThreads / kWarp;
 
 // ---- tile configuration, per head-dim instance -------------------------------------------------
-constexpr int kWarps = kThreads / kWarp;
 template <int D>
 struct Config {
   // d = 64: a 128-row Q tile halves the K/V traffic per FLOP and gives each thread an 8×8 piece
@@ -65,9 +67,11 @@ struct Config {
   static constexpr int COL_GROUPS = kThreads / ROW_GROUPS;  // 8 | 16 threads share a row
   static constexpr int KEYS = BLOCK_N / COL_GROUPS;         // 8 | 4 columns of S per thread
   static constexpr int COLS = D / COL_GROUPS;               // 8 | 8 columns of O per thread
-  // The transposed tiles carry 4 floats of padding after every 4 rows (see trow): D floats for Qt
-  // and Kt. Pt has them at d = 64 only: at d = 128 the 64 floats would break the budget of two
-  // blocks per SM, which this layout fills to the byte (115,712 B).
+  // The transposed tiles carry 4 floats of padding after every 4 rows (trow): their stores are
+  // then conflict-free (Qt, Kt), or 2-way instead of 4-way (Pt). At d = 128 two blocks per SM
+  // leave room for only two of the three paddings; this layout fills the budget to the byte
+  // (115,712 B). Padding Pt instead of Qt (whose stores then conflict 8-way, once per block)
+  // measured 1% slower.
   static constexpr bool P_PAD = D == 64;
   static constexpr int Q_FLOATS = D * BLOCK_M + D;                             // Qt [D, BLOCK_M] padded
   static constexpr int K_FLOATS = D * BLOCK_N + D;                             // Kt [D, BLOCK_N] padded
@@ -183,7 +187,7 @@ struct TileLoad {
     const int r = row0(), c = col0();
 #pragma unroll
     for (int i = 0; i < VECS; ++i) {
-      if constexpr (TRANSPOSE) {  // column c + k of the tile is row c + k of dst: trow<ROWS>(c + k)
+      if constexpr (TRANSPOSE) {  // column c + k is row trow(c + k) = trow(c) + k·ROWS of dst (4 | c)
         float* d = dst + trow<ROWS>(c) + r + i * ROW_STEP;
         d[0] = v[i].x, d[ROWS] = v[i].y, d[2 * ROWS] = v[i].z, d[3 * ROWS] = v[i].w;
       } else {
@@ -194,13 +198,13 @@ struct TileLoad {
 };
 
 // ---- the two products ---------------------------------------------------------------------------------
-// s [8, KEYS] = this thread's piece of (scale·Q) Kᵀ: per d, 8 floats of Qt and KEYS of Kt (float4
-// loads), 8·KEYS FFMAs.
 // Both loops are software-pipelined by hand: the operands of step d+1 are loaded into a second set
 // of registers (b) while the FFMAs of step d run on the first (a), so no step waits for shared
 // memory. They walk a group of 4 rows at a time (trow's padding sits between groups). The last
 // step loads group 0 again: a harmless read that keeps the loop free of branches.
 
+// s [8, KEYS] = this thread's piece of (scale·Q) Kᵀ: per d, 8 floats of Qt and KEYS of Kt (float4
+// loads), 8·KEYS FFMAs.
 template <int D>
 __device__ __forceinline__ void tile_scores(const float* Qt, const float* Kt, int rg, int cg,
                                             float (&s)[kRows][Config<D>::KEYS]) {
