@@ -29,8 +29,10 @@ sweep() {  # sweep <exe> [flags]: append its --sweep rows (one CSV header in all
 for exe in build/bin/[0-9][0-9]_*; do
   echo "== $exe --sweep" >> "$OUT/run.log"
   sweep "$exe" || run_rc=1
-  # Attention steps with a backward pass also sweep fwd + bwd (--device-info exits 2 without one).
-  if "$exe" --help | grep -q -- '--bwd' && "$exe" --bwd --device-info > /dev/null 2>&1; then
+  # Attention steps with a backward pass also sweep fwd + bwd (--device-info exits 2 without one),
+  # unless their plain sweep did already (steps whose default problem has the backward: 07+).
+  if "$exe" --help | grep -q -- '--bwd' && "$exe" --bwd --device-info > /dev/null 2>&1 &&
+    ! grep -q "^$(basename "$exe"),.* bwd," "$OUT/sweep.csv"; then
     echo "== $exe --sweep --bwd" >> "$OUT/run.log"
     sweep "$exe" --bwd || run_rc=1
   fi

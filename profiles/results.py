@@ -256,6 +256,7 @@ def summarize_sass(path):
 
 # ---- the generated blocks -----------------------------------------------------------------------
 ATTN_FWD = ("04_naive_attention", "05_flash_forward", "06_causal_stages")
+ATTN_BWD = ("04_naive_attention", "07_flash_backward", "08_backward_delta_reuse")
 BLOCKS = {
     "README.md": {"results": run_all_table},
     "docs/03_tiled_matmul.md": {"results:matmul": matmul_table, "profile:matmul": lambda: profile_table(("03_",))},
@@ -266,6 +267,10 @@ BLOCKS = {
                                  "profile:attn_fwd": lambda: profile_table(("04_", "05_"))},
     "docs/06_causal_stages.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
                                  "profile:attn_fwd": lambda: profile_table(("05_", "06_"))},
+    "docs/07_flash_backward.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
+                                  "profile:attn_bwd": lambda: profile_table(("07_",))},
+    "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
+                                        "profile:attn_bwd": lambda: profile_table(("07_", "08_"))},
     "docs/01_safe_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
                                 "sass:softmax": lambda: sass_table(("step01::", "step02::"))},
     "docs/02_online_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,

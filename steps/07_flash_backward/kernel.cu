@@ -33,7 +33,8 @@
 // The next tile (dK/dV: Q, dO, O and LSE; dQ: K and V) is fetched into registers while the
 // accumulating product runs, and stored to shared memory after it, so the device-memory latency
 // hides behind it.
-// ptxas (sm_90a, CUDA 13.0), registers / spills: see docs/07_flash_backward.md (Resources).
+// ptxas (sm_90a, CUDA 13.0), registers per thread, 0 bytes spilled everywhere: dK/dV 249 (d 64)
+// and 232 (d 128), dQ 254 and 216. Occupancy: 8 warps per SM (of 64) in both instances.
 // exp: expf, as in steps 05-06 (exp2 with log2(e) folded into the scale comes in step 10).
 //
 // Build + run:  cmake --build build --target 07_flash_backward && build/bin/07_flash_backward

@@ -26,7 +26,8 @@
 // The next tile (dK/dV: Q, dO, LSE and delta; dQ: K and V) is fetched into registers while the
 // accumulating product runs, and stored to shared memory after it, so the device-memory latency
 // hides behind it.
-// ptxas (sm_90a, CUDA 13.0), registers / spills: see docs/07_flash_backward.md (Resources).
+// ptxas (sm_90a, CUDA 13.0), registers per thread, 0 bytes spilled everywhere: dK/dV 244 (d 64)
+// and 236 (d 128), dQ 254 and 218, delta 16. Occupancy: 8 warps per SM (of 64) in both instances.
 // exp: expf, as in steps 05-06 (exp2 with log2(e) folded into the scale comes in step 10).
 //
 // Build + run:  cmake --build build --target 08_backward_delta_reuse && build/bin/08_backward_delta_reuse
