@@ -10,8 +10,9 @@ and one plot.
   python3 profiles/bench.py --show FILE.csv ... # print CSVs of the executables' format as terminal tables
   python3 profiles/bench.py --check-deps        # which optional parts are here (PyTorch, matplotlib)
 
-Steps: `build/bin/NN_name --sweep --csv` for every built step, and `--sweep --bwd --csv` as well for
-a step with a backward (its `--bwd --device-info` exits 0). Their rows are kept as printed.
+Steps: `build/bin/NN_name --sweep --csv` for every built step, or `--sweep --bwd --csv` for a step
+with a backward (its `--bwd --device-info` exits 0; those rows hold fwd, bwd and fwd+bwd). Their rows
+are kept as printed.
 
 Baselines (PyTorch with CUDA only): torch.nn.functional.scaled_dot_product_attention under
 torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) (step 'sdpa_flash') and
@@ -100,12 +101,12 @@ def step_exes(build, only):
 def step_rows(exes):
     rows, failed = [], 0
     for exe in exes:
-        r, rc = run_csv([exe, "--sweep", "--csv"])
+        # A step with a backward sweeps with --bwd: its rows hold the forward, the backward and
+        # their sum (a plain --sweep would repeat the forward rows).
+        has_bwd = subprocess.run([exe, "--bwd", "--device-info"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL).returncode == 0
+        r, rc = run_csv([exe, "--sweep", "--bwd", "--csv"] if has_bwd else [exe, "--sweep", "--csv"])
         rows, failed = rows + r, failed + (rc != 0)
-        if subprocess.run([exe, "--bwd", "--device-info"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode == 0:
-            r, rc = run_csv([exe, "--sweep", "--bwd", "--csv"])
-            rows, failed = rows + r, failed + (rc != 0)
     return rows, failed
 
 

@@ -37,7 +37,7 @@ from fa_profiles import (COUNTERS, DOC_GPU as GPU, ROOT, aggregate, compare_repo
 
 # Docs being edited on another branch: their blocks are neither rendered nor checked here until the
 # branches meet (then delete the entry and run `render`). Said on every run, so it is not forgotten.
-HELD = {"docs/05_flash_forward.md", "docs/06_causal_stages.md"}
+HELD = set()
 
 # The columns of the per-kernel profile tables in the docs (their prose quotes these numbers).
 PROFILE_COLUMNS = [("time_us", "time (µs)", "{:.1f}"), ("dram_read_mb", "DRAM read (MB)", "{:.0f}"),
@@ -280,6 +280,7 @@ def env_block():
 
 # ---- the generated blocks -----------------------------------------------------------------------
 ATTN_FWD = ("04_naive_attention", "05_flash_forward", "06_causal_stages")
+ATTN_BWD = ("04_naive_attention", "07_flash_backward", "08_backward_delta_reuse")
 BLOCKS = {
     "README.md": {"results": run_all_table},
     "profiles/README.md": {"master": master_table, "ncu_env": env_block},
@@ -291,6 +292,10 @@ BLOCKS = {
                                  "profile:attn_fwd": lambda: profile_table(("04_", "05_"))},
     "docs/06_causal_stages.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
                                  "profile:attn_fwd": lambda: profile_table(("05_", "06_"))},
+    "docs/07_flash_backward.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
+                                  "profile:attn_bwd": lambda: profile_table(("07_",))},
+    "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
+                                        "profile:attn_bwd": lambda: profile_table(("07_", "08_"))},
     "docs/01_safe_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
                                 "sass:softmax": lambda: sass_table(("step01::", "step02::"))},
     "docs/02_online_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,

@@ -171,6 +171,43 @@ inline void expect_matches_golden(const fa::StepInfo& step, bool backward) {
   }
 }
 
+// A row whose LSE is -inf sees no key (impossible with top-left causal masks and seq_k >= 1, so the
+// test makes one by hand): it attends to nothing, gets no gradient and gives none to K and V, and
+// nothing may turn NaN. The step's backward, on its forward's outputs with that row's LSE set to
+// -inf and its O row to 0, must match the fp64 backward with that row's dO set to 0.
+inline void expect_row_without_keys_gets_no_gradient(const fa::StepInfo& step, const Shape& s, int row) {
+  const std::uint64_t seed = fa::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", row " + std::to_string(row) + " without keys, " + s.str());
+  Inputs in = random_inputs(s, seed);
+  const fa::AttnParams p = s.params();
+  fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout), o(s.q_elems()), lse(s.rows());
+  std::size_t ws = step.fwd_workspace_bytes ? step.fwd_workspace_bytes(p) : 0;
+  if (step.bwd_workspace_bytes) ws = std::max(ws, step.bwd_workspace_bytes(p));
+  fa::DeviceBuffer<char> workspace(ws);
+  step.attn_fwd({p, q.get(), k.get(), v.get(), o.get(), lse.get(), workspace.get()}, nullptr);
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> O = o.download(), L = lse.download();
+  L[row] = -INFINITY;
+  std::fill(O.begin() + std::size_t(row) * s.head_dim, O.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
+  o.upload(O), lse.upload(L);
+  fa::DeviceBuffer<float> dq(s.q_elems()), dk(s.k_elems()), dv(s.k_elems());
+  dq.poison_nan(), dk.poison_nan(), dv.poison_nan();
+  step.attn_bwd(
+      {p, q.get(), k.get(), v.get(), o.get(), dout.get(), lse.get(), dq.get(), dk.get(), dv.get(), workspace.get()},
+      nullptr);
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::fill(in.dout.begin() + std::size_t(row) * s.head_dim, in.dout.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
+  const Reference want = reference(s, in, true);
+  using namespace fa::tol;
+  for (auto [name, got, w] : {std::tuple{"dQ", dq.download(), &want.dq}, std::tuple{"dK", dk.download(), &want.dk},
+                              std::tuple{"dV", dv.download(), &want.dv}}) {
+    const auto c = fa::compare(got, *w, fa::scaled_tolerance(kAttnGradAtolRel, kAttnGradRtol, *w, kAttnGradAtolFloor));
+    EXPECT_TRUE(c.ok()) << s.str() << " " << name << " vs fp64: " << c.summary();
+  }
+}
+
 // Shapes around every boundary a tiled kernel has: 1, odd, tile ± 1, seq_q ≠ seq_k both ways.
 inline std::vector<Shape> edge_shapes(int head_dim) {
   std::vector<Shape> out;

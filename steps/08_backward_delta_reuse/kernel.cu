@@ -1,0 +1,631 @@
+// =============================================================================================
+// FlashAttention from scratch, step by step, in CUDA C++
+// Step 08: the FlashAttention-2 backward with delta computed once and reused by both kernels
+//
+// What changes since step 07: only where delta_i = rowsum(dO_i ∘ O_i) comes from. Step 07's
+// kernels each computed it from their own loads of O: the dQ kernel once per query block, the
+// dK/dV kernel once per query tile it visits, that is seq_k / BLOCK_N times per row. Here a small
+// preprocess kernel (one warp per row) computes it once into a workspace [batch, heads, seq_q],
+// and both kernels read it beside LSE. Neither kernel loads O any more.
+//
+//   delta kernel   grid (rows / 8); one warp per row of dO and O: delta_i, 4 bytes per row.
+//   dK/dV kernel   as in step 07, but delta_i comes with LSE_i (no O tile, no row dot product).
+//   dQ kernel      as in step 07, the same.
+//
+// The saving is in bytes and latency, not FLOPs: the O tile load the dK/dV kernel paid for every
+// query tile, whose latency step 07 could not hide (its registers did not fit beside the
+// prefetched tile), is gone; the preprocess reads dO and O once. See docs/08_backward_delta_reuse.md.
+//
+// Tiles are 64 queries × 64 keys in both kernels and both instances:
+//   head_dim ≤ 64  (instance 64):  128 threads, 2 blocks per SM. S, dP: 8×4 per thread;
+//                                  dK, dV, dQ: 8×4 per thread each.
+//                                  Shared memory: dK/dV 104,960 B, dQ 88,576 B.
+//   head_dim ≤ 128 (instance 128): 256 threads, 1 block per SM (the tiles of 128 floats per row
+//                                  leave no room for two). S, dP: 4×4; dK, dV, dQ: 4×8.
+//                                  Shared memory: dK/dV 170,496 B, dQ 154,112 B.
+// The next tile (dK/dV: Q, dO, LSE and delta; dQ: K and V) is fetched into registers while the
+// accumulating product runs, and stored to shared memory after it, so the device-memory latency
+// hides behind it.
+// ptxas (sm_90a, CUDA 13.0), registers per thread, 0 bytes spilled everywhere: dK/dV 244 (d 64)
+// and 236 (d 128), dQ 254 and 218, delta 16. Occupancy: 8 warps per SM (of 64) in both instances.
+// exp: expf, as in steps 05-06 (exp2 with log2(e) folded into the scale comes in step 10).
+//
+// Build + run:  cmake --build build --target 08_backward_delta_reuse && build/bin/08_backward_delta_reuse
+// Read with:    docs/08_backward_delta_reuse.md
+// =============================================================================================
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "check.h"
+#include "ops.h"
+
+namespace step06 {
+const fa::StepInfo& info();  // the forward of this step
+}  // namespace step06
+
+namespace step08 {
+
+const fa::StepInfo& info();  // bottom of the file: the step's name for messages
+
+constexpr int kWarp = 32;
+
+// ---- tile configuration, per head-dim instance -------------------------------------------------
+template <int D>
+struct Config {
+  // d = 64: 4 warps and two blocks per SM, as in step 06. d = 128: a 64-row tile of 128 floats per
+  // row is 33 KB; the dK/dV kernel holds four of them, so one block per SM, of 8 warps.
+  static constexpr int THREADS = D == 64 ? 128 : 256;
+  static constexpr int MIN_BLOCKS = D == 64 ? 2 : 1;
+  static constexpr int BLOCK_M = 64;  // queries per tile
+  static constexpr int BLOCK_N = 64;  // keys per tile
+  // S and dP [BLOCK_M, BLOCK_N]: [S_ROWS, S_COLS] per thread. dK, dV [BLOCK_N, D] and dQ
+  // [BLOCK_M, D]: [ACC_ROWS, ACC_COLS] per thread. Both on one grid of ROW_GROUPS × COL_GROUPS.
+  static constexpr int S_ROWS = D == 64 ? 8 : 4;
+  static constexpr int S_COLS = 4;
+  static constexpr int ACC_ROWS = D == 64 ? 8 : 4;
+  static constexpr int ACC_COLS = D == 64 ? 4 : 8;
+  static constexpr int ROW_GROUPS = BLOCK_M / S_ROWS;  // 8 | 16
+  static constexpr int COL_GROUPS = BLOCK_N / S_COLS;  // 16 | 16
+  // Row strides in shared memory (floats). LD ≡ 4 (mod 32): the 8 rows a warp reads at once in
+  // the NT products start 4 banks apart, so its 8 float4 cover the 32 banks once. LD_P ≡ 4 and
+  // LD_DST ≡ 8 (mod 32) make the scalar stores of P, dS and dSᵀ conflict-free (see lane_layout).
+  static constexpr int LD = D + 4;
+  static constexpr int LD_P = BLOCK_N + 4;
+  static constexpr int LD_DST = BLOCK_M + 8;
+  static constexpr int Q_FLOATS = BLOCK_M * LD;        // Q, dO [BLOCK_M, LD]
+  static constexpr int K_FLOATS = BLOCK_N * LD;        // K, V  [BLOCK_N, LD]
+  static constexpr int P_FLOATS = BLOCK_M * LD_P;      // P, dS [BLOCK_M, LD_P]   (dK/dV kernel)
+  static constexpr int DST_FLOATS = BLOCK_N * LD_DST;  // dSᵀ [BLOCK_N, LD_DST] (dQ kernel)
+  static constexpr std::size_t DKDV_SMEM = sizeof(float) * (2 * Q_FLOATS + 2 * K_FLOATS + 2 * P_FLOATS + 2 * BLOCK_M);
+  static constexpr std::size_t DQ_SMEM = sizeof(float) * (2 * Q_FLOATS + 2 * K_FLOATS + DST_FLOATS + 2 * BLOCK_M);
+
+  static_assert(D == 64 || D == 128, "instances: head_dim padded to 64 or 128");
+  static_assert(ROW_GROUPS * COL_GROUPS == THREADS, "one S tile per thread");
+  static_assert(S_ROWS * ROW_GROUPS == BLOCK_M && S_COLS * COL_GROUPS == BLOCK_N, "S tiles cover the block");
+  static_assert(ACC_ROWS * ROW_GROUPS == BLOCK_N && ACC_ROWS * ROW_GROUPS == BLOCK_M && ACC_COLS * COL_GROUPS == D,
+                "dK, dV [BLOCK_N, D] and dQ [BLOCK_M, D] on the same thread grid as S");
+  static_assert(ROW_GROUPS % 8 == 0 && COL_GROUPS % 4 == 0, "a warp is 8 row groups x 4 column groups");
+  static_assert(ACC_ROWS % 4 == 0 && ACC_COLS % 4 == 0, "float4 chunks of the accumulator tiles");
+  static_assert(LD % 32 == 4 && LD_P % 32 == 4 && LD_DST % 32 == 8, "bank offsets of the strides, see above");
+  static_assert(BLOCK_M <= THREADS, "one thread per row loads LSE");
+  static_assert(MIN_BLOCKS * (DKDV_SMEM + 1024) <= 228 * 1024, "blocks per SM on sm_90 (1 KB reserved per block)");
+};
+
+// ---- who owns what -------------------------------------------------------------------------------
+// Thread (rg, cg) of the ROW_GROUPS × COL_GROUPS grid. A warp holds 8 consecutive row groups
+// (lane % 8) and 4 consecutive column groups (lane / 8). So each shared-memory load of the
+// products below has at most 8 distinct addresses in a warp, the other lanes get a broadcast.
+template <int ROW_GROUPS>
+__device__ __forceinline__ void lane_layout(int& rg, int& cg) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  constexpr int WARPS_PER_COLUMN = ROW_GROUPS / 8;
+  rg = (warp % WARPS_PER_COLUMN) * 8 + lane % 8;
+  cg = (warp / WARPS_PER_COLUMN) * 4 + lane / 8;
+}
+
+// The accumulator tiles (TN products) own float4 chunks 4·GROUPS apart, as in step 06: element e
+// of group g is row (or column) chunk(g, e), so a warp's groups read one contiguous run.
+template <int GROUPS>
+__device__ __forceinline__ int chunk(int g, int e) {
+  return (e / 4) * 4 * GROUPS + 4 * g + e % 4;
+}
+
+__device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void put4(float* a, float4 v) { a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w; }
+
+// ---- device memory -> shared memory, through registers ----------------------------------------------
+// A [ROWS, D] tile of one head's [seq, head_dim] matrix. fetch() issues the loads (all in flight
+// at once), store() writes the tile to shared memory, row-major with row stride D + 4. Rows >= seq
+// and columns >= head_dim read as 0. D/4 consecutive threads load one row: a warp reads whole rows
+// (coalesced), and the threads of a row can add up a row dot product with a few shuffles.
+template <int ROWS, int D, int THREADS>
+struct TileLoad {
+  static constexpr int PER_ROW = D / 4;                  // float4 per row
+  static constexpr int VECS = ROWS * PER_ROW / THREADS;  // float4 per thread
+  static_assert(ROWS * PER_ROW % THREADS == 0 && THREADS % PER_ROW == 0 && PER_ROW <= kWarp,
+                "whole rows per pass, a row within one warp");
+  float4 v[VECS];
+
+  __device__ static int row_of(int i) { return threadIdx.x / PER_ROW + i * (THREADS / PER_ROW); }
+  __device__ static int col_of() { return 4 * (threadIdx.x % PER_ROW); }
+
+  __device__ void fetch(const float* __restrict__ src, int row0, int seq, int head_dim) {
+    const int c = col_of();
+#pragma unroll
+    for (int i = 0; i < VECS; ++i) {
+      const int r = row0 + row_of(i);
+      v[i] = r < seq && c < head_dim ? *reinterpret_cast<const float4*>(src + std::size_t(r) * head_dim + c)
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  __device__ void scale(float s) {
+#pragma unroll
+    for (int i = 0; i < VECS; ++i) v[i].x *= s, v[i].y *= s, v[i].z *= s, v[i].w *= s;
+  }
+  __device__ void store(float* dst) const {
+#pragma unroll
+    for (int i = 0; i < VECS; ++i) *reinterpret_cast<float4*>(dst + row_of(i) * (D + 4) + col_of()) = v[i];
+  }
+};
+
+// The LSE that P = exp(S − LSE) uses for a row: +inf for rows past seq_q, and for a row whose LSE
+// is −inf (no visible key: it attends to nothing and gets no gradient). exp(S − ∞) = 0, never NaN.
+__device__ __forceinline__ float lse_for_p(const float* __restrict__ lse, int row, int seq_q) {
+  const float l = row < seq_q ? lse[row] : INFINITY;
+  return l == -INFINITY ? INFINITY : l;
+}
+
+// One query tile in flight: Q, dO, LSE and delta in registers between fetch() and store().
+template <int D>
+struct QueryTile {
+  using C = Config<D>;
+  TileLoad<C::BLOCK_M, D, C::THREADS> q, dout;
+  float lse, delta;
+
+  __device__ void fetch(const float* qg, const float* dog, const float* lseg, const float* deltag, int m0, int seq_q,
+                        int head_dim) {
+    q.fetch(qg, m0, seq_q, head_dim);
+    dout.fetch(dog, m0, seq_q, head_dim);
+    if (threadIdx.x < C::BLOCK_M) {
+      lse = lse_for_p(lseg, m0 + threadIdx.x, seq_q);
+      delta = m0 + threadIdx.x < seq_q ? deltag[m0 + threadIdx.x] : 0.f;
+    }
+  }
+  // Q pre-multiplied by the scale: S = (scale·Q)·Kᵀ as in the forward, and dK = dSᵀ·(scale·Q).
+  __device__ void store(float* Qs, float* dOs, float* lse_s, float* delta_s, float scale) {
+    q.scale(scale);
+    q.store(Qs);
+    dout.store(dOs);
+    if (threadIdx.x < C::BLOCK_M) lse_s[threadIdx.x] = lse, delta_s[threadIdx.x] = delta;
+  }
+};
+
+// One key tile in flight: K and V in registers.
+template <int D>
+struct KeyTile {
+  using C = Config<D>;
+  TileLoad<C::BLOCK_N, D, C::THREADS> k, v;
+  __device__ void fetch(const float* kg, const float* vg, int n0, int seq_k, int head_dim) {
+    k.fetch(kg, n0, seq_k, head_dim);
+    v.fetch(vg, n0, seq_k, head_dim);
+  }
+  __device__ void store(float* Ks, float* Vs) const {
+    k.store(Ks);
+    v.store(Vs);
+  }
+};
+
+// ---- the products ------------------------------------------------------------------------------------
+// NT: acc [R, C] = this thread's piece of A·Bᵀ, A [*, LD] and B [*, LD] row-major, contracted over
+// D: rows rg + RG·r of A, rows cg + CG·c of B. Per 4 columns: R + C float4 loads, 4·R·C FFMAs.
+// The sum runs over d in order, as in step 06's forward: the same S, to the last bit.
+template <int D, int R, int C, int RG, int CG>
+__device__ __forceinline__ void gemm_nt(const float* A, const float* B, int rg, int cg, float (&acc)[R][C]) {
+  constexpr int LD = D + 4;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = 0.f;
+#pragma unroll 4
+  for (int d = 0; d < D; d += 4) {
+    float4 a[R], b[C];  // registers: 4 columns of this thread's rows of A and of B
+#pragma unroll
+    for (int r = 0; r < R; ++r) a[r] = lds4(A + (rg + RG * r) * LD + d);
+#pragma unroll
+    for (int c = 0; c < C; ++c) b[c] = lds4(B + (cg + CG * c) * LD + d);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r].x, b[c].x, acc[r][c]);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r].y, b[c].y, acc[r][c]);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r].z, b[c].z, acc[r][c]);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r].w, b[c].w, acc[r][c]);
+  }
+}
+
+// TN: acc [R, C] += this thread's piece of Aᵀ·B, A [K, LDA] and B [K, LDB] row-major, contracted
+// over their K rows: columns chunk(rg, r) of A, chunk(cg, c) of B. Per row: (R + C)/4 float4
+// loads, R·C FFMAs. With two pairs (A1, B1 -> acc1 and A2, B2 -> acc2) in one loop: dV and dK.
+template <int K, int LDA, int LDB, int R, int C, int RG, int CG>
+__device__ __forceinline__ void gemm_tn(const float* A, const float* B, int rg, int cg, float (&acc)[R][C]) {
+#pragma unroll 8
+  for (int k = 0; k < K; ++k) {
+    float a[R], b[C];
+#pragma unroll
+    for (int e = 0; e < R; e += 4) put4(a + e, lds4(A + k * LDA + chunk<RG>(rg, e)));
+#pragma unroll
+    for (int e = 0; e < C; e += 4) put4(b + e, lds4(B + k * LDB + chunk<CG>(cg, e)));
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r], b[c], acc[r][c]);
+  }
+}
+template <int K, int LDA, int LDB, int R, int C, int RG, int CG>
+__device__ __forceinline__ void gemm_tn2(const float* A1, const float* B1, float (&acc1)[R][C], const float* A2,
+                                         const float* B2, float (&acc2)[R][C], int rg, int cg) {
+#pragma unroll 4
+  for (int k = 0; k < K; ++k) {
+    float a1[R], b1[C], a2[R], b2[C];
+#pragma unroll
+    for (int e = 0; e < R; e += 4) {
+      put4(a1 + e, lds4(A1 + k * LDA + chunk<RG>(rg, e)));
+      put4(a2 + e, lds4(A2 + k * LDA + chunk<RG>(rg, e)));
+    }
+#pragma unroll
+    for (int e = 0; e < C; e += 4) {
+      put4(b1 + e, lds4(B1 + k * LDB + chunk<CG>(cg, e)));
+      put4(b2 + e, lds4(B2 + k * LDB + chunk<CG>(cg, e)));
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        acc1[r][c] = fmaf(a1[r], b1[c], acc1[r][c]);
+        acc2[r][c] = fmaf(a2[r], b2[c], acc2[r][c]);
+      }
+  }
+}
+
+// ---- the delta kernel: delta_i = rowsum(dO_i ∘ O_i), once per row --------------------------------------
+// grid (rows / 8); block 256: one warp per row, lane l multiplies the float4 at column 4·l (head_dim
+// <= 128) and the warp adds up, in the order of step 07's in-kernel sum: the same delta, bit for bit.
+constexpr int kDeltaThreads = 256;
+__global__ void __launch_bounds__(kDeltaThreads)
+    backward_delta(const float* __restrict__ o, const float* __restrict__ dout, float* __restrict__ delta,
+                   long long rows, int head_dim) {
+  const long long row = (long long)blockIdx.x * (kDeltaThreads / kWarp) + threadIdx.x / kWarp;
+  const int col = 4 * (threadIdx.x % kWarp);
+  float x = 0.f;
+  if (row < rows && col < head_dim) {
+    const float4 a = *reinterpret_cast<const float4*>(dout + row * head_dim + col);
+    const float4 b = *reinterpret_cast<const float4*>(o + row * head_dim + col);
+    x = a.x * b.x;
+    x = fmaf(a.y, b.y, x);
+    x = fmaf(a.z, b.z, x);
+    x = fmaf(a.w, b.w, x);
+  }
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  if (row < rows && col == 0) delta[row] = x;
+}
+
+// ---- the dK/dV kernel: one key block, every query tile that sees it ---------------------------------------
+// grid (key blocks, batch·heads); block THREADS. D: head_dim padded up to the instance.
+template <int D>
+__global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
+    backward_dkdv(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                  const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+                  float* __restrict__ dk, float* __restrict__ dv, int seq_q, int seq_k, int head_dim, float scale,
+                  bool causal) {
+  using C = Config<D>;
+  constexpr int M = C::BLOCK_M, N = C::BLOCK_N, RG = C::ROW_GROUPS, CG = C::COL_GROUPS;
+  extern __shared__ float4 smem4[];             // float4: 16-byte alignment for the vector accesses
+  float* Qs = reinterpret_cast<float*>(smem4);  // [BLOCK_M, LD]   scale·Q tile
+  float* dOs = Qs + C::Q_FLOATS;                // [BLOCK_M, LD]   dO tile
+  float* Ks = dOs + C::Q_FLOATS;                // [BLOCK_N, LD]   this block's keys (whole kernel)
+  float* Vs = Ks + C::K_FLOATS;                 // [BLOCK_N, LD]   this block's values (whole kernel)
+  float* Ps = Vs + C::K_FLOATS;                 // [BLOCK_M, LD_P] P tile
+  float* dSs = Ps + C::P_FLOATS;                // [BLOCK_M, LD_P] dS tile
+  float* lse_s = dSs + C::P_FLOATS;             // [BLOCK_M]       LSE of the tile's rows (+inf: P = 0)
+  float* delta_s = lse_s + M;                   // [BLOCK_M]       delta of the tile's rows
+
+  const int n0 = blockIdx.x * N;      // first key of this block
+  const std::size_t bh = blockIdx.y;  // flattened (batch, head)
+  q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
+  k += bh * seq_k * head_dim, v += bh * seq_k * head_dim;
+  int rg, cg;
+  lane_layout<RG>(rg, cg);
+
+  // The query tiles that see this key block. Causal: query i sees key j iff j <= i, so tiles
+  // before t_begin (every query < n0) see nothing and are skipped; tiles from t_full on (first
+  // query >= the block's last key) see every key, unmasked; the tiles between hold the diagonal.
+  // Keys >= seq_k need no mask here: their rows of dK and dV are never stored.
+  const int n_q_tiles = (seq_q + M - 1) / M;
+  const int t_begin = causal ? min(n0 / M, n_q_tiles) : 0;
+  const int t_full = causal ? min((min(n0 + N, seq_k) - 1 + M - 1) / M, n_q_tiles) : 0;
+
+  {  // K_j, V_j for the whole kernel, and the first query tile
+    KeyTile<D> kv;
+    QueryTile<D> first;
+    kv.fetch(k, v, n0, seq_k, head_dim);
+    if (t_begin < n_q_tiles) first.fetch(q, dout, lse, delta, t_begin * M, seq_q, head_dim);
+    kv.store(Ks, Vs);
+    if (t_begin < n_q_tiles) first.store(Qs, dOs, lse_s, delta_s, scale);
+  }
+  __syncthreads();
+
+  float dk_acc[C::ACC_ROWS][C::ACC_COLS];  // [ACC_ROWS, ACC_COLS] of dK_j, registers
+  float dv_acc[C::ACC_ROWS][C::ACC_COLS];  // [ACC_ROWS, ACC_COLS] of dV_j, registers
+#pragma unroll
+  for (int r = 0; r < C::ACC_ROWS; ++r)
+#pragma unroll
+    for (int c = 0; c < C::ACC_COLS; ++c) dk_acc[r][c] = dv_acc[r][c] = 0.f;
+
+  // One query tile: P and dS on chip, then dV += Pᵀ·dO and dK += dSᵀ·(scale·Q).
+  auto query_tile = [&](int t, auto masked) {
+    const int m0 = t * M;                                         // first query of this tile
+    float s[C::S_ROWS][C::S_COLS];                                // [S_ROWS, S_COLS] registers: S, then dP
+    gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG>(Qs, Ks, rg, cg, s);  // S = (scale·Q)·Kᵀ
+#pragma unroll
+    for (int r = 0; r < C::S_ROWS; ++r) {
+      const float l = lse_s[rg + RG * r];
+#pragma unroll
+      for (int c = 0; c < C::S_COLS; ++c) {
+        // Diagonal tiles only (masked is std::true_type there): key after query -> P = 0.
+        const bool hidden = decltype(masked)::value && n0 + cg + CG * c > m0 + rg + RG * r;
+        // P recomputed from the forward's LSE, straight to shared memory: its registers are
+        // needed for dP (this thread reads its own P back below).
+        Ps[(rg + RG * r) * C::LD_P + cg + CG * c] = hidden ? 0.f : expf(s[r][c] - l);
+      }
+    }
+    gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG>(dOs, Vs, rg, cg, s);  // dP = dO·Vᵀ
+#pragma unroll
+    for (int r = 0; r < C::S_ROWS; ++r) {
+      const float delta = delta_s[rg + RG * r];
+#pragma unroll
+      for (int c = 0; c < C::S_COLS; ++c) {  // dS = P ∘ (dP − delta)
+        const int at = (rg + RG * r) * C::LD_P + cg + CG * c;
+        dSs[at] = Ps[at] * (s[r][c] - delta);
+      }
+    }
+    __syncthreads();  // P and dS are in shared memory
+
+    const bool more = t + 1 < n_q_tiles;
+    QueryTile<D> next;  // the next query tile's loads fly while the products below run
+    if (more) next.fetch(q, dout, lse, delta, m0 + M, seq_q, head_dim);
+    gemm_tn2<M, C::LD_P, C::LD, C::ACC_ROWS, C::ACC_COLS, RG, CG>(Ps, dOs, dv_acc, dSs, Qs, dk_acc, rg, cg);
+    __syncthreads();  // everyone is done with Q, dO, P and dS of this tile
+    if (more) next.store(Qs, dOs, lse_s, delta_s, scale);
+    __syncthreads();  // the next tile is in
+  };
+  int t = t_begin;
+  for (; t < t_full; ++t) query_tile(t, std::true_type{});      // the diagonal: masked
+  for (; t < n_q_tiles; ++t) query_tile(t, std::false_type{});  // below it (all of them if not causal)
+
+  // dK_j and dV_j, once. Rows past seq_k and columns past head_dim are not stored.
+  dk += bh * seq_k * head_dim, dv += bh * seq_k * head_dim;
+#pragma unroll
+  for (int r = 0; r < C::ACC_ROWS; ++r) {
+    const int key = n0 + chunk<RG>(rg, r);
+    if (key >= seq_k) continue;
+#pragma unroll
+    for (int c = 0; c < C::ACC_COLS; c += 4) {
+      const int col = chunk<CG>(cg, c);
+      if (col >= head_dim) continue;
+      *reinterpret_cast<float4*>(dk + std::size_t(key) * head_dim + col) =
+          make_float4(dk_acc[r][c], dk_acc[r][c + 1], dk_acc[r][c + 2], dk_acc[r][c + 3]);
+      *reinterpret_cast<float4*>(dv + std::size_t(key) * head_dim + col) =
+          make_float4(dv_acc[r][c], dv_acc[r][c + 1], dv_acc[r][c + 2], dv_acc[r][c + 3]);
+    }
+  }
+}
+
+// ---- the dQ kernel: one query block, every key tile it sees ----------------------------------------------
+// grid (query blocks, batch·heads); block THREADS.
+template <int D>
+__global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
+    backward_dq(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+                float* __restrict__ dq, int seq_q, int seq_k, int head_dim, float scale, bool causal) {
+  using C = Config<D>;
+  constexpr int M = C::BLOCK_M, N = C::BLOCK_N, RG = C::ROW_GROUPS, CG = C::COL_GROUPS;
+  extern __shared__ float4 smem4[];
+  float* Qs = reinterpret_cast<float*>(smem4);  // [BLOCK_M, LD]     scale·Q (whole kernel)
+  float* dOs = Qs + C::Q_FLOATS;                // [BLOCK_M, LD]     dO (whole kernel)
+  float* Ks = dOs + C::Q_FLOATS;                // [BLOCK_N, LD]     K tile
+  float* Vs = Ks + C::K_FLOATS;                 // [BLOCK_N, LD]     V tile
+  float* dSt = Vs + C::K_FLOATS;                // [BLOCK_N, LD_DST] dS tile, transposed
+  float* lse_s = dSt + C::DST_FLOATS;           // [BLOCK_M]
+  float* delta_s = lse_s + M;                   // [BLOCK_M]
+
+  // Causal: the last query block (the most key tiles) runs first, as in step 06.
+  const int qb = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int m0 = qb * M;              // first query of this block
+  const std::size_t bh = blockIdx.y;  // flattened (batch, head)
+  q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
+  k += bh * seq_k * head_dim, v += bh * seq_k * head_dim;
+  int rg, cg;
+  lane_layout<RG>(rg, cg);
+
+  // Step 06's stages: tiles [0, n_full) are seen whole by every row of the block, unmasked; tiles
+  // [n_full, n_tiles) hold the diagonal or the end of the keys, masked; the rest never run.
+  const int kv_end = causal ? min(seq_k, min(m0 + M, seq_q)) : seq_k;  // keys any row can see
+  const int n_tiles = (kv_end + N - 1) / N;
+  const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / N;
+
+  {  // Q_i, dO_i, delta_i, LSE_i for the whole kernel, and the first key tile
+    QueryTile<D> qt;
+    KeyTile<D> kv;
+    qt.fetch(q, dout, lse, delta, m0, seq_q, head_dim);
+    kv.fetch(k, v, 0, seq_k, head_dim);
+    qt.store(Qs, dOs, lse_s, delta_s, scale);
+    kv.store(Ks, Vs);
+  }
+  __syncthreads();
+
+  float dq_acc[C::ACC_ROWS][C::ACC_COLS];  // [ACC_ROWS, ACC_COLS] of dS·K, registers
+#pragma unroll
+  for (int r = 0; r < C::ACC_ROWS; ++r)
+#pragma unroll
+    for (int c = 0; c < C::ACC_COLS; ++c) dq_acc[r][c] = 0.f;
+
+  // One key tile: P and dS on chip, then dQ += dS·K.
+  auto key_tile = [&](int t, auto masked) {
+    const int n0 = t * N;                                         // first key of this tile
+    float p[C::S_ROWS][C::S_COLS], ds[C::S_ROWS][C::S_COLS];      // [S_ROWS, S_COLS] registers
+    gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG>(Qs, Ks, rg, cg, p);  // S = (scale·Q)·Kᵀ
+#pragma unroll
+    for (int r = 0; r < C::S_ROWS; ++r) {
+      const int row = m0 + rg + RG * r;
+      const int visible = causal ? min(row + 1, seq_k) : seq_k;  // this row sees keys [0, visible)
+      const float l = lse_s[rg + RG * r];
+#pragma unroll
+      for (int c = 0; c < C::S_COLS; ++c) {
+        // Masked tiles only: keys after the query or past seq_k (their K rows are zeros, but
+        // exp(0 − LSE) may overflow, and inf·0 is NaN).
+        const bool hidden = decltype(masked)::value && n0 + cg + CG * c >= visible;
+        p[r][c] = hidden ? 0.f : expf(p[r][c] - l);
+      }
+    }
+    gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG>(dOs, Vs, rg, cg, ds);  // dP = dO·Vᵀ
+#pragma unroll
+    for (int r = 0; r < C::S_ROWS; ++r) {
+      const float delta = delta_s[rg + RG * r];
+#pragma unroll
+      for (int c = 0; c < C::S_COLS; ++c)  // dS = P ∘ (dP − delta), stored transposed
+        dSt[(cg + CG * c) * C::LD_DST + rg + RG * r] = p[r][c] * (ds[r][c] - delta);
+    }
+    __syncthreads();  // dSᵀ is in shared memory
+
+    const bool more = t + 1 < n_tiles;
+    KeyTile<D> next;  // the next K and V tiles' loads fly while dS·K runs
+    if (more) next.fetch(k, v, n0 + N, seq_k, head_dim);
+    gemm_tn<N, C::LD_DST, C::LD, C::ACC_ROWS, C::ACC_COLS, RG, CG>(dSt, Ks, rg, cg, dq_acc);
+    __syncthreads();  // everyone is done with K, V and dSᵀ of this tile
+    if (more) next.store(Ks, Vs);
+    __syncthreads();  // the next tile is in
+  };
+  int t = 0;
+  for (; t < n_full; ++t) key_tile(t, std::false_type{});  // stage 1: left of the diagonal, no mask
+  for (; t < n_tiles; ++t) key_tile(t, std::true_type{});  // stage 2: the diagonal, the ragged end
+
+  // dQ_i = scale·dS·K, once.
+  dq += bh * seq_q * head_dim;
+#pragma unroll
+  for (int r = 0; r < C::ACC_ROWS; ++r) {
+    const int row = m0 + chunk<RG>(rg, r);
+    if (row >= seq_q) continue;
+#pragma unroll
+    for (int c = 0; c < C::ACC_COLS; c += 4) {
+      const int col = chunk<CG>(cg, c);
+      if (col < head_dim)
+        *reinterpret_cast<float4*>(dq + std::size_t(row) * head_dim + col) = make_float4(
+            scale * dq_acc[r][c], scale * dq_acc[r][c + 1], scale * dq_acc[r][c + 2], scale * dq_acc[r][c + 3]);
+    }
+  }
+}
+
+// ---- launcher ---------------------------------------------------------------------------------------------
+std::string supports(const fa::Problem& pr) {
+  const fa::AttnParams& p = pr.attn;
+  if (p.dtype != fa::DType::F32) return "this step computes in fp32 only (--dtype f32)";
+  if (p.head_dim > 128 || p.head_dim % 4 != 0)
+    return "head_dim must be a multiple of 4 and at most 128 (got " + std::to_string(p.head_dim) + ")";
+  if (std::size_t(p.batch) * p.heads > 65535) return "batch·heads must be at most 65535 (grid.y)";
+  return "";
+}
+
+// Once per kernel: opt in to more than 48 KB of dynamic shared memory, largest carveout.
+template <class Kernel>
+void prepare(Kernel kernel, std::size_t smem, int d) {
+  int dev = 0, optin = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (std::size_t(optin) < smem)
+    throw fa::UsageError(std::string(info().name) + " needs " + std::to_string(smem) +
+                         " bytes of shared memory per block for head_dim " + std::to_string(d) + "; this GPU allows " +
+                         std::to_string(optin));
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     int(cudaSharedmemCarveoutMaxShared)));
+}
+
+template <int D>
+void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
+  using C = Config<D>;
+  static const bool ready = [] {
+    prepare(backward_dkdv<D>, C::DKDV_SMEM, D);
+    prepare(backward_dq<D>, C::DQ_SMEM, D);
+    return true;
+  }();
+  (void)ready;
+  const fa::AttnParams& p = a.p;
+  const auto *q = static_cast<const float*>(a.q), *k = static_cast<const float*>(a.k),
+             *v = static_cast<const float*>(a.v), *o = static_cast<const float*>(a.o),
+             *dout = static_cast<const float*>(a.dout);
+  // delta first, into the workspace; then the two kernels, which read it and are independent of
+  // each other (each writes only its own outputs).
+  float* delta = static_cast<float*>(a.workspace);  // [batch, heads, seq_q]
+  const long long rows = (long long)p.batch * p.heads * p.seq_q;
+  constexpr int kRowsPerBlock = kDeltaThreads / kWarp;
+  backward_delta<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kDeltaThreads, 0, stream>>>(o, dout, delta,
+                                                                                                     rows, p.head_dim);
+  FA_CHECK_LAUNCH();
+  const dim3 grid_kv((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, p.batch * p.heads);
+  backward_dkdv<D><<<grid_kv, C::THREADS, C::DKDV_SMEM, stream>>>(q, k, v, dout, a.lse, delta,
+                                                                  static_cast<float*>(a.dk), static_cast<float*>(a.dv),
+                                                                  p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+  FA_CHECK_LAUNCH();
+  const dim3 grid_q((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M, p.batch * p.heads);
+  backward_dq<D><<<grid_q, C::THREADS, C::DQ_SMEM, stream>>>(q, k, v, dout, a.lse, delta, static_cast<float*>(a.dq),
+                                                             p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+  FA_CHECK_LAUNCH();
+}
+
+void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
+  fa::Problem pr;
+  pr.family = fa::Family::Attention;
+  pr.attn = a.p;
+  if (const std::string why = supports(pr); !why.empty()) throw fa::UsageError(std::string(info().name) + ": " + why);
+  const fa::AttnParams& p = a.p;
+  if (p.batch < 1 || p.heads < 1 || p.seq_q < 1 || p.seq_k < 1 || p.head_dim < 1)
+    throw fa::UsageError(std::string(info().name) + ": every size must be at least 1");
+  for (const void* ptr : {a.q, a.k, a.v, a.o, a.dout, static_cast<const void*>(a.dq), static_cast<const void*>(a.dk),
+                          static_cast<const void*>(a.dv)})
+    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
+      throw fa::UsageError(std::string(info().name) + ": Q, K, V, O, dO, dQ, dK, dV must be 16-byte aligned");
+  if (!a.workspace) throw fa::UsageError(std::string(info().name) + ": the backward needs its workspace (delta)");
+  // head_dim is padded up to an instance with zeros: they add nothing to the products, and the
+  // padding columns of dQ, dK, dV are never stored.
+  if (p.head_dim <= 64)
+    launch<64>(a, stream);
+  else
+    launch<128>(a, stream);
+}
+
+// The workspace of the backward: delta, one float per query row of every head.
+std::size_t bwd_workspace(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q * sizeof(float); }
+
+// The FlashAttention-2 benchmark shape at seq 2048, head_dim 64 (batch 8, 32 heads), fwd + bwd.
+fa::Problem default_problem() {
+  fa::Problem p;
+  p.family = fa::Family::Attention;
+  p.attn.batch = 8, p.attn.heads = 32, p.attn.seq_q = p.attn.seq_k = 2048, p.attn.head_dim = 64;
+  p.attn.scale = 0.125f;  // 1/sqrt(64)
+  p.attn.causal = false;
+  p.attn.dtype = fa::DType::F32;
+  p.backward = true;
+  return p;
+}
+
+const fa::StepInfo& info() {
+  static const fa::StepInfo i = [] {
+    fa::StepInfo s{"08_backward_delta_reuse",
+                   "FA2 backward with delta = rowsum(dO∘O) computed once by a preprocess kernel, read by both kernels",
+                   fa::Family::Attention};
+    s.attn_fwd = step06::info().attn_fwd;
+    s.attn_bwd = backward;
+    s.supports = supports;
+    s.default_problem = default_problem;
+    s.bwd_workspace_bytes = bwd_workspace;
+    s.workspace_note = "delta, batch·heads·seq_q fp32";
+    return s;
+  }();
+  return i;
+}
+
+}  // namespace step08
