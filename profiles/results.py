@@ -286,7 +286,7 @@ BLOCKS = {
     "profiles/README.md": {"master": master_table, "ncu_env": env_block},
     "docs/03_tiled_matmul.md": {"results:matmul": matmul_table, "profile:matmul": lambda: profile_table(("03_",))},
     "docs/04_naive_attention.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
-                                   "results:attn_naive_bwd": lambda: attention_table(("04_naive_attention",), "bwd"),
+                                   "results:attn_naive_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                    "profile:attn_fwd": lambda: profile_table(("04_",))},
     "docs/05_flash_forward.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
                                  "profile:attn_fwd": lambda: profile_table(("04_", "05_"))},
