@@ -241,7 +241,9 @@ def master_table():
     ideas = {r["step"]: r["idea"] for r in (read_csv(run_all_path) if os.path.exists(run_all_path) else []) + bench}
     body = []
     for m in read_moved():
-        b = next((r for r in bench if r["step"] == m["step"] and r["problem"] == m["problem"]), None)
+        # A step swept with --bwd labels its forward rows "... fwd": either spelling matches.
+        b = next((r for r in bench if r["step"] == m["step"] and r["problem"] in (m["problem"], m["problem"] + " fwd")),
+                 None)
         gain = "-"
         if b and num(b["speedup_vs_prev"], "x") != "-":
             gain = f"{float(b['speedup_vs_prev']):.2f}× vs {b['prev_step'][:2]}"
