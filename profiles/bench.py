@@ -6,6 +6,8 @@ and one plot.
                                                 # bench.png, then re-renders the generated tables (results.py)
   python3 profiles/bench.py --steps 04,05       # only these steps (SDPA baselines still run)
   python3 profiles/bench.py --no-sdpa           # the steps only
+  python3 profiles/bench.py --steps 07,08 --no-sdpa --merge profiles/h100/bench.csv
+                                                # re-measure two steps, keep every other row
   python3 profiles/bench.py --plot-only         # no GPU: redraw profiles/h100/bench.png from the committed bench.csv
   python3 profiles/bench.py --show FILE.csv ... # print CSVs of the executables' format as terminal tables
   python3 profiles/bench.py --check-deps        # which optional parts are here (PyTorch, matplotlib)
@@ -313,6 +315,9 @@ def main(argv=None):
     ap.add_argument("--steps", help="comma-separated step numbers to run (default: every built step)")
     ap.add_argument("--no-steps", action="store_true", help="run no step (the SDPA baselines only)")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the PyTorch SDPA baselines")
+    ap.add_argument("--merge", metavar="CSV",
+                    help="keep CSV's rows of every step (and baseline) this run did not measure: re-measure a few "
+                         "steps into a complete bench.csv")
     ap.add_argument("--build", default=os.path.join(fp.ROOT, "build"), help="the build folder (default: build/)")
     ap.add_argument("--out", help="the CSV to write (default: profiles/<gpu>/bench.csv)")
     ap.add_argument("--png", help="the plot to draw (default: bench.png beside the CSV)")
@@ -367,6 +372,12 @@ def main(argv=None):
         say("nothing measured: no step ran and no baseline could run")
         return 1
     device = device or next((r["device"] for r in rows if r.get("device")), "unknown")
+    if a.merge:
+        measured = {r["step"] for r in rows}
+        kept = [r for r in fp.read_csv(a.merge) if r["step"] not in measured]
+        # numbered steps in order, then the baselines, each in the order it was measured
+        rows = sorted(kept + rows, key=lambda r: (not r["step"][:2].isdigit(), r["step"] if r["step"][:2].isdigit() else ""))
+        say(f"merged: {len(kept)} rows kept from {a.merge}")
     out = a.out or os.path.join(fp.gpu_dir(fp.gpu_slug(device)), "bench.csv")
     write_csv(out, rows)
     print(show(rows))

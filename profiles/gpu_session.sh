@@ -14,7 +14,8 @@
 # STAGES picks the stages (default: all of "build ctest run_all bench capture sass"), e.g. to split
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
 # capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
-# CTEST_ARGS (e.g. "-L gpu") tune the build and the tests. A failing stage is reported and the others
+# CTEST_ARGS (e.g. "-L gpu") tune the build and the tests; BENCH_ARGS (e.g. "--steps 07,08 --no-sdpa
+# --merge profiles/h100/bench.csv") and CAPTURE_STEPS (e.g. "07 08") re-measure a few steps. A failing stage is reported and the others
 # still run; the exit status is 1 if any failed.
 set -euo pipefail
 mkdir -p "${OUT:=$PWD/gpu_out}"
@@ -58,9 +59,10 @@ build() {
 tests() { (cd build && ctest --output-on-failure -j "${CTEST_JOBS:-4}" ${CTEST_ARGS:-}) > "$OUT/ctest.log" 2>&1; }
 run_all() { build/bin/run_all --csv > "$OUT/run_all.csv" 2>> "$OUT/run.log"; }
 bench() {  # every step's --sweep (--bwd) and the SDPA baselines; the plot goes into the tarball
-  python3 profiles/bench.py --out "$OUT/bench.csv" --png "$work/profiles/bench.png" --no-render >> "$OUT/run.log" 2>&1
+  python3 profiles/bench.py --out "$OUT/bench.csv" --png "$work/profiles/bench.png" --no-render ${BENCH_ARGS:-} \
+    >> "$OUT/run.log" 2>&1
 }
-capture() { bash profiles/capture.sh --no-build --out "$work/profiles" all >> "$OUT/run.log" 2>&1; }
+capture() { bash profiles/capture.sh --no-build --out "$work/profiles" ${CAPTURE_STEPS:-all} >> "$OUT/run.log" 2>&1; }
 sass() {
   for obj in $(find build -name 'kernel.cu.o' | sort); do
     echo "### $obj"
