@@ -26,8 +26,10 @@
 // The next tile (dK/dV: Q, dO, LSE and delta; dQ: K and V) is fetched into registers while the
 // accumulating product runs, and stored to shared memory after it, so the device-memory latency
 // hides behind it.
-// ptxas (sm_90a, CUDA 13.0), registers per thread, 0 bytes spilled everywhere: dK/dV 244 (d 64)
-// and 236 (d 128), dQ 254 and 218, delta 16. Occupancy: 8 warps per SM (of 64) in both instances.
+// Whole tiles load without bounds checks (one base pointer, immediate offsets; only a ragged last
+// tile takes the checked path), and the inner loops of the products are software-pipelined.
+// ptxas (sm_90a, CUDA 13.0), registers per thread, 0 bytes spilled everywhere: dK/dV 254 (d 64)
+// and 244 (d 128), dQ 255 and 232, delta 16. Occupancy: 8 warps per SM (of 64) in both instances.
 // exp: expf, as in steps 05-06 (exp2 with log2(e) folded into the scale comes in step 10).
 //
 // Build + run:  cmake --build build --target 08_backward_delta_reuse && build/bin/08_backward_delta_reuse
@@ -135,11 +137,19 @@ struct TileLoad {
 
   __device__ void fetch(const float* __restrict__ src, int row0, int seq, int head_dim) {
     const int c = col_of();
+    if (row0 + ROWS <= seq && head_dim == D) {
+      // A whole tile (all but a ragged last one): no bounds checks, and with the row pitch known
+      // at compile time every load is one base pointer plus a constant offset (LDG [R+imm]).
+      const float* p = src + std::size_t(row0 + row_of(0)) * D + c;
 #pragma unroll
-    for (int i = 0; i < VECS; ++i) {
-      const int r = row0 + row_of(i);
-      v[i] = r < seq && c < head_dim ? *reinterpret_cast<const float4*>(src + std::size_t(r) * head_dim + c)
-                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int i = 0; i < VECS; ++i) v[i] = *reinterpret_cast<const float4*>(p + i * (THREADS / PER_ROW) * D);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VECS; ++i) {
+        const int r = row0 + row_of(i);
+        v[i] = r < seq && c < head_dim ? *reinterpret_cast<const float4*>(src + std::size_t(r) * head_dim + c)
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
     }
   }
   __device__ void scale(float s) {
@@ -200,23 +210,27 @@ struct KeyTile {
 };
 
 // ---- the products ------------------------------------------------------------------------------------
+// All three loops are software-pipelined by hand, as in step 05: the shared-memory loads of step
+// k+1 go into a second set of registers while the FFMAs of step k run on the first, so no step
+// waits for shared memory. The last step loads step 0 again: a harmless read that keeps the
+// loop free of branches.
+
 // NT: acc [R, C] = this thread's piece of A·Bᵀ, A [*, LD] and B [*, LD] row-major, contracted over
 // D: rows rg + RG·r of A, rows cg + CG·c of B. Per 4 columns: R + C float4 loads, 4·R·C FFMAs.
 // The sum runs over d in order, as in step 06's forward: the same S, to the last bit.
 template <int D, int R, int C, int RG, int CG>
 __device__ __forceinline__ void gemm_nt(const float* A, const float* B, int rg, int cg, float (&acc)[R][C]) {
   constexpr int LD = D + 4;
+  const float* a0 = A + rg * LD;  // this thread's first row of A, at d = 0
+  const float* b0 = B + cg * LD;  // this thread's first row of B, at d = 0
+  float4 aa[R], ba[C], ab[R], bb[C];  // registers: 4 columns of this thread's rows of A and of B, twice
+  auto load = [&](int d, float4(&a)[R], float4(&b)[C]) {
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) a[r] = lds4(a0 + RG * r * LD + d);
 #pragma unroll
-    for (int c = 0; c < C; ++c) acc[r][c] = 0.f;
-#pragma unroll 4
-  for (int d = 0; d < D; d += 4) {
-    float4 a[R], b[C];  // registers: 4 columns of this thread's rows of A and of B
-#pragma unroll
-    for (int r = 0; r < R; ++r) a[r] = lds4(A + (rg + RG * r) * LD + d);
-#pragma unroll
-    for (int c = 0; c < C; ++c) b[c] = lds4(B + (cg + CG * c) * LD + d);
+    for (int c = 0; c < C; ++c) b[c] = lds4(b0 + CG * c * LD + d);
+  };
+  auto step = [&](const float4(&a)[R], const float4(&b)[C]) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -233,50 +247,59 @@ __device__ __forceinline__ void gemm_nt(const float* A, const float* B, int rg, 
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r].w, b[c].w, acc[r][c]);
+  };
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = 0.f;
+  load(0, aa, ba);
+#pragma unroll 2
+  for (int d = 0; d < D; d += 8) {
+    load(d + 4, ab, bb), step(aa, ba);
+    load((d + 8) % D, aa, ba), step(ab, bb);
   }
 }
 
 // TN: acc [R, C] += this thread's piece of Aᵀ·B, A [K, LDA] and B [K, LDB] row-major, contracted
 // over their K rows: columns chunk(rg, r) of A, chunk(cg, c) of B. Per row: (R + C)/4 float4
 // loads, R·C FFMAs. With two pairs (A1, B1 -> acc1 and A2, B2 -> acc2) in one loop: dV and dK.
+template <int LDA, int LDB, int R, int C, int RG, int CG>
+__device__ __forceinline__ void tn_load(const float* A, const float* B, int k, int rg, int cg, float (&a)[R],
+                                        float (&b)[C]) {
+#pragma unroll
+  for (int e = 0; e < R; e += 4) put4(a + e, lds4(A + k * LDA + chunk<RG>(rg, e)));
+#pragma unroll
+  for (int e = 0; e < C; e += 4) put4(b + e, lds4(B + k * LDB + chunk<CG>(cg, e)));
+}
+template <int R, int C>
+__device__ __forceinline__ void tn_step(const float (&a)[R], const float (&b)[C], float (&acc)[R][C]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r], b[c], acc[r][c]);
+}
 template <int K, int LDA, int LDB, int R, int C, int RG, int CG>
 __device__ __forceinline__ void gemm_tn(const float* A, const float* B, int rg, int cg, float (&acc)[R][C]) {
-#pragma unroll 8
-  for (int k = 0; k < K; ++k) {
-    float a[R], b[C];
-#pragma unroll
-    for (int e = 0; e < R; e += 4) put4(a + e, lds4(A + k * LDA + chunk<RG>(rg, e)));
-#pragma unroll
-    for (int e = 0; e < C; e += 4) put4(b + e, lds4(B + k * LDB + chunk<CG>(cg, e)));
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r], b[c], acc[r][c]);
+  float aa[R], ba[C], ab[R], bb[C];
+  tn_load<LDA, LDB, R, C, RG, CG>(A, B, 0, rg, cg, aa, ba);
+#pragma unroll 4
+  for (int k = 0; k < K; k += 2) {
+    tn_load<LDA, LDB, R, C, RG, CG>(A, B, k + 1, rg, cg, ab, bb), tn_step(aa, ba, acc);
+    tn_load<LDA, LDB, R, C, RG, CG>(A, B, (k + 2) % K, rg, cg, aa, ba), tn_step(ab, bb, acc);
   }
 }
 template <int K, int LDA, int LDB, int R, int C, int RG, int CG>
 __device__ __forceinline__ void gemm_tn2(const float* A1, const float* B1, float (&acc1)[R][C], const float* A2,
                                          const float* B2, float (&acc2)[R][C], int rg, int cg) {
-#pragma unroll 4
-  for (int k = 0; k < K; ++k) {
-    float a1[R], b1[C], a2[R], b2[C];
-#pragma unroll
-    for (int e = 0; e < R; e += 4) {
-      put4(a1 + e, lds4(A1 + k * LDA + chunk<RG>(rg, e)));
-      put4(a2 + e, lds4(A2 + k * LDA + chunk<RG>(rg, e)));
-    }
-#pragma unroll
-    for (int e = 0; e < C; e += 4) {
-      put4(b1 + e, lds4(B1 + k * LDB + chunk<CG>(cg, e)));
-      put4(b2 + e, lds4(B2 + k * LDB + chunk<CG>(cg, e)));
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        acc1[r][c] = fmaf(a1[r], b1[c], acc1[r][c]);
-        acc2[r][c] = fmaf(a2[r], b2[c], acc2[r][c]);
-      }
+  float a1a[R], b1a[C], a2a[R], b2a[C], a1b[R], b1b[C], a2b[R], b2b[C];
+  tn_load<LDA, LDB, R, C, RG, CG>(A1, B1, 0, rg, cg, a1a, b1a);
+  tn_load<LDA, LDB, R, C, RG, CG>(A2, B2, 0, rg, cg, a2a, b2a);
+#pragma unroll 2
+  for (int k = 0; k < K; k += 2) {
+    tn_load<LDA, LDB, R, C, RG, CG>(A1, B1, k + 1, rg, cg, a1b, b1b), tn_step(a1a, b1a, acc1);
+    tn_load<LDA, LDB, R, C, RG, CG>(A2, B2, k + 1, rg, cg, a2b, b2b), tn_step(a2a, b2a, acc2);
+    tn_load<LDA, LDB, R, C, RG, CG>(A1, B1, (k + 2) % K, rg, cg, a1a, b1a), tn_step(a1b, b1b, acc1);
+    tn_load<LDA, LDB, R, C, RG, CG>(A2, B2, (k + 2) % K, rg, cg, a2a, b2a), tn_step(a2b, b2b, acc2);
   }
 }
 
