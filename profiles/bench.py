@@ -8,6 +8,9 @@ and one plot.
   python3 profiles/bench.py --no-sdpa           # the steps only
   python3 profiles/bench.py --steps 07,08 --no-sdpa --merge profiles/h100/bench.csv
                                                 # re-measure two steps, keep every other row
+  python3 profiles/bench.py --steps 09,10,11 --merge profiles/h100/bench.csv
+                                                # the tensor-core forward steps (fp16 and bf16) and SDPA's
+                                                # forward (both backends) in one run; every other row kept
   python3 profiles/bench.py --plot-only         # no GPU: redraw profiles/h100/bench.png from the committed bench.csv
   python3 profiles/bench.py --show FILE.csv ... # print CSVs of the executables' format as terminal tables
   python3 profiles/bench.py --check-deps        # which optional parts are here (PyTorch, matplotlib)
@@ -26,6 +29,11 @@ before every repetition by writing a buffer twice its size. Rows: forward (probl
 [causal] f16'), backward ('... bwd', autograd.grad of the forward's output) and their sum ('...
 fwd+bwd'); FLOPs by the FlashAttention convention (forward 4·B·H·S²·D, halved when causal; backward
 2.5×, both 3.5×); % of peak of the dense fp16 tensor peak that the steps' --device-info prints.
+
+--merge CSV keeps CSV's rows of every numbered step this run did not measure, and of SDPA every row
+(problem) this run did not re-measure: with --steps naming forward-only steps, SDPA's forward is
+measured again beside them (same run), and its backward rows stay those measured beside the backward
+steps.
 
 Without PyTorch the baselines are skipped, without matplotlib the plot: each is said, and the CSV
 and the terminal table are still written.
@@ -105,11 +113,40 @@ def step_rows(exes):
     for exe in exes:
         # A step with a backward sweeps with --bwd: its rows hold the forward, the backward and
         # their sum (a plain --sweep would repeat the forward rows).
-        has_bwd = subprocess.run([exe, "--bwd", "--device-info"], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL).returncode == 0
-        r, rc = run_csv([exe, "--sweep", "--bwd", "--csv"] if has_bwd else [exe, "--sweep", "--csv"])
+        r, rc = run_csv([exe, "--sweep", "--bwd", "--csv"] if has_backward(exe) else [exe, "--sweep", "--csv"])
         rows, failed = rows + r, failed + (rc != 0)
     return rows, failed
+
+
+def has_backward(exe):
+    return subprocess.run([exe, "--bwd", "--device-info"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def merge_rows(old, new):
+    """--merge: the new rows, and the old rows of every step this run did not measure. A numbered step
+    measured now replaces all its old rows; a baseline (sdpa_*) replaces only the rows (problems) it
+    measured now, so a forward-only SDPA run keeps the backward rows measured beside the backward steps.
+    -> (rows: numbered steps in order, then the baselines; how many old rows were kept)."""
+    steps_now = {r["step"] for r in new if r["step"][:2].isdigit()}
+    base_now = {(r["step"], r["problem"]): r for r in new if not r["step"][:2].isdigit()}
+    kept, used = 0, set()
+    numbered = [r for r in old if r["step"][:2].isdigit() and r["step"] not in steps_now]
+    kept += len(numbered)
+    numbered = sorted(numbered + [r for r in new if r["step"][:2].isdigit()], key=lambda r: r["step"])
+    baselines = []
+    for r in old:
+        if r["step"][:2].isdigit():
+            continue
+        key = (r["step"], r["problem"])
+        if key in base_now:
+            baselines.append(base_now[key])
+            used.add(key)
+        else:
+            baselines.append(r)
+            kept += 1
+    baselines += [r for key, r in base_now.items() if key not in used]
+    return numbered + baselines, kept
 
 
 # ---- the SDPA baselines --------------------------------------------------------------------------
@@ -128,20 +165,22 @@ def median_ms(torch, fn, flush, reps, warmup):
     return statistics.median(a.elapsed_time(b) for a, b in events)
 
 
-def time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup):
-    """-> (forward ms, backward ms) of SDPA under the backend in force."""
+def time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd=True):
+    """-> (forward ms, backward ms or None) of SDPA under the backend in force."""
     import torch.nn.functional as F
 
     def fwd():
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+    if not bwd:  # timed as below (autograd on: the forward a training step runs, LSE saved as the steps write it)
+        return median_ms(torch, fwd, flush, reps, warmup), None
     out = fwd()
     tf = median_ms(torch, fwd, flush, reps, warmup)
     tb = median_ms(torch, lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), flush, reps, warmup)
     return tf, tb
 
 
-def sdpa_rows(torch, tensor_peak, reps, warmup):
+def sdpa_rows(torch, tensor_peak, reps, warmup, bwd=True):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 0) or (128 << 20))
@@ -162,14 +201,15 @@ def sdpa_rows(torch, tensor_peak, reps, warmup):
             for step, backend, what in backends:
                 try:
                     with sdpa_kernel(backend):
-                        tf, tb = time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup)
+                        tf, tb = time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd)
                 except RuntimeError as e:
                     why = str(e).strip().splitlines()[0][:160]
                     if (step, why) not in refused:
                         say(f"   {step}: {shape} {dname}: {why} (skipped; further such skips not repeated)")
                         refused.add((step, why))
                     continue
-                for mode, ms, factor in (("", tf, 1.0), (" bwd", tb, 2.5), (" fwd+bwd", tf + tb, 3.5)):
+                modes = (("", tf, 1.0), (" bwd", tb, 2.5), (" fwd+bwd", tf + tb, 3.5)) if bwd else (("", tf, 1.0),)
+                for mode, ms, factor in modes:
                     rate = factor * flop / (ms * 1e-3) * 1e-12
                     rows.append(dict(step=step, idea=f"PyTorch {torch.__version__} SDPA, {what}",
                                      problem=f"{shape} {dname}{mode}", time_ms=f"{ms:.6g}", rate=f"{rate:.6g}",
@@ -201,17 +241,20 @@ def show(rows):
 
 
 def series_style(label, dtype, colors):
-    return dict(color=colors[label], linestyle="--" if dtype == "bf16" else "-", marker="o", markersize=3.5, linewidth=1.6)
+    baseline = label.startswith("sdpa")  # the reference lines: black and grey squares, the steps in colour
+    return dict(color=colors[label], linestyle="--" if dtype == "bf16" else "-", marker="s" if baseline else "o",
+                markersize=3.5, linewidth=1.6)
 
 
 def plot(rows, png, source):
-    """bench.png: softmax GB/s, matmul TFLOP/s against cuBLAS, attention forward and backward TFLOP/s."""
+    """bench.png: softmax GB/s, matmul TFLOP/s against cuBLAS, attention forward (fp32 steps; tensor-core
+    steps) and backward TFLOP/s, each beside SDPA's two backends in fp16 and bf16."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    fig, axes = plt.subplots(5, 2, figsize=(12, 21))
+    fig, axes = plt.subplots(7, 2, figsize=(12, 29))
     device = next((r["device"] for r in rows if r.get("device")), "unknown GPU")
     fig.suptitle(f"{device}: the steps and their baselines\n(generated by profiles/bench.py from {source})",
                  fontsize=13, y=0.995)
@@ -251,14 +294,23 @@ def plot(rows, png, source):
         if p and r["unit"] == "TFLOP/s" and fp.to_float(r["rate"]) and float(r["rate"]) > 0 and p["mode"] in ("fwd", "bwd"):
             attn.append((p, r))
     labels = list(dict.fromkeys(sorted((r["step"] for _, r in attn), key=lambda s: (s.startswith("sdpa"), s))))
-    colors = {l: f"C{i % 10}" for i, l in enumerate(labels)}
+    steps_only = [l for l in labels if not l.startswith("sdpa")]
+    colors = {l: f"C{i % 10}" for i, l in enumerate(steps_only)}
+    colors.update({"sdpa_flash": "black", "sdpa_cudnn": "grey"})
+    colors.update({l: "tab:olive" for l in labels if l not in colors})
     handles = {}
-    panels = [(mode, d, causal) for mode in ("fwd", "bwd") for d in ATTN_DIMS for causal in (False, True)]
-    for (mode, d, causal), ax in zip(panels, [a for row in axes[1:] for a in row]):
+    # Forward twice: the fp32 steps (log scale: they run at a tenth of SDPA's rate), then the tensor-core
+    # steps (fp16/bf16) on a linear scale beside the same SDPA series; the backward once.
+    panels = [(mode, kind, d, causal) for mode, kind in (("fwd", "fp32"), ("fwd", "tc"), ("bwd", "all"))
+              for d in ATTN_DIMS for causal in (False, True)]
+    for (mode, kind, d, causal), ax in zip(panels, [a for row in axes[1:] for a in row]):
         series = {}
         for p, r in attn:
-            if (p["mode"], p["d"], p["causal"]) == (mode, d, causal):
-                series.setdefault((r["step"], p["dtype"]), {}).setdefault(p["seq"], float(r["rate"]))
+            if (p["mode"], p["d"], p["causal"]) != (mode, d, causal):
+                continue
+            if r["step"][:2].isdigit() and kind != "all" and (p["dtype"] == "f32") != (kind == "fp32"):
+                continue
+            series.setdefault((r["step"], p["dtype"]), {}).setdefault(p["seq"], float(r["rate"]))
         dtype_order = {"f32": 0, "f16": 1, "bf16": 2}
         for (label, dtype), pts in sorted(series.items(), key=lambda kv: (labels.index(kv[0][0]), dtype_order[kv[0][1]])):
             xs = sorted(pts)
@@ -268,10 +320,13 @@ def plot(rows, png, source):
         ax.xaxis.set_major_locator(FixedLocator(ATTN_SEQS))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticklabels([f"{s // 1024}k" if s >= 1024 else str(s) for s in ATTN_SEQS])
-        ax.set_title(f"attention {'forward' if mode == 'fwd' else 'backward'}, head_dim {d}, "
-                     f"{'causal' if causal else 'not causal'}")
+        what = {"fp32": "forward, fp32 steps", "tc": "forward, tensor-core steps (fp16/bf16)", "all": "backward"}[kind]
+        ax.set_title(f"attention {what}, head_dim {d}, {'causal' if causal else 'not causal'}", fontsize=10)
         values = [v for pts in series.values() for v in pts.values()]
-        if values and max(values) > 5 * min(values):  # fp32 steps and fp16 baselines: a log scale
+        if kind == "tc" and series and not any(st[:2].isdigit() for st, _ in series):
+            ax.text(0.5, 0.06, "steps 09-11: not measured yet", ha="center", va="bottom", transform=ax.transAxes,
+                    color="grey")
+        if values and max(values) > 5 * min(values) and kind != "tc":  # fp32 steps, fp16 baselines: log scale
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(v)[0] in "25" else ""))
@@ -287,11 +342,12 @@ def plot(rows, png, source):
         ax.grid(True, alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=8)
-    top = 0.968  # below the two-line title; the legend of the attention panels, then the panels
+    inch = 1.0 / fig.get_figheight()  # figure fraction per inch
+    top = 1 - 0.67 * inch  # below the two-line title; the legend of the attention panels, then the panels
     if handles:
         fig.legend(list(handles.values()), list(handles.keys()), loc="upper center", ncol=4, fontsize=9,
                    bbox_to_anchor=(0.5, top), title="attention: solid fp32/fp16, dashed bf16", title_fontsize=9)
-        top -= 0.014 + 0.0105 * ((len(handles) + 3) // 4)
+        top -= (0.12 + 0.22 * ((len(handles) + 3) // 4)) * inch
     fig.tight_layout(rect=(0, 0, 1, top))
     os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
     fig.savefig(png, dpi=100, metadata={"Software": None})
@@ -315,6 +371,9 @@ def main(argv=None):
     ap.add_argument("--steps", help="comma-separated step numbers to run (default: every built step)")
     ap.add_argument("--no-steps", action="store_true", help="run no step (the SDPA baselines only)")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the PyTorch SDPA baselines")
+    ap.add_argument("--sdpa-modes", choices=("auto", "all", "fwd"), default="auto",
+                    help="SDPA rows to measure: all (fwd, bwd, fwd+bwd), fwd, or auto (default): fwd only when "
+                         "--steps names only forward-only steps, else all")
     ap.add_argument("--merge", metavar="CSV",
                     help="keep CSV's rows of every step (and baseline) this run did not measure: re-measure a few "
                          "steps into a complete bench.csv")
@@ -358,14 +417,19 @@ def main(argv=None):
             " (build first: cmake --preset default && cmake --build build)")
     device, tensor_peak = device_info(exes[0]) if exes else ("", -1.0)
     rows, failed = step_rows(exes)
+    sdpa_measured = False
     if not a.no_sdpa:
         torch, why = have_torch()
         if torch:
             if tensor_peak <= 0:
                 built = step_exes(a.build, set())
                 device, tensor_peak = device_info(built[0]) if built else (device, -1.0)
-            say(f"== SDPA baselines (PyTorch {torch.__version__})")
-            rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup)
+            # auto: the backward too, unless --steps named only forward-only steps (09-11: their
+            # baselines are SDPA's forward; the backward rows stay those measured beside 07/08)
+            bwd = a.sdpa_modes == "all" or (a.sdpa_modes == "auto" and (not only or any(map(has_backward, exes))))
+            say(f"== SDPA baselines (PyTorch {torch.__version__}; {'forward and backward' if bwd else 'forward only'})")
+            rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, bwd)
+            sdpa_measured = True
         else:
             say(why)
     if not rows:
@@ -373,11 +437,11 @@ def main(argv=None):
         return 1
     device = device or next((r["device"] for r in rows if r.get("device")), "unknown")
     if a.merge:
-        measured = {r["step"] for r in rows}
-        kept = [r for r in fp.read_csv(a.merge) if r["step"] not in measured]
-        # numbered steps in order, then the baselines, each in the order it was measured
-        rows = sorted(kept + rows, key=lambda r: (not r["step"][:2].isdigit(), r["step"] if r["step"][:2].isdigit() else ""))
-        say(f"merged: {len(kept)} rows kept from {a.merge}")
+        rows, kept = merge_rows(fp.read_csv(a.merge), rows)
+        say(f"merged: {kept} rows kept from {a.merge}")
+        if exes and not sdpa_measured:
+            say("note: the SDPA rows come from the earlier run in " + a.merge + ", not from this one: the ratios of "
+                "the re-measured steps to SDPA would mix two runs (re-measure without --no-sdpa)")
     out = a.out or os.path.join(fp.gpu_dir(fp.gpu_slug(device)), "bench.csv")
     write_csv(out, rows)
     print(show(rows))

@@ -15,7 +15,10 @@
 #   profiles/<gpu>/NN_name/speed_of_light.txt  ncu's SpeedOfLight section as text, per shape
 #   profiles/<gpu>/NN_name/ncu_raw.csv         every collected metric (ncu --page raw --csv), per shape
 # <gpu> is the short device name (h100, h200, a100, ...). A panel metric this ncu or GPU does not
-# know is dropped from the request (said once) and its column left empty.
+# know is dropped from the request (said once) and its column left empty. A line of ncu_shapes.txt
+# may name the kernels to profile, 'NN_name kernels=REGEX <flags>' (ncu --kernel-name-base demangled
+# --kernel-name regex:REGEX, e.g. kernels=step09:: for the kernels of namespace step09); where the
+# filter matches no kernel, the line is captured again without it (and says so).
 #
 # Options: --out DIR, --no-build (use build/ as it is), --reports DIR (keep the .ncu-rep files there,
 # for the Nsight Compute GUI; not committed), --list (print the shapes and exit), -h/--help.
@@ -96,13 +99,19 @@ trap 'rm -rf "$work"' EXIT
 # profile REPORT LOG EXE FLAGS...: one --profile launch under ncu. When ncu refuses a metric by name,
 # drops every requested metric its messages name and tries again; when it refuses the list without
 # naming one, captures with the sections alone (and keeps to them for the rest of the run).
+# kernel_args (an array) holds the line's kernel filter; emptied when it matches no kernel.
 profile() {
   local rep=$1 log=$2 m
   shift 2
   while :; do
     if ncu --clock-control none --profile-from-start off "${section_args[@]}" ${metrics:+--metrics "$metrics"} \
-      -f -o "$rep" "$@" > "$log" 2>&1 && [[ -f $rep.ncu-rep ]]; then
+      "${kernel_args[@]}" -f -o "$rep" "$@" > "$log" 2>&1 && [[ -f $rep.ncu-rep ]]; then
       return 0
+    fi
+    if ((${#kernel_args[@]})) && grep -qi "no kernels were profiled" "$log"; then
+      echo "  no kernel matched ${kernel_args[*]}: captured again with every kernel of the launch"
+      kernel_args=()
+      continue
     fi
     local kept=() dropped=() all=()
     IFS=, read -ra all <<< "$metrics"
@@ -119,7 +128,7 @@ profile() {
       continue
     fi
     if [[ -n $metrics ]] && ncu --clock-control none --profile-from-start off "${section_args[@]}" \
-      -f -o "$rep" "$@" > "$log.sections" 2>&1 && [[ -f $rep.ncu-rep ]]; then
+      "${kernel_args[@]}" -f -o "$rep" "$@" > "$log.sections" 2>&1 && [[ -f $rep.ncu-rep ]]; then
       echo "  ncu refused the --metrics list without naming a metric (its log: $(grep -m1 '==ERROR==' "$log"));"
       echo "  captured with the sections' own metrics only, from now on"
       metrics=""
@@ -152,7 +161,10 @@ for step in "${steps[@]}"; do
       echo "== $step $flags: skipped ($step has no backward pass)"
       continue
     fi
-    echo "== $step --profile $flags"
+    kernel_args=()
+    kfilter=$($FP kernels "$step" "$flags")
+    [[ -n $kfilter ]] && kernel_args=(--kernel-name-base demangled --kernel-name "regex:$kfilter")
+    echo "== $step --profile $flags${kfilter:+   (kernels matching $kfilter)}"
     # shellcheck disable=SC2086  # the flags are words
     if ! profile "$dir/$id" "$dir/$id.log" "$exe" --profile $flags; then
       echo "  FAILED (ncu or the step exited non-zero); the end of its log:"

@@ -9,6 +9,7 @@ As a script it serves profiles/capture.sh:
   python3 profiles/fa_profiles.py slug "NVIDIA H100 80GB HBM3"   # -> h100 (the profiles/<gpu>/ folder)
   python3 profiles/fa_profiles.py ncu-metrics                    # the --metrics list capture.sh asks ncu for
   python3 profiles/fa_profiles.py shapes 05_flash_forward        # that step's lines of ncu_shapes.txt
+  python3 profiles/fa_profiles.py kernels STEP "FLAGS"           # that line's kernel-name regex ('' = all)
   python3 profiles/fa_profiles.py panel WORK_DIR OUT_DIR [--ncu-version V]
         # WORK_DIR: one capture of one step, files NNN.flags, NNN.raw.csv (ncu --page raw --csv) and
         # NNN.sol.txt (ncu --page details --section SpeedOfLight), NNN = 000, 001, ... in shape order.
@@ -83,17 +84,32 @@ def norm_flags(flags):
     return " ".join(flags.split())
 
 
+def _shape_line(line):
+    """'<step> [kernels=REGEX] <flags>' -> (step, flags, regex or '')."""
+    step, _, rest = line.partition(" ")
+    rest = rest.strip()
+    regex = ""
+    if rest.startswith("kernels="):
+        regex, _, rest = rest.partition(" ")
+        regex = regex[len("kernels="):]
+    return step, norm_flags(rest), regex
+
+
 def read_shapes(path=SHAPES_FILE):
     """ncu_shapes.txt -> [(step, flags)] in file order."""
-    out = []
-    for line in _lines(path):
-        step, _, flags = line.partition(" ")
-        out.append((step, norm_flags(flags)))
-    return out
+    return [(step, flags) for step, flags, _ in map(_shape_line, _lines(path))]
+
+
+def kernel_filter(step, flags, path=SHAPES_FILE):
+    """The kernel-name regex of a line of ncu_shapes.txt ('kernels=step09::'), or '' (every kernel)."""
+    flags = norm_flags(flags)
+    return next((r for s, f, r in map(_shape_line, _lines(path)) if s == step and f == flags), "")
 
 
 def read_moved(path=MOVED_FILE):
-    """moved.txt -> [{step, prev, shape, counter, problem}] ('-' fields become '')."""
+    """moved.txt -> [{step, prev, shape, prev_shape, counter, problem}] ('-' fields become '').
+    The shape field is the flags both steps were captured with, or 'PREV_FLAGS => FLAGS' where the
+    previous step runs another problem (an fp32 step before an fp16 one: the same shape without --dtype)."""
     out = []
     for line in _lines(path):
         parts = [p.strip() for p in line.split("|")]
@@ -102,7 +118,10 @@ def read_moved(path=MOVED_FILE):
         step, prev, shape, counter, problem = [("" if p == "-" else p) for p in parts]
         if counter and counter not in COUNTERS:
             raise SystemExit(f"{rel(path)}: unknown counter '{counter}' (one of: {', '.join(COUNTERS)})")
-        out.append(dict(step=step, prev=prev, shape=norm_flags(shape), counter=counter, problem=problem))
+        prev_shape, _, own = shape.rpartition("=>")
+        shape = norm_flags(own)
+        out.append(dict(step=step, prev=prev, shape=shape, prev_shape=norm_flags(prev_shape) or shape,
+                        counter=counter, problem=problem))
     return out
 
 
@@ -226,10 +245,16 @@ PANEL = [
     Counter("fma_pct", "FMA pipe (% of peak, active)", "time", "pct"),
     Counter("bank_ld", "shared-memory load bank conflicts", "sum", "count"),
     Counter("bank_st", "shared-memory store bank conflicts", "sum", "count"),
+    Counter("bank_ldsm", "ldmatrix (LDSM) bank conflicts", "sum", "count"),
+    Counter("bank_ldgsts", "cp.async (LDGSTS) shared-store bank conflicts", "sum", "count"),
+    Counter("inst", "warp instructions executed", "sum", "count"),
     Counter("l2_hit_pct", "L2 hit rate (%)", "time", "pct"),
     Counter("l1_hit_pct", "L1 hit rate (%)", "time", "pct"),
 ]
 COUNTERS = OrderedDict((c.key, c) for c in PANEL)
+# Counters added to the panel after the first captures (for the tensor-core steps): side-by-side tables
+# leave them out where none of the steps has them, instead of a row of '-'.
+LATER_COUNTERS = {"bank_ldsm", "bank_ldgsts", "inst"}
 
 # metrics.csv column <- ncu metrics (the first one ncu reported wins; 'max' takes the largest).
 # Names from the Nsight Compute metrics reference for GH100 (2025.x). A name this ncu does not
@@ -252,6 +277,13 @@ PANEL_METRICS = OrderedDict([
     ("fma_pct", (["sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"], "first")),
     ("bank_ld", (["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"], "first")),
     ("bank_st", (["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"], "first")),
+    # Per SASS opcode: ldmatrix (LDSM) reads and cp.async (LDGSTS) writes into shared memory, the two
+    # shared-memory paths of the tensor-core steps (09+). bank_st above includes the LDGSTS writes.
+    ("bank_ldsm", (["sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum",
+                    "smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum"], "first")),
+    ("bank_ldgsts", (["sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum",
+                      "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum"], "first")),
+    ("inst", (["smsp__inst_executed.sum"], "first")),
     ("l2_hit_pct", (["lts__t_sector_hit_rate.pct"], "first")),
     ("l1_hit_pct", (["l1tex__t_sector_hit_rate.pct"], "first")),
 ])
@@ -264,7 +296,8 @@ _STALL_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_act
 
 METRICS_COLUMNS = ["step", "shape", "problem", "id", "kernel", "grid", "block", "time_us", "dram_read_mb",
                    "dram_write_mb", "dram_pct", "sm_pct", "occupancy_pct", "regs", "smem_static_kb",
-                   "smem_dynamic_kb", "tensor_pct", "fma_pct", "bank_ld", "bank_st", "l2_hit_pct", "l1_hit_pct",
+                   "smem_dynamic_kb", "tensor_pct", "fma_pct", "bank_ld", "bank_st", "bank_ldsm", "bank_ldgsts",
+                   "inst", "l2_hit_pct", "l1_hit_pct",
                    "stall1", "stall1_cpi", "stall2", "stall2_cpi", "stall3", "stall3_cpi", "stall_total_cpi"]
 NCU_SECTIONS = ["SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats"]
 
@@ -596,8 +629,10 @@ def comparison(steps, gpu=DOC_GPU, shape=None):
 
 
 def compare_rows(steps, panels, flags):
-    """The side-by-side table of the given steps on one shape: header, body."""
-    aggs = [aggregate([r for r in panels[s] if r["shape"] == flags]) for s in steps]
+    """The side-by-side table of the given steps on one shape (or on one shape each: a list of flags,
+    one per step): header, body."""
+    each = flags if isinstance(flags, (list, tuple)) else [flags] * len(steps)
+    aggs = [aggregate([r for r in panels[s] if r["shape"] == f]) for s, f in zip(steps, each)]
     header = ["counter"]
     for i, s in enumerate(steps):
         header.append(f"{s[:2]} ({aggs[i]['kernels']} kernel{'s' if aggs[i]['kernels'] != 1 else ''})")
@@ -605,6 +640,8 @@ def compare_rows(steps, panels, flags):
             header += [f"{s[:2]} vs {steps[i - 1][:2]}", "%"]
     body = []
     for c in PANEL:
+        if c.key in LATER_COUNTERS and all(a[c.key] is None for a in aggs):
+            continue  # a counter added to the panel after these steps were captured: no row of '-'
         line = [c.label]
         for i, a in enumerate(aggs):
             line.append(fmt_number(a[c.key], c.kind))
@@ -625,7 +662,8 @@ def kernel_rows(step, panels, flags):
     """One step's kernels on one shape, one column each."""
     rows = [r for r in panels[step] if r["shape"] == flags]
     header = ["counter"] + [f"{r['kernel']}" for r in rows]
-    body = [[c.label] + [fmt_number(value(r, c.key), c.kind) for r in rows] for c in PANEL]
+    body = [[c.label] + [fmt_number(value(r, c.key), c.kind) for r in rows] for c in PANEL
+            if c.key not in LATER_COUNTERS or any(value(r, c.key) is not None for r in rows)]
     for n in range(1, 4):
         body.append([f"warp stall #{n}"] + [fmt_stall((to_float(r.get(f"stall{n}_cpi")), r.get(f"stall{n}"))
                                                       if r.get(f"stall{n}") else None, to_float(r.get("stall_total_cpi")))
@@ -670,6 +708,9 @@ def main(argv):
         return 0
     if len(argv) == 2 and argv[1] == "ncu-sections":
         print(" ".join(NCU_SECTIONS))
+        return 0
+    if len(argv) == 4 and argv[1] == "kernels":
+        print(kernel_filter(argv[2], argv[3]))
         return 0
     if len(argv) == 3 and argv[1] == "shapes":
         for step, flags in read_shapes():

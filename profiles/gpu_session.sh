@@ -15,8 +15,13 @@
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
 # capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
 # CTEST_ARGS (e.g. "-L gpu") tune the build and the tests; BENCH_ARGS (e.g. "--steps 07,08 --no-sdpa
-# --merge profiles/h100/bench.csv") and CAPTURE_STEPS (e.g. "07 08") re-measure a few steps. A failing stage is reported and the others
-# still run; the exit status is 1 if any failed.
+# --merge profiles/h100/bench.csv") and CAPTURE_STEPS (e.g. "07 08") re-measure a few steps.
+# STEPS="09 10 11" is the short form of both: bench.py --steps 09,10,11 --merge profiles/<gpu>/bench.csv
+# (SDPA re-measured in the same run, forward only where the steps are forward-only; every other row
+# of the committed bench.csv kept, so $OUT/bench.csv is complete) and capture.sh 09 10 11; the summary
+# then ends with the tensor-core steps' table against SDPA (results.py show). E.g. one session of about
+# 9 minutes: OUT=DIR STEPS="09 10 11" STAGES="build ctest bench capture sass" bash profiles/gpu_session.sh
+# A failing stage is reported and the others still run; the exit status is 1 if any failed.
 set -euo pipefail
 mkdir -p "${OUT:=$PWD/gpu_out}"
 OUT=$(cd "$OUT" && pwd)
@@ -58,10 +63,18 @@ build() {
 # shellcheck disable=SC2086  # CTEST_ARGS: several words
 tests() { (cd build && ctest --output-on-failure -j "${CTEST_JOBS:-4}" ${CTEST_ARGS:-}) > "$OUT/ctest.log" 2>&1; }
 run_all() { build/bin/run_all --csv > "$OUT/run_all.csv" 2>> "$OUT/run.log"; }
+if [[ -n ${STEPS:-} ]]; then  # the short form: these steps re-measured into a complete bench.csv, and captured
+  gpu=$(python3 profiles/fa_profiles.py slug "$(head -1 "$OUT/env.txt" | cut -d, -f1)")
+  merge="" && [[ -f profiles/$gpu/bench.csv ]] && merge="--merge profiles/$gpu/bench.csv"
+  BENCH_ARGS=${BENCH_ARGS:-"--steps $(tr -s ' ' ',' <<< "$STEPS" | sed 's/^,//; s/,$//') $merge"}
+  CAPTURE_STEPS=${CAPTURE_STEPS:-$STEPS}
+fi
+# shellcheck disable=SC2086  # BENCH_ARGS, CAPTURE_STEPS: several words
 bench() {  # every step's --sweep (--bwd) and the SDPA baselines; the plot goes into the tarball
   python3 profiles/bench.py --out "$OUT/bench.csv" --png "$work/profiles/bench.png" --no-render ${BENCH_ARGS:-} \
     >> "$OUT/run.log" 2>&1
 }
+# shellcheck disable=SC2086
 capture() { bash profiles/capture.sh --no-build --out "$work/profiles" ${CAPTURE_STEPS:-all} >> "$OUT/run.log" 2>&1; }
 sass() {
   for obj in $(find build -name 'kernel.cu.o' | sort); do
@@ -90,6 +103,11 @@ echo "== summary"
   python3 -c 'import csv, collections, sys; print(dict(collections.Counter(r["step"] for r in csv.DictReader(open(sys.argv[1])))))' "$OUT/bench.csv"
 [[ -f $OUT/profiles.tar.gz ]] && echo "profiles.tar.gz:" && tar -tzf "$OUT/profiles.tar.gz" | grep -v '/$' | sort | head -40
 ls -la "$OUT"
+if [[ -s $OUT/bench.csv ]] && grep -qE '^(09|10|11)_' "$OUT/bench.csv"; then  # the short table, last
+  echo "== the tensor-core forward steps against SDPA (from $OUT/bench.csv)"
+  python3 profiles/results.py show results:tc_climb --bench "$OUT/bench.csv" | sed -n '1,/^$/p'
+  python3 profiles/results.py show results:tc_target --bench "$OUT/bench.csv" | sed -n '1,/^\*/p' | grep -v '^\*'
+fi
 if ((${#failed[@]})); then
   echo "== failed stages: ${failed[*]}"
   exit 1

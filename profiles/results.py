@@ -5,6 +5,8 @@
                                            # profiles/<gpu>/, then render
   python3 profiles/results.py render       # rewrite the generated tables from the committed files
   python3 profiles/results.py check        # exit 1 if `render` would change any file (CI runs it)
+  python3 profiles/results.py show results:tc_target [--bench CSV]
+                                           # print one generated block (here: from another bench.csv)
 
 Committed inputs, per GPU (profiles/h100/...):
   env.txt            GPU, driver, nvcc, ncu (and PyTorch) versions of the session
@@ -18,11 +20,15 @@ Committed inputs, per GPU (profiles/h100/...):
 
 Generated outputs: the blocks between <!-- NAME:begin --> and <!-- NAME:end --> markers in
 README.md, profiles/README.md and docs/*.md; every docs/NN_*.md may hold a <!-- compare:NN:begin -->
-block (the step's panel beside its predecessor's, profiles/moved.txt). Only the standard library
-is used.
+block (the step's panel beside its predecessor's, profiles/moved.txt). Wherever their markers are
+(README.md, profiles/README.md, docs/*.md): results:tc_vs_sdpa (every fp16/bf16 forward cell of steps
+09-11 beside SDPA's flash and cuDNN backends; results:tc_vs_sdpa:NN: steps 09..NN only), results:tc_climb
+(per step and dtype, the ratios' min / median / max over the target's cells) and results:tc_target
+(step 11's target, pass or fail, and its grid). Only the standard library is used.
 """
 import csv
 import gzip
+import math
 import os
 import re
 import shutil
@@ -31,8 +37,8 @@ import tarfile
 from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fa_profiles import (COUNTERS, DOC_GPU as GPU, ROOT, aggregate, compare_report, fmt_delta,  # noqa: E402
-                         fmt_number, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
+from fa_profiles import (COUNTERS, DOC_GPU as GPU, ROOT, aggregate, compare_report, compare_rows,  # noqa: E402
+                         fmt_delta, fmt_number, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
                          read_env, read_moved, read_shapes, shape_label, value)
 
 # Docs being edited on another branch: their blocks are neither rendered nor checked here until the
@@ -224,15 +230,17 @@ def moved_cell(m):
     if not m["prev"] or not m["counter"]:
         return "- (first of its family)"
     c = COUNTERS[m["counter"]]
-    rows = {st: [r for r in load_panel(st)[0] if r["shape"] == m["shape"]] for st in (m["prev"], m["step"])}
+    rows = {st: [r for r in load_panel(st)[0] if r["shape"] == sh]
+            for st, sh in ((m["prev"], m["prev_shape"]), (m["step"], m["shape"]))}
     missing = [st for st, r in rows.items() if not r]
     if missing:
         return f"not captured at {shape_label(m['shape'])} yet: `profiles/capture.sh {' '.join(st[:2] for st in missing)}`"
     before, after = (aggregate(rows[st])[c.key] for st in (m["prev"], m["step"]))
     if before is None or after is None:
         return f"{c.label}: not in the capture (re-run `profiles/capture.sh {m['prev'][:2]} {m['step'][:2]}`)"
-    return f"{c.label} at {shape_label(m['shape'])}: {fmt_number(before, c.kind)} → {fmt_number(after, c.kind)} " \
-           f"({fmt_delta(before, after, c.kind)[1]} vs {m['prev'][:2]})"
+    prev_at = f" ({m['prev'][:2]} at {shape_label(m['prev_shape'])})" if m["prev_shape"] != m["shape"] else ""
+    return f"{c.label} at {shape_label(m['shape'])}{prev_at}: {fmt_number(before, c.kind)} → " \
+           f"{fmt_number(after, c.kind)} ({fmt_delta(before, after, c.kind)[1]} vs {m['prev'][:2]})"
 
 
 def master_table():
@@ -313,7 +321,10 @@ def compare_block(nn):
         return f"*No step {nn} yet.*"
     m = next((m for m in read_moved() if m["step"] == step), None)
     steps = [m["prev"], step] if m and m["prev"] else [step]
-    text, _ = compare_report(steps, GPU, markdown=True)
+    if len(steps) > 1 and m["prev_shape"] != m["shape"]:
+        text = paired_compare(m)
+    else:
+        text, _ = compare_report(steps, GPU, markdown=True)
     if not text.strip():  # one step, nothing captured
         text = f"*No capture yet for step {step}: run `profiles/capture.sh {nn}` on a GPU.*"
     cmd = f"python3 profiles/compare.py {' '.join(s[:2] for s in steps)}" if len(steps) > 1 else \
@@ -322,11 +333,212 @@ def compare_block(nn):
                   f"compared with `{cmd}`.*"
 
 
+def paired_compare(m):
+    """compare:NN where the step and the one it is compared with ran different problems (moved.txt's
+    'PREV_FLAGS => FLAGS'): one table, each step on its own shape."""
+    prev, step = m["prev"], m["step"]
+    panels = {st: load_panel(st)[0] for st in (prev, step)}
+    missing = [st for st, sh in ((prev, m["prev_shape"]), (step, m["shape"]))
+               if not any(r["shape"] == sh for r in panels[st])]
+    if missing:
+        return " ".join(f"*No capture yet for step {st} at {shape_label(sh)}: run `profiles/capture.sh {st[:2]}` "
+                        "on a GPU.*" for st, sh in ((prev, m["prev_shape"]), (step, m["shape"])) if st in missing)
+    title = f"**{prev[:2]} at {shape_label(m['prev_shape'])} (`--profile {m['prev_shape']}`), {step[:2]} at " \
+            f"{shape_label(m['shape'])} (`--profile {m['shape']}`)**"
+    sources = sorted({rel_path(load_panel(st)[1]) for st in (prev, step)})
+    return title + "\n\n" + md_table(*compare_rows([prev, step], panels, [m["prev_shape"], m["shape"]])) + \
+        "\n\nOne launch after a warm-up under `ncu --clock-control none`; a step's kernels add up (durations, bytes, " \
+        "conflicts) or are weighted by duration (percentages). '-': not captured. From " + \
+        ", ".join(f"`{p}`" for p in sources) + "."
+
+
+def rel_path(path):
+    return os.path.relpath(path, ROOT)
+
+
+# ---- the tensor-core forward steps against PyTorch's SDPA ---------------------------------------
+TC_FWD = ("09_tensor_core_forward", "10_swizzle_pipeline_forward", "11_tuned_forward")
+TARGET_STEP, TARGET_MIN_SEQ, TARGET_RATIO = "11_tuned_forward", 1024, 1.0
+TC_DTYPES, TC_DIMS, TC_SEQS = ("f16", "bf16"), (64, 128), (512, 1024, 2048, 4096, 8192, 16384)
+BENCH_OVERRIDE = None  # `results.py show NAME --bench CSV`: read this CSV instead of profiles/<gpu>/bench.csv
+
+
+def tc_cells():
+    """Every cell of the FA2 forward sweep in fp16 and bf16: (dtype, d, causal, seq), in table order."""
+    return [(dt, d, c, s) for dt in TC_DTYPES for d in TC_DIMS for c in (False, True) for s in TC_SEQS]
+
+
+def tc_times():
+    """bench.csv -> {step: {cell: time_ms}} for the forward rows of fp16/bf16 on the FA2 shapes
+    (batch·seq = 16384, heads·d = 2048), the tensor-core steps and both SDPA backends."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    out = {st: {} for st in TC_FWD + ("sdpa_flash", "sdpa_cudnn")}
+    for r in (read_csv(path) if os.path.exists(path) else []):
+        p = split_problem(r["problem"])
+        t = fp_float(r["time_ms"])
+        if r["step"] not in out or not p or p["mode"] != "fwd" or p["dtype"] not in TC_DTYPES or not t or t <= 0:
+            continue
+        if p["seq"] != p["seq_k"] or p["batch"] * p["seq"] != 16384 or p["heads"] * p["d"] != 2048:
+            continue
+        out[r["step"]].setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), t)
+    return out
+
+
+def fp_float(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def tc_rate(cell, ms):
+    dt, d, causal, seq = cell
+    return 4.0 * 16384 * seq * 2048 / (2.0 if causal else 1.0) / (ms * 1e-3) * 1e-12
+
+
+def tc_source():
+    if BENCH_OVERRIDE:
+        return f"*From `{BENCH_OVERRIDE}`.*"
+    return source_line(["bench.csv"])
+
+
+def tc_not_measured(steps, times):
+    """The honest line for steps without a single row yet, and for missing baselines."""
+    notes = []
+    gone = [st for st in steps if not times[st]]
+    if gone:
+        nn = ",".join(st[:2] for st in TC_FWD)
+        notes.append(f"*Not measured yet: step{'s' if len(gone) > 1 else ''} {', '.join(st[:2] for st in gone)} "
+                     f"{'have' if len(gone) > 1 else 'has'} no rows in `bench.csv`. On the H100: "
+                     f"`OUT=DIR STEPS=\"{nn.replace(',', ' ')}\" bash profiles/gpu_session.sh`, then "
+                     f"`python3 profiles/results.py import DIR` (bench.py --steps {nn} --merge: SDPA re-measured "
+                     f"in the same run).*")
+    for b, name in (("sdpa_flash", "FlashAttention-2"), ("sdpa_cudnn", "cuDNN")):
+        if not times[b]:
+            notes.append(f"*No SDPA {name} forward rows in `bench.csv` (PyTorch missing, or the backend refused).*")
+    return notes
+
+
+def ratio_text(num_ms, den_ms, fmt="{:.2f}×"):
+    """SDPA's time over the step's (> 1: the step is faster), or '-'."""
+    return fmt.format(num_ms / den_ms) if num_ms and den_ms else "-"
+
+
+def tc_vs_sdpa_table(steps=TC_FWD):
+    """Every fp16/bf16 FA2 forward cell: SDPA flash and cuDNN TFLOP/s, then per step its TFLOP/s and
+    its ratio to each backend."""
+    times = tc_times()
+    flash, cudnn = times["sdpa_flash"], times["sdpa_cudnn"]
+    header = ["dtype", "d", "causal", "seq", "SDPA flash TFLOP/s", "SDPA cuDNN TFLOP/s"]
+    for st in steps:
+        header += [f"{st[:2]} TFLOP/s", f"{st[:2]} × flash", f"{st[:2]} × cuDNN"]
+    body = []
+    for cell in tc_cells():
+        if not any(cell in times[st] for st in steps + ("sdpa_flash", "sdpa_cudnn")):
+            continue
+        dt, d, causal, seq = cell
+        line = [dt, str(d), "yes" if causal else "no", str(seq)]
+        line += [f"{tc_rate(cell, b[cell]):.1f}" if cell in b else "-" for b in (flash, cudnn)]
+        for st in steps:
+            t = times[st].get(cell)
+            line += [f"{tc_rate(cell, t):.1f}" if t else "-", ratio_text(flash.get(cell), t), ratio_text(cudnn.get(cell), t)]
+        body.append(line)
+    parts = [md_table(header, body)] if body else []
+    parts += tc_not_measured(steps, times)
+    parts.append("Forward, fp16/bf16 inputs with fp32 accumulation, on the FlashAttention-2 benchmark shapes (batch·seq "
+                 "= 16384 tokens, heads = 2048/d); TFLOP/s by the FlashAttention convention (4·B·H·S²·d, halved when "
+                 "causal). \"× flash\", \"× cuDNN\": SDPA's time over the step's (above 1.00× the step is faster), "
+                 "PyTorch SDPA's FlashAttention-2 and cuDNN backends timed by the same `profiles/bench.py` run as the "
+                 "steps (CUDA events, median of at least 20 repetitions, L2 flushed before each). \"-\": not measured "
+                 "(or the backend refused the shape).")
+    parts.append(tc_source())
+    return "\n\n".join(parts)
+
+
+def tc_climb_table(steps=TC_FWD):
+    """Per step and dtype, over the target's cells (seq >= 1024): the ratio to SDPA flash and cuDNN,
+    min / median / max, and how many cells reach 1.0× flash."""
+    times = tc_times()
+    flash, cudnn = times["sdpa_flash"], times["sdpa_cudnn"]
+    cells = [c for c in tc_cells() if c[3] >= TARGET_MIN_SEQ]
+    body = []
+    for st in steps:
+        for dt in TC_DTYPES:
+            mine = [c for c in cells if c[0] == dt]
+            have = [c for c in mine if c in times[st]]
+            rf = sorted(flash[c] / times[st][c] for c in have if c in flash)
+            rc = sorted(cudnn[c] / times[st][c] for c in have if c in cudnn)
+            spread = lambda r: f"{r[0]:.2f}× / {r[len(r) // 2] if len(r) % 2 else (r[len(r) // 2 - 1] + r[len(r) // 2]) / 2:.2f}× / {r[-1]:.2f}×" if r else "-"  # noqa: E731
+            if not have:
+                body.append([st, dt, f"0 of {len(mine)}", "not measured yet", "-", "-"])
+                continue
+            reach = sum(1 for c in have if c in flash and flash[c] / times[st][c] >= TARGET_RATIO)
+            body.append([st, dt, f"{len(have)} of {len(mine)}", spread(rf), f"{reach} of {len(rf)}" if rf else "-",
+                         spread(rc)])
+    return md_table(["step", "dtype", "cells measured (seq ≥ 1024)", "× SDPA flash: min / median / max",
+                     "cells ≥ 1.00× flash", "× SDPA cuDNN: min / median / max"], body) + \
+        f"\n\nThe climb of the tensor-core forward steps against PyTorch SDPA, over the cells of the target (seq ≥ " \
+        f"{TARGET_MIN_SEQ}, head_dim 64 and 128, causal and not; FlashAttention-2 benchmark shapes). Ratios: SDPA's " \
+        "time over the step's from the same `profiles/bench.py` run (above 1.00× the step is faster); every cell " \
+        "is in the `results:tc_vs_sdpa` table.\n\n" + tc_source()
+
+
+def tc_target_block():
+    """DESIGN §5's target for step 11: >= 1.0× SDPA flash in every seq >= 1024 cell; pass/fail and the grid."""
+    times = tc_times()
+    flash, mine = times["sdpa_flash"], times[TARGET_STEP]
+    cells = [c for c in tc_cells() if c[3] >= TARGET_MIN_SEQ]
+    seqs = [s for s in TC_SEQS if s >= TARGET_MIN_SEQ]
+    ratios = {c: flash[c] / mine[c] for c in cells if c in flash and c in mine}
+    below = sorted((r, c) for c, r in ratios.items() if r < TARGET_RATIO)
+    where = lambda c: f"{c[0]} d{c[1]} {'causal' if c[2] else 'not causal'} seq {c[3]}"  # noqa: E731
+    floor3 = lambda r: f"{math.floor(r * 1000) / 1000:.3f}×"  # noqa: E731  (truncated: 0.9996 shows 0.999)
+    if not mine:
+        status = "not measured yet (no step 11 rows in `bench.csv`)"
+    elif below:
+        status = f"**not met**: {len(below)} of {len(ratios)} measured cells below {TARGET_RATIO:.1f}× (worst " \
+                 f"{floor3(below[0][0])} at {where(below[0][1])})"
+    elif len(ratios) < len(cells):
+        status = f"incomplete: {len(ratios)} of {len(cells)} cells measured, all at or above {TARGET_RATIO:.1f}×"
+    else:
+        worst = min((r, c) for c, r in ratios.items())
+        status = f"**met** in all {len(cells)} cells (lowest {floor3(worst[0])} at {where(worst[1])})"
+    text = f"Target (DESIGN §5): step 11's forward ≥ {TARGET_RATIO:.1f}× PyTorch SDPA's FlashAttention-2 backend in " \
+           f"every cell with seq ≥ {TARGET_MIN_SEQ}, fp16 and bf16, head_dim 64 and 128, causal and not " \
+           f"({len(cells)} cells): {status}."
+    if mine or flash:
+        body = []
+        for dt in TC_DTYPES:
+            for d in TC_DIMS:
+                for causal in (False, True):
+                    line = [dt, str(d), "yes" if causal else "no"]
+                    for s in seqs:
+                        r = ratios.get((dt, d, causal, s))
+                        line.append("-" if r is None else f"{floor3(r)} {'✓' if r >= TARGET_RATIO else '✗'}")
+                    body.append(line)
+        text += "\n\n" + md_table(["dtype", "d", "causal"] + [f"seq {s}" for s in seqs], body) + \
+            "\n\nEach cell: SDPA flash's time over step 11's, same `profiles/bench.py` run, truncated to three " \
+            "decimals (✓ at or above 1.0×); \"-\": not measured."
+    return text + "\n\n" + tc_source()
+
+
+# Blocks rendered wherever their markers are (README.md, profiles/README.md, docs/*.md).
+ANYWHERE = {"results:tc_vs_sdpa": tc_vs_sdpa_table, "results:tc_climb": tc_climb_table,
+            "results:tc_target": tc_target_block}
+_TC_UPTO = re.compile(r"<!-- results:tc_vs_sdpa:(\d\d):begin -->")
+
+
 def blocks_of(rel, text):
     blocks = dict(BLOCKS.get(rel, {}))
     if rel.startswith("docs/"):
         for nn in _COMPARE.findall(text):
             blocks[f"compare:{nn}"] = (lambda n: lambda: compare_block(n))(nn)
+    for name, fn in ANYWHERE.items():
+        if f"<!-- {name}:begin -->" in text:
+            blocks[name] = fn
+    for nn in _TC_UPTO.findall(text):  # results:tc_vs_sdpa:10 -> steps 09 and 10
+        blocks[f"results:tc_vs_sdpa:{nn}"] = (lambda n: lambda: tc_vs_sdpa_table(
+            tuple(st for st in TC_FWD if st[:2] <= n)))(nn)
     return blocks
 
 
@@ -428,7 +640,25 @@ def import_session(src):
         print(f"note: the docs quote profiles/{GPU}/; this session ran on {gpu}, so render changes nothing for it")
 
 
+def show(name, bench=None):
+    """`results.py show NAME [--bench CSV]`: one generated block, printed (e.g. for a GPU session's own
+    bench.csv before it is imported)."""
+    global BENCH_OVERRIDE
+    BENCH_OVERRIDE = bench
+    m = _TC_UPTO.match(f"<!-- {name}:begin -->")
+    if m:
+        print(blocks_of("", f"<!-- {name}:begin -->")[name]())
+        return 0
+    if name not in ANYWHERE:
+        print(f"unknown block '{name}' (one of: {', '.join(ANYWHERE)}, results:tc_vs_sdpa:NN)", file=sys.stderr)
+        return 2
+    print(ANYWHERE[name]())
+    return 0
+
+
 def main(argv):
+    if len(argv) in (3, 5) and argv[1] == "show" and (len(argv) == 3 or argv[3] == "--bench"):
+        return show(argv[2], argv[4] if len(argv) == 5 else None)
     if len(argv) >= 2 and argv[1] == "import" and len(argv) == 3:
         import_session(argv[2])
         return render(check=False)

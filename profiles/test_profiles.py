@@ -62,6 +62,11 @@ if "-i" in a:
         print(q([str(k), "1", "x", "h", name, "1", "7", "(256, 1, 1)", "(132, 4, 1)", "0", "9.0"] +
                 [value(m, k) for m in metrics]))
     sys.exit(0)
+if os.environ.get("MOCK_NCU_LOG"):
+    open(os.environ["MOCK_NCU_LOG"], "a").write(" ".join(a) + "\n")
+if "--kernel-name" in a and os.environ.get("MOCK_NCU_NO_MATCH"):
+    print("==WARNING== No kernels were profiled.")
+    sys.exit(0)
 metrics = a[a.index("--metrics") + 1].split(",") if "--metrics" in a else []
 bad = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
 if metrics and os.environ.get("MOCK_NCU_ANONYMOUS"):
@@ -229,6 +234,137 @@ class Capture(unittest.TestCase):
         self.assertIn("profiles/capture.sh", self.run_capture("--help").stdout)
 
 
+    def test_kernel_filter(self):
+        with open(os.path.join(self.tmp, "profiles", "ncu_shapes.txt"), "w") as f:
+            f.write("04_mock kernels=step04:: --batch 1 --heads 2 --seq 128 --head-dim 64 --dtype f16\n")
+        log = os.path.join(self.tmp, "ncu_calls.txt")
+        p = self.run_capture("--no-build", "04", MOCK_NCU_LOG=log)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertIn("(kernels matching step04::)", p.stdout)
+        with open(log) as f:
+            self.assertIn("--kernel-name-base demangled --kernel-name regex:step04::", f.read())
+        with open(os.path.join(self.tmp, "profiles", "h100", "04_mock", "metrics.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(rows[0]["shape"], "--batch 1 --heads 2 --seq 128 --head-dim 64 --dtype f16")  # no kernels=
+        self.assertEqual(rows[0]["problem"], "B1 H2 S128 D64 f16")
+        p = self.run_capture("--no-build", "04", MOCK_NCU_NO_MATCH="1")  # the filter matches nothing: all kernels
+        self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertIn("no kernel matched", p.stdout)
+
+
+class ShapesAndMoved(unittest.TestCase):
+    def test_kernels_and_paired_shapes(self):
+        with tempfile.TemporaryDirectory() as d:
+            shapes, moved = os.path.join(d, "shapes.txt"), os.path.join(d, "moved.txt")
+            with open(shapes, "w") as f:
+                f.write("# c\n06_x --seq 8 --causal\n09_y kernels=step09:: --seq 8  --causal --dtype f16\n")
+            with open(moved, "w") as f:
+                f.write("09_y | 06_x | --seq 8 --causal => --seq 8 --causal --dtype f16 | tensor_pct | S8 f16\n"
+                        "06_x | - | --seq 8 --causal | - | -\n")
+            self.assertEqual(fp.read_shapes(shapes), [("06_x", "--seq 8 --causal"),
+                                                      ("09_y", "--seq 8 --causal --dtype f16")])
+            self.assertEqual(fp.kernel_filter("09_y", "--seq 8 --causal --dtype  f16", shapes), "step09::")
+            self.assertEqual(fp.kernel_filter("06_x", "--seq 8 --causal", shapes), "")
+            m = fp.read_moved(moved)
+            self.assertEqual((m[0]["prev_shape"], m[0]["shape"]), ("--seq 8 --causal", "--seq 8 --causal --dtype f16"))
+            self.assertEqual(m[1]["prev_shape"], m[1]["shape"])
+
+
+def bench_row(step, problem, ms):
+    return dict(step=step, idea="synthetic", problem=problem, time_ms=str(ms), rate="1", unit="TFLOP/s",
+                pct_peak="1", peak="tensor", peak_value="989", prev_step="", prev_time_ms="-1",
+                speedup_vs_prev="-1", err_vs_prev="-1", check="", baseline="", baseline_time_ms="-1",
+                vs_baseline="-1", device="Synthetic GPU")
+
+
+class TensorCoreTables(unittest.TestCase):
+    """results.py's tc_* blocks on synthetic rows (written to a scratch CSV, never to profiles/<gpu>/)."""
+
+    def setUp(self):
+        import results
+        self.results = results
+        self.tmp = tempfile.mkdtemp(prefix="tc_tables_")
+        self.csv = os.path.join(self.tmp, "bench.csv")
+
+    def tearDown(self):
+        self.results.BENCH_OVERRIDE = None
+        shutil.rmtree(self.tmp)
+
+    def write(self, rows):
+        with open(self.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fp.BENCH_COLUMNS, lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+        self.results.BENCH_OVERRIDE = self.csv
+
+    def sweep(self, step, ms, skip=(), slow=()):
+        rows = []
+        for dt in ("f16", "bf16"):
+            for d in (64, 128):
+                for causal in (False, True):
+                    for seq in (512, 1024, 2048, 4096, 8192, 16384):
+                        cell = (dt, d, causal, seq)
+                        if cell in skip:
+                            continue
+                        shape = f"B{16384 // seq} H{2048 // d} S{seq} D{d}" + (" causal" if causal else "")
+                        rows.append(bench_row(step, f"{shape} {dt}", ms * (1.25 if cell in slow else 1.0)))
+                        if step.startswith("sdpa"):  # a baseline's backward rows must not count
+                            rows.append(bench_row(step, f"{shape} {dt} bwd", 0.001))
+        return rows
+
+    def test_not_measured(self):
+        self.write(self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.5))
+        target = self.results.tc_target_block()
+        self.assertIn("not measured yet (no step 11 rows", target)
+        self.assertIn("From `" + self.csv, target)
+        table = self.results.tc_vs_sdpa_table()
+        self.assertIn("Not measured yet: steps 09, 10, 11 have no rows", table)
+        self.assertEqual(table.count("\n| f16 |") + table.count("\n| bf16 |"), 48)
+        self.assertIn("not measured yet", self.results.tc_climb_table())
+
+    def test_pass_fail_and_ratios(self):
+        slow = {("bf16", 128, True, 1024)}
+        rows = self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.5) + \
+            self.sweep("09_tensor_core_forward", 2.0) + self.sweep("11_tuned_forward", 0.9, slow=slow)
+        self.write(rows)
+        target = self.results.tc_target_block()
+        self.assertIn("**not met**: 1 of 40 measured cells below 1.0× (worst 0.888× at bf16 d128 causal seq 1024)", target)
+        self.assertIn("| bf16 | 128 | yes | 0.888× ✗ | 1.111× ✓ |", target)
+        table = self.results.tc_vs_sdpa_table()
+        # f16 d64 not causal seq 512: SDPA 1.0 ms -> 4·16384·512·2048 / 1e-3 = 68.7 TFLOP/s; 09 at 2 ms; 10 missing
+        self.assertIn("| f16 | 64 | no | 512 | 68.7 | 137.4 | 34.4 | 0.50× | 0.25× | - | - | - | 76.4 | 1.11× | 0.56× |", table)
+        self.assertIn("Not measured yet: step 10 has no rows", table)
+        climb = self.results.tc_climb_table()
+        self.assertIn("| 11_tuned_forward | bf16 | 20 of 20 | 0.89× / 1.11× / 1.11× | 19 of 20 | 0.44× / 0.56× / 0.56× |",
+                      climb)
+        self.assertIn("| 10_swizzle_pipeline_forward | f16 | 0 of 20 | not measured yet |", climb)
+        only09 = self.results.blocks_of("docs/09_x.md", "<!-- results:tc_vs_sdpa:09:begin -->")
+        self.assertNotIn("10 TFLOP/s", only09["results:tc_vs_sdpa:09"]())
+
+    def test_met_and_incomplete(self):
+        base = self.sweep("sdpa_flash", 1.0)
+        self.write(base + self.sweep("11_tuned_forward", 0.99))
+        self.assertIn("**met** in all 40 cells (lowest 1.010×", self.results.tc_target_block())
+        self.write(base + self.sweep("11_tuned_forward", 0.99, skip={("f16", 64, False, 2048)}))
+        self.assertIn("incomplete: 39 of 40 cells measured", self.results.tc_target_block())
+
+
+class BenchMerge(unittest.TestCase):
+    def test_merge_rows(self):
+        import bench
+        old = [bench_row("07_flash_backward", "B1 H1 S8 D64 f32 fwd", 1), bench_row("09_tensor_core_forward", "P f16", 9),
+               bench_row("sdpa_flash", "P f16", 1), bench_row("sdpa_flash", "P f16 bwd", 2),
+               bench_row("sdpa_cudnn", "P f16", 3)]
+        new = [bench_row("09_tensor_core_forward", "P f16", 8), bench_row("09_tensor_core_forward", "P bf16", 8),
+               bench_row("sdpa_flash", "P f16", 1.5), bench_row("sdpa_flash", "Q f16", 4)]
+        rows, kept = bench.merge_rows(old, new)
+        self.assertEqual(kept, 3)  # 07's row, SDPA flash's backward row, SDPA cuDNN's row
+        self.assertEqual([(r["step"], r["problem"], r["time_ms"]) for r in rows],
+                         [("07_flash_backward", "B1 H1 S8 D64 f32 fwd", "1"), ("09_tensor_core_forward", "P f16", "8"),
+                          ("09_tensor_core_forward", "P bf16", "8"), ("sdpa_flash", "P f16", "1.5"),
+                          ("sdpa_flash", "P f16 bwd", "2"), ("sdpa_cudnn", "P f16", "3"), ("sdpa_flash", "Q f16", "4")])
+
+
 class CommittedData(unittest.TestCase):
     def test_compare_01_02(self):
         text, ok = fp.compare_report(["01_safe_softmax", "02_online_softmax"], markdown=True)
@@ -241,7 +377,8 @@ class CommittedData(unittest.TestCase):
         for m in fp.read_moved():
             self.assertIn((m["step"], m["shape"]), shapes, f"moved.txt: {m['step']} is not captured at {m['shape']}")
             if m["prev"]:
-                self.assertIn((m["prev"], m["shape"]), shapes, f"moved.txt: {m['prev']} is not captured at {m['shape']}")
+                self.assertIn((m["prev"], m["prev_shape"]), shapes,
+                              f"moved.txt: {m['prev']} is not captured at {m['prev_shape']}")
 
     def test_bench_schema(self):
         with open(os.path.join(fp.gpu_dir(), "bench.csv"), newline="") as f:
