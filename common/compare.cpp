@@ -16,24 +16,47 @@ static std::string index_string(std::size_t i, const std::vector<std::size_t>& s
   return s + "]";
 }
 
-std::string CompareResult::summary() const {
+// The lines after the first of a summary: why nothing was compared, or the mismatches.
+static std::string mismatch_lines(const CompareResult& r) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%s max|err| %.3g  rel_fro %.3g  (%zu elements, atol %.3g, rtol %.3g)",
-                ok() ? "PASS" : "FAIL", max_abs_err, rel_fro_err, count, tol.atol, tol.rtol);
-  std::string s = buf;
-  if (count == 0) s += "\n    nothing compared (empty or mismatched sizes)";
-  if (mismatches) {
+  std::string s;
+  if (r.count == 0) s += "\n    nothing compared (empty or mismatched sizes)";
+  if (r.mismatches) {
     std::snprintf(buf, sizeof buf,
                   "\n    %zu of %zu elements outside tolerance (%zu non-finite where the reference is finite)",
-                  mismatches, count, nonfinite_out);
+                  r.mismatches, r.count, r.nonfinite_out);
     s += buf;
-    for (const auto& m : first) {
-      std::snprintf(buf, sizeof buf, "\n    at %s: got %.9g, expected %.9g", index_string(m.index, shape).c_str(),
+    for (const auto& m : r.first) {
+      std::snprintf(buf, sizeof buf, "\n    at %s: got %.9g, expected %.9g", index_string(m.index, r.shape).c_str(),
                     m.out, m.ref);
       s += buf;
     }
   }
   return s;
+}
+
+std::string CompareResult::summary() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s max|err| %.3g  rel_fro %.3g  (%zu elements, atol %.3g, rtol %.3g)",
+                ok() ? "PASS" : "FAIL", max_abs_err, rel_fro_err, count, tol.atol, tol.rtol);
+  return buf + mismatch_lines(*this);
+}
+
+std::string RowCompareResult::summary() const {
+  const std::size_t cols = rows ? elements.count / rows : 0;
+  char buf[384];
+  std::snprintf(buf, sizeof buf,
+                "%s max|err| %.3g  rel_fro %.3g  (%zu rows x %zu, per-row bounds %.3g..%.3g; worst row %s: "
+                "max|err| %.3g %s %.3g)",
+                ok() ? "PASS" : "FAIL", elements.max_abs_err, elements.rel_fro_err, rows, cols, min_bound,
+                elements.tol.atol, index_string(worst_row, row_shape).c_str(), worst_err,
+                worst_err <= worst_bound ? "<=" : ">", worst_bound);
+  std::string s = buf;
+  if (failed_rows) {
+    std::snprintf(buf, sizeof buf, "\n    %zu of %zu rows over their bound", failed_rows, rows);
+    s += buf;
+  }
+  return s + mismatch_lines(elements);
 }
 
 }  // namespace fa

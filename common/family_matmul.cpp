@@ -57,7 +57,7 @@ void resolve(Problem& p, const RunOptions&) {
 
 Problem default_problem() { return make(4096, 4096, 4096, MatmulLayout::NN); }
 
-std::vector<Problem> sweep() {
+std::vector<Problem> sweep(const StepInfo&) {
   std::vector<Problem> out;
   for (MatmulLayout l : {MatmulLayout::NN, MatmulLayout::NT, MatmulLayout::TN})
     for (long long s : {1024, 2048, 4096, 8192}) out.push_back(make(s, s, s, l));
@@ -203,6 +203,6 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo*, const Problem&
 
 }  // namespace
 
-const FamilyOps kMatmulFamily{"matmul", add_flags, default_problem, sweep, resolve, validate, run};
+const FamilyOps kMatmulFamily{"matmul", add_flags, default_problem, sweep, resolve, validate, nullptr, run};
 
 }  // namespace fa

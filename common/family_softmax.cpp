@@ -29,7 +29,7 @@ Problem make(long long rows, long long cols) {
   return p;
 }
 Problem default_problem() { return make(16384, 16384); }
-std::vector<Problem> sweep() {
+std::vector<Problem> sweep(const StepInfo&) {
   // Square, few very long rows (one row >> L2 per block), many short rows.
   return {make(16384, 16384), make(64, 4 << 20), make(4096, 4096), make(65536, 1024), make(262144, 128)};
 }
@@ -157,6 +157,6 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
 
 }  // namespace
 
-const FamilyOps kSoftmaxFamily{"softmax", add_flags, default_problem, sweep, resolve, validate, run};
+const FamilyOps kSoftmaxFamily{"softmax", add_flags, default_problem, sweep, resolve, validate, nullptr, run};
 
 }  // namespace fa

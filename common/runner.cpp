@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "cli.h"
+#include "lowp.h"
 #include "random.h"
 
 namespace fa {
@@ -27,7 +28,7 @@ std::string Problem::describe() const {
       break;
     }
     case Family::Attention: {
-      const char* dt = attn.dtype == DType::F32 ? "f32" : attn.dtype == DType::F16 ? "f16" : "bf16";
+      const char* dt = dtype_name(attn.dtype);
       if (attn.seq_q == attn.seq_k)
         std::snprintf(buf, sizeof buf, "B%d H%d S%d D%d%s %s%s", attn.batch, attn.heads, attn.seq_q, attn.head_dim,
                       attn.causal ? " causal" : "", dt, backward ? " fwd+bwd" : "");
@@ -56,18 +57,21 @@ Problem default_problem(const StepInfo& step) {
   return step.default_problem ? step.default_problem() : family_ops(step.family).default_problem();
 }
 
-// The previous step, if it can run this problem (it may not: a shape or memory limit); else
-// null, with a note saying why the comparison is skipped.
+// The previous step, if it can run this problem (it may not: a shape or memory limit), or the
+// problem its family derives for it (prev_problem); else null, with a note saying why the
+// comparison is skipped.
 static const StepInfo* usable_prev(const StepInfo* prev, const Problem& p, const DeviceInfo& dev, const RunOptions& o) {
   if (!prev) return nullptr;
-  std::string why = prev->supports ? prev->supports(p) : "";
+  const FamilyOps& fam = family_ops(prev->family);
+  const Problem q = fam.prev_problem ? fam.prev_problem(*prev, p) : p;
+  std::string why = prev->supports ? prev->supports(q) : "";
   if (why.empty()) try {
-      family_ops(prev->family).validate(*prev, p, &dev);
+      fam.validate(*prev, q, &dev);
     } catch (const UsageError& e) {
       why = e.what();
     }
   if (why.empty()) return prev;
-  say(o, std::string("  note: no comparison with ") + prev->name + " on " + p.describe() + ": " + why);
+  say(o, std::string("  note: no comparison with ") + prev->name + " on " + q.describe() + ": " + why);
   return nullptr;
 }
 
@@ -142,7 +146,8 @@ void print_rows(const std::vector<ResultRow>& rows, const std::string& format, c
                 r.check.empty() ? "-" : r.check.c_str(), r.idea.c_str());
   }
   std::printf(
-      "(%s. %% peak: of the measured device-to-device copy for GB/s rows, of the FP32 peak for fp32 TFLOP/s rows. "
+      "(%s. %% peak: of the measured device-to-device copy for GB/s rows, of the FP32 peak for fp32 TFLOP/s rows, "
+      "of the dense fp16/bf16 tensor-core peak for f16/bf16 rows. "
       "x prev: the previous step's time / this step's, same problem, interleaved in one run. x base: the library "
       "baseline's time / this step's.)\n",
       dev.name.c_str());
@@ -232,7 +237,7 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     if (f.sweep && !o.input_path.empty()) throw UsageError("--input and --sweep are exclusive");
     if (fam.resolve) fam.resolve(p, o);
     std::vector<Problem> problems;
-    for (const Problem& q : f.sweep ? fam.sweep() : std::vector<Problem>{p}) {
+    for (const Problem& q : f.sweep ? fam.sweep(step) : std::vector<Problem>{p}) {
       fam.validate(step, q, nullptr);  // sizes first: no device needed
       const std::string why = step.supports ? step.supports(q) : "";
       if (why.empty())
@@ -242,6 +247,7 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
       else
         std::fprintf(stderr, "skip %s: %s\n", q.describe().c_str(), why.c_str());
     }
+    if (problems.empty()) throw UsageError(std::string(step.name) + " supports none of the --sweep problems");
 
     const DeviceInfo dev = open_device(int(f.device), o, f.bench || f.sweep || f.device_info);
     if (f.device_info) return int(kExitOk);

@@ -59,15 +59,20 @@ struct FamilyOps {
   // Adds this family's shape flags; `p` receives their values.
   void (*add_shape_flags)(class ArgParser&, Problem& p);
   Problem (*default_problem)();
-  std::vector<Problem> (*sweep)();
+  // The benchmark shapes for this step (--sweep), e.g. in the step's element types.
+  std::vector<Problem> (*sweep)(const StepInfo& step);
   // Reads what the problem needs from RunOptions (e.g. the shape of an --input file) before
   // any device work, so bad input is reported even on a machine without a GPU. May be null.
   void (*resolve)(Problem&, const RunOptions&);
   // Validates a problem for a step (sizes; with a device, memory): throws UsageError with a
   // clear message.
   void (*validate)(const StepInfo&, const Problem&, const DeviceInfo*);
-  // Runs `step` (and `prev`, on the same inputs, if not null): check and/or time. One row per
-  // timed quantity (attention with --bwd: fwd, bwd, fwd+bwd).
+  // The problem the previous step runs beside `p` (on the same inputs): `p` itself, or one the
+  // family derives from it (attention: the fp32 version of a fp16/bf16 problem, for an fp32
+  // previous step, on the rounded inputs upcast). May be null: always `p`.
+  Problem (*prev_problem)(const StepInfo& prev, const Problem& p);
+  // Runs `step` (and `prev`, on the same inputs, if not null, on prev_problem(*prev, p)): check
+  // and/or time. One row per timed quantity (attention with --bwd: fwd, bwd, fwd+bwd).
   std::vector<ResultRow> (*run)(const StepInfo& step, const StepInfo* prev, const Problem&, const RunOptions&,
                                 const DeviceInfo&);
 };

@@ -2,12 +2,15 @@
 // --check and the GoogleTest suites use the same numbers. Element i passes when
 //   |out_i - ref_i| <= atol + rtol * |ref_i|       (compare.h)
 // For outputs whose magnitude depends on the shape (matmul, gradients), atol is a fraction of
-// the largest |ref| of that output (scaled_tolerance below).
+// the largest |ref| of that output (scaled_tolerance below). fp16/bf16 attention outputs are
+// checked row by row against a bound of their own (lowp_row_bounds below, compare_rows).
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 #include "compare.h"
+#include "lowp.h"
 
 namespace fa::tol {
 
@@ -30,6 +33,25 @@ constexpr double kAttnGradAtolRel = 1e-4, kAttnGradRtol = 1e-3;
 // O(1), so 1e-5 is ~100x that roundoff and far below any real error.
 constexpr double kAttnGradAtolFloor = 1e-5;
 
+// fp16/bf16 attention (steps 09+: Q, K, V, O in 16 bits, fp32 accumulation, LSE fp32), checked
+// against the fp64 reference on the same rounded inputs. The FlashAttention rule (DESIGN §4)
+// allows twice the error of a simple low-precision implementation of the same math,
+// ref_lowp (ref::attention_forward_rows with rounding, as FlashAttention's
+// attention_ref(upcast=False): S = lowp(scale·Q·Kᵀ), P = lowp(softmax(S)), O = lowp(P·V), the
+// dot products exact, softmax in fp64). It is applied per query row, not to the whole tensor:
+// the inputs hold one query row 20x larger on purpose, whose rounded scores move its softmax far
+// more than any other row's, and a whole-tensor bound would let every row err that much. So
+//   row i passes  iff  max_j |O_ij - ref_ij| <= kLowpErrFactor · max_j |ref_lowp_ij - ref_ij|
+//                                               + ulp_dtype(max_j |ref_ij|)
+// The one-ulp floor: rounding the output to the dtype alone costs half an ulp, and some rows
+// have ref_lowp exact (one visible key: O = V exactly), where the factor alone would allow 0.
+constexpr double kLowpErrFactor = 2.0;
+// LSE stays fp32 in every step and is computed from fp32 sums of exact products (a product of
+// two fp16 or two bf16 values is exact in fp32): it carries no 16-bit rounding, so it keeps the
+// fp32 tolerance kAttnLse (stricter than the per-row rule, which would allow the error of
+// scores rounded to 16 bits). The same holds against an fp32 previous step on the same inputs.
+constexpr Tolerance kAttnLseLowp = kAttnLse;
+
 }  // namespace fa::tol
 
 namespace fa {
@@ -41,6 +63,22 @@ Tolerance scaled_tolerance(double atol_rel, double rtol, const std::vector<T>& r
   for (const T& v : ref)
     if (std::isfinite(double(v))) m = std::fmax(m, std::fabs(double(v)));
   return {std::fmax(atol_rel * (m > 0 ? m : 1.0), atol_floor), rtol};
+}
+
+// The per-row bounds of the rule above for a [rows, cols] output: ref (fp64) and ref_lowp (the
+// low-precision implementation) of the same rows, on the same rounded inputs.
+inline std::vector<double> lowp_row_bounds(const std::vector<double>& ref, const std::vector<double>& ref_lowp,
+                                           std::size_t cols, DType t) {
+  std::vector<double> bound(cols ? ref.size() / cols : 0);
+  for (std::size_t i = 0; i < bound.size(); ++i) {
+    double err = 0, mag = 0;
+    for (std::size_t j = i * cols; j < (i + 1) * cols; ++j) {
+      err = std::fmax(err, std::fabs(ref_lowp[j] - ref[j]));
+      mag = std::fmax(mag, std::fabs(ref[j]));
+    }
+    bound[i] = tol::kLowpErrFactor * err + ulp(t, mag);
+  }
+  return bound;
 }
 
 }  // namespace fa

@@ -1,5 +1,17 @@
 // attention_checks.h: the checks every attention step's GPU test runs (04 onwards), so a test
 // file says only which step it tests, on which shapes, and against what.
+//
+// fp32 shapes (steps 04-08): O, LSE (and dQ, dK, dV) element-wise with the fp32 tolerances.
+// fp16/bf16 shapes (Shape::dtype; steps 09+, forward only): the inputs are rounded to the type,
+// and every reference or fp32 previous step sees the same rounded values (as float); O is checked
+// per query row, max_j |O_ij - want_ij| <= 2·max_j |ref_lowp_ij - ref_ij| + 1 ulp (tolerance.h,
+// bounds from the fp64 reference and ref_lowp of every row), LSE with kAttnLseLowp.
+//   expect_matches_reference   vs fp64 on fresh inputs
+//   expect_matches_step        vs the previous step on the same inputs; a previous step that
+//                              runs only fp32 runs the fp32 problem on the rounded inputs
+//   expect_matches_golden      vs the golden cases (fp16/bf16: the golden inputs rounded, against
+//                              the C++ fp64 reference recomputed on them, since the golden
+//                              outputs belong to the unrounded inputs)
 #pragma once
 #include <gtest/gtest.h>
 
@@ -12,6 +24,7 @@
 #include "buffer.h"
 #include "compare.h"
 #include "golden.h"
+#include "lowp.h"
 #include "npy.h"
 #include "ops.h"
 #include "random.h"
@@ -24,19 +37,28 @@ struct Shape {
   int batch, heads, seq_q, seq_k, head_dim;
   bool causal;
   double scale = 0;  // 0: 1/sqrt(head_dim)
+  fa::DType dtype = fa::DType::F32;
   fa::AttnParams params() const {
     fa::AttnParams p;
     p.batch = batch, p.heads = heads, p.seq_q = seq_q, p.seq_k = seq_k, p.head_dim = head_dim;
     p.scale = float(scale > 0 ? scale : 1.0 / std::sqrt(double(head_dim)));
     p.causal = causal;
+    p.dtype = dtype;
     return p;
+  }
+  fa::Problem problem() const {  // for StepInfo::supports
+    fa::Problem pr;
+    pr.family = fa::Family::Attention;
+    pr.attn = params();
+    return pr;
   }
   std::size_t q_elems() const { return std::size_t(batch) * heads * seq_q * head_dim; }
   std::size_t k_elems() const { return std::size_t(batch) * heads * seq_k * head_dim; }
   std::size_t rows() const { return std::size_t(batch) * heads * seq_q; }
   std::string str() const {
     return "B" + std::to_string(batch) + " H" + std::to_string(heads) + " Sq" + std::to_string(seq_q) + " Sk" +
-           std::to_string(seq_k) + " D" + std::to_string(head_dim) + (causal ? " causal" : "");
+           std::to_string(seq_k) + " D" + std::to_string(head_dim) + (causal ? " causal" : "") +
+           (fa::is_lowp(dtype) ? std::string(" ") + fa::dtype_name(dtype) : "");
   }
 };
 
@@ -44,7 +66,7 @@ struct Inputs {
   std::vector<float> q, k, v, dout;
 };
 // Uniform in [-0.5, 1.5) (the +0.5 offset keeps O away from zero), dO in [-1, 1), and one
-// query row 20x larger: a very peaked softmax.
+// query row 20x larger: a very peaked softmax. Rounded to the shape's type (nearest even).
 inline Inputs random_inputs(const Shape& s, std::uint64_t seed) {
   Inputs in{std::vector<float>(s.q_elems()), std::vector<float>(s.k_elems()), std::vector<float>(s.k_elems()),
             std::vector<float>(s.q_elems())};
@@ -54,6 +76,7 @@ inline Inputs random_inputs(const Shape& s, std::uint64_t seed) {
   fa::fill_uniform(in.dout, seed + 3, -1.f, 1.f);
   const std::size_t big = std::min(1, s.seq_q - 1);
   for (int d = 0; d < s.head_dim; ++d) in.q[big * s.head_dim + d] *= 20.f;
+  for (auto* t : {&in.q, &in.k, &in.v, &in.dout}) fa::round_to(s.dtype, *t);
   return in;
 }
 
@@ -61,29 +84,55 @@ struct Outputs {
   std::vector<float> o, lse, dq, dk, dv;
 };
 
-// Runs a step's forward (and, with `backward`, its backward on the forward's O and LSE), every
-// output NaN-poisoned first.
-inline Outputs run(const fa::StepInfo& step, const Shape& s, const Inputs& in, bool backward) {
-  const fa::AttnParams p = s.params();
-  fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout), o(s.q_elems()), lse(s.rows());
-  std::size_t ws = step.fwd_workspace_bytes ? step.fwd_workspace_bytes(p) : 0;
-  if (backward && step.bwd_workspace_bytes) ws = std::max(ws, step.bwd_workspace_bytes(p));
-  fa::DeviceBuffer<char> workspace(ws);
-  o.poison_nan();
-  lse.poison_nan();
-  step.attn_fwd({p, q.get(), k.get(), v.get(), o.get(), lse.get(), workspace.get()}, nullptr);
-  FA_CHECK_LAUNCH();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  Outputs out{o.download(), lse.download()};
-  if (backward) {
-    fa::DeviceBuffer<float> dq(s.q_elems()), dk(s.k_elems()), dv(s.k_elems());
+// A step's device buffers for one shape, Q, K, V, O (dO, dQ, dK, dV) in the shape's type.
+// forward() and backward() NaN-poison their outputs, launch and wait.
+struct Device {
+  const fa::StepInfo& step;
+  const fa::AttnParams p;
+  fa::DeviceTensor q, k, v, dout, o;
+  fa::DeviceBuffer<float> lse;
+  fa::DeviceTensor dq, dk, dv;
+  fa::DeviceBuffer<char> workspace;
+  Device(const fa::StepInfo& st, const Shape& s, const Inputs& in, bool backward)
+      : step(st),
+        p(s.params()),
+        q(s.dtype, in.q),
+        k(s.dtype, in.k),
+        v(s.dtype, in.v),
+        dout(s.dtype, in.dout),
+        o(s.dtype, s.q_elems()),
+        lse(s.rows()),
+        dq(s.dtype, backward ? s.q_elems() : 0),
+        dk(s.dtype, backward ? s.k_elems() : 0),
+        dv(s.dtype, backward ? s.k_elems() : 0),
+        workspace(std::max(step.fwd_workspace_bytes ? step.fwd_workspace_bytes(p) : 0,
+                           backward && step.bwd_workspace_bytes ? step.bwd_workspace_bytes(p) : 0)) {}
+  void forward() {
+    o.poison_nan();
+    lse.poison_nan();
+    step.attn_fwd({p, q.get(), k.get(), v.get(), o.get(), lse.get(), workspace.get()}, nullptr);
+    FA_CHECK_LAUNCH();
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void backward() {
     dq.poison_nan(), dk.poison_nan(), dv.poison_nan();
     step.attn_bwd(
         {p, q.get(), k.get(), v.get(), o.get(), dout.get(), lse.get(), dq.get(), dk.get(), dv.get(), workspace.get()},
         nullptr);
     FA_CHECK_LAUNCH();
     FA_CUDA_CHECK(cudaDeviceSynchronize());
-    out.dq = dq.download(), out.dk = dk.download(), out.dv = dv.download();
+  }
+};
+
+// Runs a step's forward (and, with `backward`, its backward on the forward's O and LSE), every
+// output NaN-poisoned first; outputs as float whatever the shape's type.
+inline Outputs run(const fa::StepInfo& step, const Shape& s, const Inputs& in, bool backward) {
+  Device d(step, s, in, backward);
+  d.forward();
+  Outputs out{d.o.download(), d.lse.download()};
+  if (backward) {
+    d.backward();
+    out.dq = d.dq.download(), out.dk = d.dk.download(), out.dv = d.dv.download();
   }
   return out;
 }
@@ -113,6 +162,53 @@ inline Reference reference(const Shape& s, const Inputs& in, bool backward) {
   return r;
 }
 
+// fp16/bf16: the fp64 reference and ref_lowp (the same math in low precision; tolerance.h) of
+// every query row, on the (rounded) inputs, one thread per head; and the per-row bounds of O.
+struct LowpReference {
+  std::vector<double> o, o_lowp, lse, bound;  // [rows, head_dim] x2, [rows], [rows]
+};
+inline LowpReference lowp_reference(const Shape& s, const Inputs& in) {
+  LowpReference r{std::vector<double>(s.q_elems()), std::vector<double>(s.q_elems()), std::vector<double>(s.rows())};
+  const std::size_t qs = std::size_t(s.seq_q) * s.head_dim, ks = std::size_t(s.seq_k) * s.head_dim;
+  const fa::AttnParams p = s.params();
+  const ref::AttnShape one{1, 1, s.seq_q, s.seq_k, s.head_dim, double(p.scale), s.causal};
+  std::vector<int> all_rows(s.seq_q);
+  for (int i = 0; i < s.seq_q; ++i) all_rows[i] = i;
+  auto head = [&](std::size_t h) {
+    const float *q = in.q.data() + h * qs, *k = in.k.data() + h * ks, *v = in.v.data() + h * ks;
+    std::vector<double> lse_lowp(s.seq_q);
+    ref::attention_forward_rows(one, q, k, v, all_rows.data(), s.seq_q, nullptr, r.o.data() + h * qs,
+                                r.lse.data() + h * s.seq_q);
+    ref::attention_forward_rows(one, q, k, v, all_rows.data(), s.seq_q, fa::rounding(s.dtype), r.o_lowp.data() + h * qs,
+                                lse_lowp.data());
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t h = 0; h < std::size_t(s.batch) * s.heads; ++h) pool.emplace_back(head, h);
+  for (auto& t : pool) t.join();
+  r.bound = fa::lowp_row_bounds(r.o, r.o_lowp, s.head_dim, s.dtype);
+  return r;
+}
+
+// fp16/bf16: O row by row against `want` with the per-row bounds of `ref`, LSE element-wise
+// with kAttnLseLowp (forward only).
+template <class WantO, class WantL>
+void expect_close_lowp(const Outputs& got, const WantO& want_o, const WantL& want_lse, const LowpReference& ref,
+                       const Shape& s, const std::string& what) {
+  const std::vector<std::size_t> qs{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_q),
+                                    std::size_t(s.head_dim)},
+      ls{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_q)};
+  const auto o = fa::compare_rows(got.o, want_o, s.head_dim, ref.bound, qs);
+  EXPECT_TRUE(o.ok()) << s.str() << " O vs " << what << " (per row: 2 max|ref_lowp - ref| + 1 ulp): " << o.summary();
+  const auto l = fa::compare(got.lse, want_lse, fa::tol::kAttnLseLowp, ls);
+  EXPECT_TRUE(l.ok()) << s.str() << " LSE vs " << what << ": " << l.summary();
+}
+
+// The fp16/bf16 checks cover the forward only (steps 09-11).
+inline bool lowp_forward_only(const Shape& s, bool backward) {
+  if (fa::is_lowp(s.dtype) && backward) ADD_FAILURE() << s.str() << ": the fp16/bf16 checks cover the forward only";
+  return !(fa::is_lowp(s.dtype) && backward);
+}
+
 // Compares every output that both sides have, with the tolerances of common/tolerance.h.
 template <class Out, class Ref>
 void expect_close(const Out& got, const Ref& want, const Shape& s, bool backward, const std::string& what) {
@@ -138,35 +234,64 @@ void expect_close(const Out& got, const Ref& want, const Shape& s, bool backward
 inline void expect_matches_reference(const fa::StepInfo& step, const Shape& s, bool backward) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
+  if (!lowp_forward_only(s, backward)) return;
   const Inputs in = random_inputs(s, seed);
+  if (fa::is_lowp(s.dtype)) {
+    const LowpReference ref = lowp_reference(s, in);
+    expect_close_lowp(run(step, s, in, false), ref.o, ref.lse, ref, s, "fp64");
+    return;
+  }
   expect_close(run(step, s, in, backward), reference(s, in, backward), s, backward, "fp64");
 }
 
-// The step against the step before it, same inputs.
+// The step against the step before it, same inputs. fp16/bf16: `prev` runs the same type if it
+// supports it, else the fp32 shape on the rounded inputs; O within the per-row bounds (the fp64
+// reference and ref_lowp of every row).
 inline void expect_matches_step(const fa::StepInfo& step, const fa::StepInfo& prev, const Shape& s, bool backward) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
+  if (!lowp_forward_only(s, backward)) return;
   const Inputs in = random_inputs(s, seed);
+  if (fa::is_lowp(s.dtype)) {
+    Shape ps = s;
+    auto why = [&](const Shape& x) { return prev.supports ? prev.supports(x.problem()) : std::string(); };
+    if (!why(s).empty()) ps.dtype = fa::DType::F32;
+    ASSERT_EQ(why(ps), "") << prev.name << " runs neither " << s.str() << " nor its fp32 version";
+    const Outputs want = run(prev, ps, in, false);
+    const std::string what = std::string(prev.name) + (ps.dtype != s.dtype ? " (fp32 on the same rounded inputs)" : "");
+    expect_close_lowp(run(step, s, in, false), want.o, want.lse, lowp_reference(s, in), s, what);
+    return;
+  }
   expect_close(run(step, s, in, backward), run(prev, s, in, backward), s, backward, prev.name);
 }
 
-// Every golden attention case of tests/data (NumPy, fp64), every element.
-inline void expect_matches_golden(const fa::StepInfo& step, bool backward) {
+// Every golden attention case of tests/data (NumPy, fp64), every element. fp16/bf16 (`dtype`):
+// the golden inputs rounded to it, against the fp64 reference and ref_lowp recomputed in C++ on
+// the rounded inputs (the golden outputs belong to the unrounded ones; the C++ reference is
+// itself checked against them by the CPU tests).
+inline void expect_matches_golden(const fa::StepInfo& step, bool backward, fa::DType dtype = fa::DType::F32) {
   const auto cases = golden::cases(FA_DATA_DIR, "attention");
   ASSERT_FALSE(cases.empty());
   for (const auto& c : cases) {
-    const Shape s{int(c.integer("batch")), int(c.integer("heads")),    int(c.integer("seq_q")),
-                  int(c.integer("seq_k")), int(c.integer("head_dim")), c.integer("causal") != 0,
-                  c.number("scale")};
+    const Shape s{
+        int(c.integer("batch")),    int(c.integer("heads")),  int(c.integer("seq_q")), int(c.integer("seq_k")),
+        int(c.integer("head_dim")), c.integer("causal") != 0, c.number("scale"),       dtype};
     auto floats = [&](const char* t) {
       const fa::NpyArray a = fa::read_npy(c.path(t));
       return std::vector<float>(a.data.begin(), a.data.end());
     };
-    const Inputs in{floats("q"), floats("k"), floats("v"), floats("dout")};
+    Inputs in{floats("q"), floats("k"), floats("v"), floats("dout")};
+    SCOPED_TRACE(c.name);
+    if (fa::is_lowp(dtype)) {
+      if (!lowp_forward_only(s, backward)) return;
+      for (auto* t : {&in.q, &in.k, &in.v, &in.dout}) fa::round_to(dtype, *t);
+      const LowpReference ref = lowp_reference(s, in);
+      expect_close_lowp(run(step, s, in, false), ref.o, ref.lse, ref, s, "fp64 on golden " + c.name + " rounded");
+      continue;
+    }
     const Reference want{fa::read_npy(c.path("o")).data, fa::read_npy(c.path("lse")).data,
                          fa::read_npy(c.path("dq")).data, fa::read_npy(c.path("dk")).data,
                          fa::read_npy(c.path("dv")).data};
-    SCOPED_TRACE(c.name);
     expect_close(run(step, s, in, backward), want, s, backward, "golden " + c.name);
   }
 }
@@ -179,30 +304,18 @@ inline void expect_row_without_keys_gets_no_gradient(const fa::StepInfo& step, c
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + ", row " + std::to_string(row) + " without keys, " + s.str());
   Inputs in = random_inputs(s, seed);
-  const fa::AttnParams p = s.params();
-  fa::DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout), o(s.q_elems()), lse(s.rows());
-  std::size_t ws = step.fwd_workspace_bytes ? step.fwd_workspace_bytes(p) : 0;
-  if (step.bwd_workspace_bytes) ws = std::max(ws, step.bwd_workspace_bytes(p));
-  fa::DeviceBuffer<char> workspace(ws);
-  step.attn_fwd({p, q.get(), k.get(), v.get(), o.get(), lse.get(), workspace.get()}, nullptr);
-  FA_CHECK_LAUNCH();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> O = o.download(), L = lse.download();
+  Device d(step, s, in, true);
+  d.forward();
+  std::vector<float> O = d.o.download(), L = d.lse.download();
   L[row] = -INFINITY;
   std::fill(O.begin() + std::size_t(row) * s.head_dim, O.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
-  o.upload(O), lse.upload(L);
-  fa::DeviceBuffer<float> dq(s.q_elems()), dk(s.k_elems()), dv(s.k_elems());
-  dq.poison_nan(), dk.poison_nan(), dv.poison_nan();
-  step.attn_bwd(
-      {p, q.get(), k.get(), v.get(), o.get(), dout.get(), lse.get(), dq.get(), dk.get(), dv.get(), workspace.get()},
-      nullptr);
-  FA_CHECK_LAUNCH();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  d.o.upload(O), d.lse.upload(L);
+  d.backward();
   std::fill(in.dout.begin() + std::size_t(row) * s.head_dim, in.dout.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
   const Reference want = reference(s, in, true);
   using namespace fa::tol;
-  for (auto [name, got, w] : {std::tuple{"dQ", dq.download(), &want.dq}, std::tuple{"dK", dk.download(), &want.dk},
-                              std::tuple{"dV", dv.download(), &want.dv}}) {
+  for (auto [name, got, w] : {std::tuple{"dQ", d.dq.download(), &want.dq}, std::tuple{"dK", d.dk.download(), &want.dk},
+                              std::tuple{"dV", d.dv.download(), &want.dv}}) {
     const auto c = fa::compare(got, *w, fa::scaled_tolerance(kAttnGradAtolRel, kAttnGradRtol, *w, kAttnGradAtolFloor));
     EXPECT_TRUE(c.ok()) << s.str() << " " << name << " vs fp64: " << c.summary();
   }

@@ -1,4 +1,5 @@
-// CPU tests of the harness in common/: compare, the CLI parser, the seeded random fill.
+// CPU tests of the harness in common/: compare (element-wise and per row), the fp16/bf16
+// rounding helpers and the per-row bounds, the CLI parser, the seeded random fill.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +9,9 @@
 #include "check.h"
 #include "cli.h"
 #include "compare.h"
+#include "lowp.h"
 #include "random.h"
+#include "tolerance.h"
 
 namespace {
 
@@ -68,6 +71,154 @@ TEST(Compare, RelativeFrobeniusError) {
 TEST(Compare, SizeMismatchOrEmptyFails) {
   EXPECT_FALSE(fa::compare(std::vector<double>{1, 2}, std::vector<double>{1}, {1, 1}).ok());
   EXPECT_FALSE(fa::compare(std::vector<double>{}, std::vector<double>{}, {1, 1}).ok());
+}
+
+// ---- compare_rows: one bound per row --------------------------------------------------------
+TEST(CompareRows, EachRowAgainstItsOwnBound) {
+  // [4 rows, 3 cols]; row 2 is off by 0.5, within row 0's bound (1.0) but not its own (0.1).
+  std::vector<float> out(12, 1.f);
+  const std::vector<double> ref(12, 1.0), bound{1.0, 0.1, 0.1, 0.1};
+  EXPECT_TRUE(fa::compare_rows(out, ref, 3, bound).ok());
+  out[2 * 3 + 1] = 1.5f;
+  const auto r = fa::compare_rows(out, ref, 3, bound, {1, 4, 3});
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.failed_rows, 1u);
+  EXPECT_EQ(r.worst_row, 2u);
+  EXPECT_DOUBLE_EQ(r.worst_err, 0.5);
+  EXPECT_DOUBLE_EQ(r.worst_bound, 0.1);
+  EXPECT_EQ(r.elements.mismatches, 1u);
+  const std::string sum = r.summary();
+  EXPECT_NE(sum.find("worst row [0, 2]: max|err| 0.5 > 0.1"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("1 of 4 rows over their bound"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("at [0, 2, 1]: got 1.5"), std::string::npos) << sum;
+  // The same error in row 0 passes: its bound is 1.0.
+  out[2 * 3 + 1] = 1.f;
+  out[0] = 1.5f;
+  const auto r0 = fa::compare_rows(out, ref, 3, bound);
+  EXPECT_TRUE(r0.ok()) << r0.summary();
+  EXPECT_EQ(r0.worst_row, 0u);
+  EXPECT_NE(r0.summary().find("PASS"), std::string::npos);
+}
+
+TEST(CompareRows, WorstRowIsTheLargestErrorOverBound) {
+  std::vector<double> out{0.0, 0.3, 0.0, 0.05}, ref(4, 0.0);  // rows of 1: 0.3/1.0 < 0.05/0.01
+  const auto r = fa::compare_rows(out, ref, 1, {1.0, 1.0, 1.0, 0.01});
+  EXPECT_EQ(r.worst_row, 3u);
+  EXPECT_DOUBLE_EQ(r.elements.max_abs_err, 0.3);
+  EXPECT_DOUBLE_EQ(r.min_bound, 0.01);
+  EXPECT_DOUBLE_EQ(r.elements.tol.atol, 1.0);
+}
+
+TEST(CompareRows, PoisonedRowFailsAndIsTheWorst) {
+  std::vector<float> out(6, 0.f);
+  out[4] = NAN;
+  const auto r = fa::compare_rows(out, std::vector<double>(6, 0.0), 2, {1e9, 1e9, 1e9});
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.worst_row, 2u);
+  EXPECT_EQ(r.elements.nonfinite_out, 1u);
+}
+
+TEST(CompareRows, SampledRowsAreNamedByTheirRealIndex) {
+  // Rows 5 and 9 of a [2, 8, 2] result (shape {2, 8, 2}), compared as a gathered [2, 2].
+  const std::vector<double> out{0, 0, 0, 3}, ref(4, 0.0);
+  const auto r = fa::compare_rows(out, ref, 2, {1.0, 1.0}, {2, 8, 2}, {5, 9});
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.worst_row, 9u);
+  EXPECT_NE(r.summary().find("worst row [1, 1]"), std::string::npos) << r.summary();
+  EXPECT_NE(r.summary().find("at [1, 1, 1]: got 3"), std::string::npos) << r.summary();
+}
+
+TEST(CompareRows, SizeMismatchFails) {
+  EXPECT_FALSE(fa::compare_rows(std::vector<double>{1, 2, 3}, std::vector<double>{1, 2, 3}, 2, {1.0, 1.0}).ok());
+  EXPECT_FALSE(fa::compare_rows(std::vector<double>{}, std::vector<double>{}, 2, {}).ok());
+  EXPECT_FALSE(fa::compare_rows(std::vector<double>{1, 2}, std::vector<double>{1, 2}, 1, {1.0, 1.0}, {}, {0}).ok());
+}
+
+// ---- fp16 / bf16 rounding -------------------------------------------------------------------
+using fa::DType;
+
+TEST(Lowp, RoundToNearestTiesToEven) {
+  // f16 keeps 10 fraction bits: 1 + 2^-11 is halfway between 1 and 1 + 2^-10.
+  EXPECT_EQ(fa::round_to(DType::F16, 1.0f + 0x1p-11f), 1.0f);                        // tie: to even (1)
+  EXPECT_EQ(fa::round_to(DType::F16, 1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);          // tie: to even
+  EXPECT_EQ(fa::round_to(DType::F16, 1.0f + 0x1p-11f + 0x1p-20f), 1.0f + 0x1p-10f);  // above the tie
+  EXPECT_EQ(fa::round_to(DType::F16, -(1.0f + 0x1p-11f + 0x1p-20f)), -(1.0f + 0x1p-10f));
+  // bf16 keeps 7: 1 + 2^-8 is the tie.
+  EXPECT_EQ(fa::round_to(DType::BF16, 1.0f + 0x1p-8f), 1.0f);
+  EXPECT_EQ(fa::round_to(DType::BF16, 1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);
+  EXPECT_EQ(fa::round_to(DType::BF16, 1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);
+  EXPECT_EQ(fa::round_to(DType::BF16, 3.14159265f), 3.140625f);
+  EXPECT_EQ(fa::round_to(DType::F32, 1.0f + 0x1p-11f), 1.0f + 0x1p-11f);  // f32: unchanged
+  // Values of the type are kept exactly.
+  for (float x : {0.5f, -2.0f, 65504.0f, 0x1p-24f, 1.0f + 0x1p-10f}) EXPECT_EQ(fa::round_to(DType::F16, x), x) << x;
+}
+
+TEST(Lowp, DoublesRoundOnceNotThroughFloat) {
+  // Just above an f16 tie by 2^-40: through float it would land on the tie and go to even (1).
+  const double x = 1.0 + 0x1p-11 + 0x1p-40;
+  EXPECT_EQ(fa::round_to(DType::F16, x), 1.0 + 0x1p-10);
+  EXPECT_EQ(fa::round_to(DType::BF16, 1.0 + 0x1p-8 + 0x1p-40), 1.0 + 0x1p-7);
+  EXPECT_EQ(fa::rounding(DType::F16)(x), 1.0 + 0x1p-10);
+  EXPECT_EQ(fa::rounding(DType::BF16)(0.1), double(fa::round_to(DType::BF16, 0.1f)));
+}
+
+TEST(Lowp, OverflowSubnormalsInfAndNan) {
+  const float inf = INFINITY;
+  EXPECT_EQ(fa::round_to(DType::F16, 65519.0f), 65504.0f);  // below the tie with 65536: max finite
+  EXPECT_EQ(fa::round_to(DType::F16, 65520.0f), inf);       // the tie: to even, which is inf
+  EXPECT_EQ(fa::round_to(DType::F16, -1e6f), -inf);
+  EXPECT_TRUE(std::isfinite(fa::round_to(DType::BF16, 3e38f)));     // bf16 has fp32's exponent range
+  EXPECT_EQ(fa::round_to(DType::F16, 0x1p-25f), 0.0f);              // half the smallest subnormal: to 0
+  EXPECT_EQ(fa::round_to(DType::F16, 3 * 0x1p-26f), 0x1p-24f);      // above it
+  EXPECT_EQ(fa::round_to(DType::F16, 3 * 0x1p-25f), 2 * 0x1p-24f);  // tie between 1 and 2 ulps: even
+  for (DType t : {DType::F16, DType::BF16}) {
+    EXPECT_EQ(fa::round_to(t, inf), inf);
+    EXPECT_EQ(fa::round_to(t, -inf), -inf);
+    EXPECT_TRUE(std::isnan(fa::round_to(t, NAN)));
+    EXPECT_TRUE(std::isnan(fa::round_to(t, double(NAN))));
+    EXPECT_TRUE(std::signbit(fa::round_to(t, -0.0f)));
+    // The NaN poison of DeviceBuffer/DeviceTensor (all bytes 0xFF) is a NaN in both.
+    EXPECT_TRUE(std::isnan(fa::from_bits(t, 0xFFFF))) << fa::dtype_name(t);
+  }
+  EXPECT_EQ(fa::to_bits(DType::F16, 1.0f), 0x3C00);
+  EXPECT_EQ(fa::to_bits(DType::BF16, 1.0f), 0x3F80);
+  EXPECT_EQ(fa::from_bits(DType::F16, 0x7BFF), 65504.0f);
+  EXPECT_THROW(fa::to_bits(DType::F32, 1.0f), fa::Error);
+}
+
+TEST(Lowp, RoundsVectorsInPlace) {
+  std::vector<float> v{1.0f + 0x1p-11f + 0x1p-20f, 0.1f}, w = v;
+  fa::round_to(DType::F16, v);
+  EXPECT_EQ(v[0], 1.0f + 0x1p-10f);
+  EXPECT_EQ(v[1], fa::round_to(DType::F16, 0.1f));
+  fa::round_to(DType::F32, w);
+  EXPECT_EQ(w[1], 0.1f);
+}
+
+TEST(Lowp, UlpIsTheSpacingOfTheType) {
+  EXPECT_EQ(fa::ulp(DType::F16, 1.0), 0x1p-10);
+  EXPECT_EQ(fa::ulp(DType::F16, 1.999), 0x1p-10);
+  EXPECT_EQ(fa::ulp(DType::F16, 2.0), 0x1p-9);
+  EXPECT_EQ(fa::ulp(DType::F16, 0.3), 0x1p-12);
+  EXPECT_EQ(fa::ulp(DType::F16, -0.3), 0x1p-12);
+  EXPECT_EQ(fa::ulp(DType::F16, 1e-7), 0x1p-24);  // subnormal spacing
+  EXPECT_EQ(fa::ulp(DType::F16, 0.0), 0x1p-24);
+  EXPECT_EQ(fa::ulp(DType::BF16, 1.0), 0x1p-7);
+  EXPECT_EQ(fa::ulp(DType::BF16, 40.0), 0x1p-2);
+  EXPECT_EQ(fa::ulp(DType::BF16, 0.0), 0x1p-133);
+  EXPECT_EQ(fa::ulp(DType::F32, 1.0), 0x1p-23);
+  // The next value up is x + ulp, and the midpoint rounds to even.
+  EXPECT_EQ(fa::round_to(DType::F16, 3.0 + fa::ulp(DType::F16, 3.0)), 3.0 + 0x1p-9);
+}
+
+TEST(LowpTolerance, RowBoundIsTwiceTheLowpErrorPlusOneUlp) {
+  // Two rows of 2: row 0 |ref| up to 1.5 with ref_lowp off by 0.002; row 1 exact (ref_lowp == ref).
+  const std::vector<double> ref{1.5, -0.5, 0.25, 0.3}, lowp{1.5, -0.502, 0.25, 0.3};
+  const std::vector<double> b = fa::lowp_row_bounds(ref, lowp, 2, DType::F16);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_DOUBLE_EQ(b[0], 2 * 0.002 + 0x1p-10);  // ulp at 1.5
+  EXPECT_DOUBLE_EQ(b[1], 0x1p-12);              // ulp at 0.3: the floor alone
+  EXPECT_EQ(fa::tol::kLowpErrFactor, 2.0);
 }
 
 // ---- CLI ------------------------------------------------------------------------------------

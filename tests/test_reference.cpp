@@ -1,7 +1,8 @@
 // test_reference.cpp: the fp64 CPU references (tests/reference/) against NumPy golden data
 // (tests/data/, written by tests/reference/make_reference.py), plus properties that need no
 // golden data: softmax sums to 1, the -inf/NaN conventions, NT == NN, the LSE definition, and
-// the attention backward against finite differences of the forward. CPU only.
+// the attention backward against finite differences of the forward; the low-precision
+// reference (ref_lowp of the fp16/bf16 tolerance) against the fp64 one. CPU only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "golden.h"
+#include "lowp.h"
 #include "npy.h"
 #include "reference.h"
 
@@ -331,5 +333,126 @@ TEST(AttentionProperties, QueryWithNoKeysAttendsToNothing) {
   for (double e : lse) EXPECT_EQ(e, -kInf);
   for (double e : dq) EXPECT_EQ(e, 0.0);
 }
+
+// ---- the low-precision reference (attention_forward_rows with a rounding) ----------------------
+
+// Inputs of a 16-bit step: the +0.5-offset inputs rounded to the type, as float.
+std::vector<float> lowp_vec(size_t n, unsigned seed, double offset, fa::DType t) {
+  const Vec x = random_vec(n, seed, offset);
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = fa::round_to(t, float(x[i]));
+  return out;
+}
+
+struct LowpCase {
+  ref::AttnShape s;  // one head
+  fa::DType t;
+};
+void PrintTo(const LowpCase& c, std::ostream* os) {
+  ref::PrintTo(c.s, os);
+  *os << " " << fa::dtype_name(c.t);
+}
+
+class LowpReference : public ::testing::TestWithParam<LowpCase> {};
+
+// Every row of one head through attention_forward_rows, fp64 (round = null) and low precision.
+struct LowpRows {
+  Vec o, lse, o_lowp, lse_lowp;
+  std::vector<float> q, k, v;
+  LowpRows(const LowpCase& c, unsigned seed) {
+    const ref::AttnShape& s = c.s;
+    q = lowp_vec(size_t(s.seq_q) * s.head_dim, seed, 0.5, c.t);
+    k = lowp_vec(size_t(s.seq_k) * s.head_dim, seed + 1, 0.5, c.t);
+    v = lowp_vec(size_t(s.seq_k) * s.head_dim, seed + 2, 0.5, c.t);
+    std::vector<int> rows(s.seq_q);
+    for (int i = 0; i < s.seq_q; ++i) rows[i] = i;
+    o.resize(q.size()), o_lowp.resize(q.size()), lse.resize(s.seq_q), lse_lowp.resize(s.seq_q);
+    ref::attention_forward_rows(s, q.data(), k.data(), v.data(), rows.data(), s.seq_q, nullptr, o.data(), lse.data());
+    ref::attention_forward_rows(s, q.data(), k.data(), v.data(), rows.data(), s.seq_q, fa::rounding(c.t), o_lowp.data(),
+                                lse_lowp.data());
+  }
+};
+
+// Without rounding, the rows are attention_forward's rows, bit for bit (also for a subset of rows
+// in any order).
+TEST_P(LowpReference, Fp64RowsAreAttentionForward) {
+  const LowpCase c = GetParam();
+  const LowpRows r(c, 40);
+  const Vec q(r.q.begin(), r.q.end()), k(r.k.begin(), r.k.end()), v(r.v.begin(), r.v.end());
+  Vec o(q.size()), lse(c.s.seq_q);
+  ref::attention_forward(c.s, q.data(), k.data(), v.data(), o.data(), lse.data());
+  EXPECT_EQ(r.o, o);
+  EXPECT_EQ(r.lse, lse);
+  const int rows[] = {c.s.seq_q - 1, 0};
+  Vec o2(2 * size_t(c.s.head_dim)), lse2(2);
+  ref::attention_forward_rows(c.s, r.q.data(), r.k.data(), r.v.data(), rows, 2, nullptr, o2.data(), lse2.data());
+  EXPECT_EQ(lse2[0], lse[c.s.seq_q - 1]);
+  EXPECT_EQ(lse2[1], lse[0]);
+  EXPECT_TRUE(std::equal(o2.begin() + c.s.head_dim, o2.end(), o.begin()));
+}
+
+// The low-precision rows: every O a value of the type, and within the first-order error of the
+// three roundings, per row, with u the unit roundoff (2^-11 f16, 2^-8 bf16):
+//   S_ij rounded (|dS| <= u·max|S_i|)  moves P_ij by a factor within exp(±2u·max|S_i|) = 1 ± E,
+//   P_ij rounded: another factor 1 ± u, so |sum_j P'_ij v_j - O_i| <= max|v|·((1+E)(1+u) - 1),
+//   O rounded: + u·|O'|;  and |LSE_lowp - LSE| <= u·max|S_i| (a log-sum-exp moves by at most
+//   the largest move of its arguments). The error is not zero either: the rounding happened.
+TEST_P(LowpReference, ErrorIsThatOfTheRoundings) {
+  const LowpCase c = GetParam();
+  const ref::AttnShape& s = c.s;
+  const LowpRows r(c, 50);
+  const double u = fa::ulp(c.t, 1.0) / 2;
+  const size_t D = s.head_dim;
+  double vmax = 0, max_err = 0, max_lse_err = 0;
+  for (float x : r.v) vmax = std::max(vmax, std::abs(double(x)));
+  for (int i = 0; i < s.seq_q; ++i) {
+    double smax = 0;
+    for (int j = 0; j < s.seq_k && !(s.causal && j > i); ++j) {
+      double dot = 0;
+      for (size_t d = 0; d < D; ++d) dot += double(r.q[i * D + d]) * double(r.k[j * D + d]);
+      smax = std::max(smax, std::abs(s.scale * dot));
+    }
+    const double E = std::expm1(2 * u * smax), mix = vmax * ((1 + E) * (1 + u) - 1);
+    for (size_t d = 0; d < D; ++d) {
+      const double lo = r.o_lowp[i * D + d], hi = r.o[i * D + d];
+      ASSERT_EQ(fa::round_to(c.t, lo), lo)
+          << "O[" << i << ", " << d << "] is not a " << fa::dtype_name(c.t) << " value";
+      EXPECT_LE(std::abs(lo - hi), mix + u * (std::abs(hi) + mix)) << "O[" << i << ", " << d << "]";
+      max_err = std::max(max_err, std::abs(lo - hi));
+    }
+    EXPECT_LE(std::abs(r.lse_lowp[i] - r.lse[i]), u * smax * (1 + 1e-9)) << "LSE[" << i << "]";
+    max_lse_err = std::max(max_lse_err, std::abs(r.lse_lowp[i] - r.lse[i]));
+  }
+  EXPECT_GT(max_lse_err, 0.0) << "LSE_lowp == LSE everywhere: are the scores rounded?";
+  EXPECT_GT(max_err, 0.0) << "no rounding happened";
+  EXPECT_GT(max_err, fa::ulp(c.t, 0.25) / 4) << "errors far below an ulp of |O| ~ 0.5: is O rounded?";
+}
+
+// One visible key (seq_k = 1, or causal row 0): P = 1 exactly and O = V exactly, in both.
+TEST_P(LowpReference, ExactWithOneVisibleKey) {
+  LowpCase c = GetParam();
+  c.s.seq_k = 1;
+  const LowpRows r(c, 60);
+  EXPECT_EQ(r.o_lowp, r.o);
+  for (size_t d = 0; d < size_t(c.s.head_dim); ++d) EXPECT_EQ(r.o[d], double(r.v[d]));
+  c = GetParam();
+  if (!c.s.causal) return;
+  const LowpRows causal(c, 61);
+  for (size_t d = 0; d < size_t(c.s.head_dim); ++d) EXPECT_EQ(causal.o_lowp[d], causal.o[d]) << "row 0, " << d;
+}
+
+INSTANTIATE_TEST_SUITE_P(Small, LowpReference,
+                         ::testing::Values(LowpCase{{1, 1, 9, 13, 16, 0.25, false}, fa::DType::F16},
+                                           LowpCase{{1, 1, 9, 13, 16, 0.25, false}, fa::DType::BF16},
+                                           LowpCase{{1, 1, 33, 20, 64, 0.125, true}, fa::DType::F16},
+                                           LowpCase{{1, 1, 33, 20, 64, 0.125, true}, fa::DType::BF16},
+                                           LowpCase{{1, 1, 5, 40, 128, 0.08838834764831845, false}, fa::DType::F16},
+                                           LowpCase{{1, 1, 5, 40, 128, 0.08838834764831845, true}, fa::DType::BF16}),
+                         [](const ::testing::TestParamInfo<LowpCase>& info) {
+                           const ref::AttnShape& s = info.param.s;
+                           return std::string(fa::dtype_name(info.param.t)) + "_q" + std::to_string(s.seq_q) + "_k" +
+                                  std::to_string(s.seq_k) + "_d" + std::to_string(s.head_dim) +
+                                  (s.causal ? "_causal" : "");
+                         });
 
 }  // namespace

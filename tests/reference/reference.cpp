@@ -13,15 +13,18 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-double dot(const double* a, const double* b, long long n) {
+// Inputs are double, or float for the rows of a low-precision step (every float is a double).
+template <class T>
+double dot(const T* a, const T* b, long long n) {
   double s = 0.0;
-  for (long long i = 0; i < n; ++i) s += a[i] * b[i];
+  for (long long i = 0; i < n; ++i) s += double(a[i]) * double(b[i]);
   return s;
 }
 
 // y += alpha * x
-void axpy(double alpha, const double* x, double* y, long long n) {
-  for (long long i = 0; i < n; ++i) y[i] += alpha * x[i];
+template <class T>
+void axpy(double alpha, const T* x, double* y, long long n) {
+  for (long long i = 0; i < n; ++i) y[i] += alpha * double(x[i]);
 }
 
 // Safe softmax of one row x[0, n) into y[0, n); returns the row's log-sum-exp
@@ -53,6 +56,27 @@ double softmax_row(const double* x, double* y, long long n) {
 
 // Number of keys query i may see: keys [0, n) (causal: j <= i, top-left aligned).
 int visible_keys(const AttnShape& s, int i) { return s.causal ? std::min(i + 1, s.seq_k) : s.seq_k; }
+
+// Query row i of one head (Q [seq_q, D], K and V [seq_k, D]) into o_row [D]; returns its LSE.
+// srow and prow: scratch of seq_k. round: see attention_forward_rows (null: plain fp64).
+template <class T>
+double forward_row(const AttnShape& s, const T* Q, const T* K, const T* V, int i, Rounding round, double* srow,
+                   double* prow, double* o_row) {
+  const long long D = s.head_dim;
+  const int n = visible_keys(s, i);  // masked keys would get S = -inf, i.e. P = 0: skip them
+  for (int j = 0; j < n; ++j) srow[j] = s.scale * dot(Q + i * D, K + j * D, D);
+  if (round)
+    for (int j = 0; j < n; ++j) srow[j] = round(srow[j]);
+  const double lse = softmax_row(srow, prow, n);
+  if (round)
+    for (int j = 0; j < n; ++j) prow[j] = round(prow[j]);
+  // O_i = sum_j P_ij V_j
+  std::fill(o_row, o_row + D, 0.0);
+  for (int j = 0; j < n; ++j) axpy(prow[j], V + j * D, o_row, D);
+  if (round)
+    for (long long d = 0; d < D; ++d) o_row[d] = round(o_row[d]);
+  return lse;
+}
 
 }  // namespace
 
@@ -86,15 +110,15 @@ void attention_forward(const AttnShape& s, const double* q, const double* k, con
     const double* V = v + bh * s.seq_k * D;  // [seq_k, D]
     double* O = o + bh * s.seq_q * D;        // [seq_q, D]
     double* L = lse + bh * s.seq_q;          // [seq_q]
-    for (int i = 0; i < s.seq_q; ++i) {
-      const int n = visible_keys(s, i);  // masked keys would get S = -inf, i.e. P = 0: skip them
-      for (int j = 0; j < n; ++j) srow[j] = s.scale * dot(Q + i * D, K + j * D, D);
-      L[i] = softmax_row(srow.data(), prow.data(), n);
-      // O_i = sum_j P_ij V_j
-      std::fill(O + i * D, O + (i + 1) * D, 0.0);
-      for (int j = 0; j < n; ++j) axpy(prow[j], V + j * D, O + i * D, D);
-    }
+    for (int i = 0; i < s.seq_q; ++i) L[i] = forward_row(s, Q, K, V, i, nullptr, srow.data(), prow.data(), O + i * D);
   }
+}
+
+void attention_forward_rows(const AttnShape& s, const float* q, const float* k, const float* v, const int* rows,
+                            int n_rows, Rounding round, double* o, double* lse) {
+  std::vector<double> srow(s.seq_k), prow(s.seq_k);
+  for (int r = 0; r < n_rows; ++r)
+    lse[r] = forward_row(s, q, k, v, rows[r], round, srow.data(), prow.data(), o + std::size_t(r) * s.head_dim);
 }
 
 // The backward, for L a scalar loss and dO = dL/dO given:

@@ -15,6 +15,9 @@
 //              is_causal); P = softmax(S) (convention above); O = P·V;
 //              LSE [batch, heads, seq_q] = log(sum_j exp(S_ij)) (natural log), -inf for a row
 //              with no visible key (its O row is 0 and it gets no gradient).
+//   low precision  attention_forward_rows with a rounding function: the same math done by a
+//              simple fp16/bf16 implementation (the ref_lowp of the fp16/bf16 tolerance,
+//              common/tolerance.h). The rounding is passed in, so this library stays pure C++.
 #pragma once
 
 namespace ref {
@@ -33,6 +36,21 @@ struct AttnShape {
 
 // o: [batch, heads, seq_q, head_dim]; lse: [batch, heads, seq_q].
 void attention_forward(const AttnShape&, const double* q, const double* k, const double* v, double* o, double* lse);
+
+// Rounds a value to a low-precision type (nearest even), returned as double: fa::round_to.
+using Rounding = double (*)(double);
+
+// The forward for some query rows of one head: `shape` describes the head (batch and heads are
+// ignored); q [seq_q, head_dim], k and v [seq_k, head_dim] hold the head's inputs (float: the
+// inputs of a 16-bit step are 16-bit values, exact in float); rows[0, n_rows) are the query rows
+// to compute (rows are independent in the forward). o: [n_rows, head_dim], lse: [n_rows].
+//   round == nullptr: the fp64 reference, bit for bit attention_forward's values for those rows.
+//   round != nullptr: low precision, as FlashAttention's attention_ref(upcast=False):
+//     S_ij = round(scale·(q_i·k_j)) (the dot product in fp64), P_i = round(softmax(S_i)) (the
+//     softmax in fp64, on the rounded S), O_i = round(sum_j P_ij v_j) (fp64 sum);
+//     lse_i = log(sum_j exp(S_ij)) of the rounded S, in fp64 (not rounded: LSE is fp32 output).
+void attention_forward_rows(const AttnShape& shape, const float* q, const float* k, const float* v, const int* rows,
+                            int n_rows, Rounding round, double* o, double* lse);
 
 // Gradients of the forward above for an upstream gradient dout = dL/dO. Recomputes O and LSE
 // itself. dq like q, dk like k, dv like v.

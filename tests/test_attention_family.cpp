@@ -1,0 +1,96 @@
+// CPU tests of the attention family's problem handling (common/family_attention.cpp), with
+// stand-in steps (no kernels are launched): --dtype defaults to the step's default problem's,
+// --sweep sweeps a 16-bit step in f16 then bf16, and an fp32-only previous step runs the fp32
+// version of a 16-bit problem.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "runner.h"
+
+namespace {
+using fa::DType;
+
+fa::Problem f16_default() {
+  fa::Problem p = fa::kAttentionFamily.default_problem();
+  p.attn.dtype = DType::F16;
+  return p;
+}
+std::string lowp_only(const fa::Problem& p) { return p.attn.dtype == DType::F32 ? "fp16/bf16 only" : ""; }
+std::string f16_only(const fa::Problem& p) { return p.attn.dtype == DType::F16 ? "" : "f16 only"; }
+std::string fp32_only(const fa::Problem& p) { return p.attn.dtype == DType::F32 ? "" : "fp32 only"; }
+
+fa::StepInfo step(std::string (*supports)(const fa::Problem&), fa::Problem (*def)()) {
+  fa::StepInfo s{"99_stand_in", "a stand-in step", fa::Family::Attention};
+  s.supports = supports;
+  s.default_problem = def;
+  return s;
+}
+
+// The problem a step's executable runs for these flags, and its --sweep.
+struct Parsed {
+  fa::Problem p;
+  std::vector<fa::Problem> sweep;
+};
+Parsed parse(const fa::StepInfo& s, std::vector<const char*> args) {
+  fa::ArgParser parser("prog", "test");
+  Parsed out{fa::default_problem(s), {}};
+  fa::kAttentionFamily.add_shape_flags(parser, out.p);
+  args.insert(args.begin(), "prog");
+  EXPECT_TRUE(parser.parse(int(args.size()), args.data()));
+  fa::kAttentionFamily.resolve(out.p, fa::RunOptions{});
+  out.sweep = fa::kAttentionFamily.sweep(s);
+  return out;
+}
+
+std::vector<DType> types(const std::vector<fa::Problem>& ps) {
+  std::vector<DType> t;
+  for (const auto& p : ps) t.push_back(p.attn.dtype);
+  return t;
+}
+
+TEST(AttentionFamily, DtypeDefaultsToTheStepsDefaultProblem) {
+  const fa::StepInfo lowp = step(lowp_only, f16_default), fp32 = step(fp32_only, nullptr);
+  EXPECT_EQ(parse(lowp, {}).p.attn.dtype, DType::F16);
+  EXPECT_EQ(parse(lowp, {"--dtype", "bf16"}).p.attn.dtype, DType::BF16);
+  EXPECT_EQ(parse(fp32, {}).p.attn.dtype, DType::F32);
+  EXPECT_EQ(parse(fp32, {"--dtype", "f16"}).p.attn.dtype, DType::F16);
+  EXPECT_EQ(parse(lowp, {"--seq", "100"}).p.describe(), "B8 H32 S100 D64 f16");
+}
+
+TEST(AttentionFamily, SweepOfALowpStepRunsBothTypesF16First) {
+  const std::vector<fa::Problem> sw = parse(step(lowp_only, f16_default), {}).sweep;
+  ASSERT_EQ(sw.size(), 48u);  // 2 types x {causal, not} x {64, 128} x 6 lengths
+  for (std::size_t i = 0; i < sw.size(); ++i) EXPECT_EQ(sw[i].attn.dtype, i < 24 ? DType::F16 : DType::BF16) << i;
+  EXPECT_EQ(sw[0].describe(), "B32 H32 S512 D64 f16");
+  EXPECT_EQ(sw[24].describe(), "B32 H32 S512 D64 bf16");
+  EXPECT_EQ(sw[47].describe(), "B1 H16 S16384 D128 causal bf16");
+}
+
+TEST(AttentionFamily, SweepFollowsAnExplicitDtypeOrTheOneTypeSupported) {
+  EXPECT_EQ(types(parse(step(lowp_only, f16_default), {"--dtype", "bf16"}).sweep), std::vector<DType>(24, DType::BF16));
+  EXPECT_EQ(types(parse(step(f16_only, f16_default), {}).sweep), std::vector<DType>(24, DType::F16));
+  EXPECT_EQ(types(parse(step(fp32_only, nullptr), {}).sweep), std::vector<DType>(24, DType::F32));
+  EXPECT_EQ(types(parse(step(fp32_only, nullptr), {"--dtype", "f16"}).sweep), std::vector<DType>(24, DType::F16));
+  const auto bwd = parse(step(fp32_only, nullptr), {"--bwd"}).sweep;
+  EXPECT_TRUE(bwd.front().backward && bwd.back().backward);
+}
+
+TEST(AttentionFamily, Fp32PreviousStepRunsTheFp32Problem) {
+  const fa::StepInfo fp32 = step(fp32_only, nullptr), lowp = step(lowp_only, f16_default),
+                     f16 = step(f16_only, f16_default);
+  fa::Problem p = f16_default();
+  p.attn.seq_q = 77;
+  const fa::Problem q = fa::kAttentionFamily.prev_problem(fp32, p);
+  EXPECT_EQ(q.attn.dtype, DType::F32);
+  EXPECT_EQ(q.attn.seq_q, 77);
+  EXPECT_EQ(fa::kAttentionFamily.prev_problem(lowp, p).attn.dtype, DType::F16);  // runs the same type
+  p.attn.dtype = DType::BF16;
+  EXPECT_EQ(fa::kAttentionFamily.prev_problem(f16, p).attn.dtype, DType::BF16);  // neither: unchanged
+  p.attn.dtype = DType::F32;
+  EXPECT_EQ(fa::kAttentionFamily.prev_problem(fp32, p).attn.dtype, DType::F32);
+}
+
+}  // namespace
