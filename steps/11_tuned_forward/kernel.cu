@@ -1,0 +1,568 @@
+// =============================================================================================
+// FlashAttention from scratch, step by step, in CUDA C++
+// Step 11: the tuned forward: tile shapes as template instances, chosen per problem by a cached
+//          autotuner; an inner loop trimmed by reading the SASS; an epilogue through shared memory
+//
+// What changes since step 10: nothing in the math and nothing in the memory layout (swizzle,
+// cp.async ring, exp2 are step 10's). What was a constant is now a template parameter of Cfg:
+//
+//   WARPS      warps per block (4 or 8)
+//   MF         16-row mma fragments per warp (1 or 2): a warp owns 16·MF query rows. With MF = 2
+//              every K and V fragment read from shared memory feeds two mma instead of one, which
+//              halves the ldmatrix traffic per FLOP (step 10 needs 256 bytes of ldmatrix per mma;
+//              an SM moves 128 bytes of shared memory per clock and retires about one mma per
+//              1.6 clocks, so step 10 is bound by shared memory, not by the tensor cores)
+//   BLOCK_N    keys per tile (32, 64, 128)
+//   STAGES     K/V ring depth (2 or 3)
+//   Q_IN_REGS  Q fragments held in registers for the whole kernel (step 10), or re-read from
+//              shared memory every tile, which frees 4·MF·D/16 registers (d = 128, MF = 2: 64)
+//
+// A few instances are compiled (the candidates of each head_dim, bottom of the file). The first
+// launch of a problem class (head_dim instance, causal, dtype, seq_q and seq_k bucket) times every
+// candidate on the caller's buffers and caches the fastest; later launches go straight to it.
+//
+// Trimmed from the inner loop, each measured (docs/11 has the SASS instruction counts):
+//   - the O rescale (MF·D/2 FMULs per lane per tile) runs only when some row's max moved, a
+//     warp-uniform branch; after the first tiles of a row the max rarely moves
+//   - the output goes through shared memory (the dead Q tile) so that every global store is 16
+//     bytes and a warp writes whole 128-byte lines
+// Launch order: query blocks of one head are adjacent in the grid (x is the query block), so the
+// blocks resident together stream the same K/V tiles and L2 serves the repeats; causal blocks of
+// a head run heaviest first (step 06).
+//
+// Build + run:  cmake --build build --target 11_tuned_forward && build/bin/11_tuned_forward
+// Read with:    docs/11_tuned_forward.md
+// =============================================================================================
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "check.h"
+#include "ops.h"
+
+namespace step11 {
+
+const fa::StepInfo& info();  // bottom of the file: the step's name for messages
+
+constexpr int kWarp = 32;
+
+// ---- one instance: every tile shape of the kernel ---------------------------------------------------
+template <int D_, int WARPS_, int MF_, int BLOCK_N_, int STAGES_, bool Q_IN_REGS_>
+struct Cfg {
+  static constexpr int D = D_, WARPS = WARPS_, MF = MF_, BLOCK_N = BLOCK_N_, STAGES = STAGES_;
+  static constexpr bool Q_IN_REGS = Q_IN_REGS_;
+  static constexpr int THREADS = WARPS * kWarp;
+  static constexpr int BLOCK_M = WARPS * 16 * MF;  // query rows per block
+  static constexpr std::size_t SMEM_BYTES = 2 * std::size_t(BLOCK_M + 2 * STAGES * BLOCK_N) * D;  // 16-bit
+  static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
+  static_assert(D % 16 == 0 && BLOCK_N % 16 == 0, "whole 16-deep mma steps over head_dim and keys");
+  static_assert(STAGES >= 2, "a ring needs a slot to fill while one is read");
+  static_assert(SMEM_BYTES <= 227 * 1024, "fits one SM's shared memory");
+};
+
+// ---- the three PTX instructions of this step -------------------------------------------------------
+// ldmatrix.x4: the warp reads four 8×8 matrices of 16-bit elements from shared memory. Lanes
+// 8i..8i+7 give the addresses of the 8 rows (16 bytes each) of matrix i; afterwards register i of
+// lane l holds row l/4, elements 2·(l%4) and 2·(l%4)+1 of matrix i, which is exactly how
+// mma.m16n8k16 wants its A and B fragments laid out. `.trans` delivers each matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem) {
+  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem) {
+  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// cp.async.cg: 16 bytes global -> shared memory without passing through registers (and without
+// allocating in L1: .cg). src_bytes = 0 writes 16 zero bytes and reads nothing (rows past seq).
+// Copies are grouped with commit_group; wait_group<N> waits until at most N of this thread's
+// groups are still in flight.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// 2^x on the special-function unit (one MUFU.EX2; 2^-inf = 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// c [16×8, fp32] += a [16×16] · b [16×8], one warp. Fragments (g = lane/4, t = lane%4):
+//   a[0]: A[g][2t, 2t+1]   a[1]: A[g+8][2t, 2t+1]   a[2]: A[g][2t+8, +9]   a[3]: A[g+8][2t+8, +9]
+//   b0:   B[2t, 2t+1][g]   b1:   B[2t+8, 2t+9][g]
+//   c[0], c[1]: C[g][2t, 2t+1]                       c[2], c[3]: C[g+8][2t, 2t+1]
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                          std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two fp32 values -> one register of two fp16/bf16 (x in the low half: the lower column).
+template <class T>
+__device__ __forceinline__ std::uint32_t pack(float x, float y) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  }
+}
+
+// As in step 02: a row that has seen only -inf shifts by 0, so its exponentials are 0, not NaN.
+__device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }
+
+// Max / sum over the 4 lanes that hold a row of a C fragment (lanes 4g .. 4g+3).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// ---- the swizzled layout (step 10) -------------------------------------------------------------------
+template <int D>
+__device__ __forceinline__ int swz(int r, int c) {
+  return r * D + ((c ^ (r & 7)) << 3);
+}
+
+// ---- device memory -> shared memory: step 10's copies with cheaper addresses ---------------------------
+// Step 10 recomputed, for each of a thread's chunks, the row, the column, the swizzled offset and a
+// 64-bit global address: ptxas kept those per-chunk addresses live across the loop (registers) or
+// rebuilt them every tile (instructions). Here a thread owns ONE chunk column c for every tile and
+// the rows r0, r0 + RSTEP, r0 + 2·RSTEP, ...: RSTEP is a multiple of 8, so all its rows share
+// r % 8 and thus the swizzled position of c. Load i is then the same base plus i·RSTEP rows, a
+// compile-time constant that folds into the LDGSTS instruction ([R+imm]) on both sides.
+template <int ROWS, int D, int THREADS>
+struct TileCopy {
+  static constexpr int CHUNKS = D / 8;             // 16-byte chunks per row
+  static constexpr int RSTEP = THREADS / CHUNKS;   // rows between a thread's chunks
+  static constexpr int N = ROWS / RSTEP;           // chunks per thread
+  static_assert(THREADS % CHUNKS == 0 && ROWS % RSTEP == 0, "every thread moves N chunks of one column");
+  static_assert(RSTEP % 8 == 0, "all of a thread's rows share r % 8: one swizzled offset");
+  int r0, c, smem_off;  // this thread's first row, its chunk column, swz(r0, c)
+  __device__ TileCopy() : r0(threadIdx.x / CHUNKS), c(threadIdx.x % CHUNKS), smem_off(swz<D>(r0, c)) {}
+
+  // Rows >= seq and columns >= head_dim are zero-filled, as in step 10. A tile wholly inside the
+  // matrix with head_dim = D (all but the last tile, in the benchmarks) takes the branch-free path.
+  template <class T>
+  __device__ __forceinline__ void issue(T* dst, const T* __restrict__ src, int row0, int seq, int head_dim) const {
+    const int left = seq - row0 - r0;  // rows of this thread's column that exist: r0 + i·RSTEP < seq - row0
+    if (head_dim == D && left > (N - 1) * RSTEP) {
+      const T* from = src + std::size_t(row0 + r0) * D + 8 * c;
+#pragma unroll
+      for (int i = 0; i < N; ++i) cp_async_16(dst + smem_off + i * RSTEP * D, from + i * RSTEP * D, 16);
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const bool in = i * RSTEP < left && 8 * c < head_dim;  // head_dim % 8 == 0: a chunk is wholly in or out
+        const T* from = in ? src + std::size_t(row0 + r0 + i * RSTEP) * head_dim + 8 * c : src;
+        cp_async_16(dst + smem_off + i * RSTEP * D, from, in ? 16 : 0);
+      }
+    }
+  }
+};
+
+// ---- the kernel ----------------------------------------------------------------------------------------
+// grid (query blocks, batch·heads); block C::THREADS. T: __half or __nv_bfloat16.
+template <class T, class C>
+__global__ void __launch_bounds__(C::THREADS)
+    tc_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+               float* __restrict__ lse, int seq_q, int seq_k, int head_dim, float scale, bool causal) {
+  constexpr int D = C::D, MF = C::MF, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES;
+  // scale·log2(e): exp(scale·(s − m)) = 2^(s·sl2 − m·sl2), one FFMA + one EX2 per score
+  const float sl2 = scale * 1.4426950408889634f;
+  extern __shared__ uint4 smem[];        // uint4: 16-byte alignment for ldmatrix and cp.async
+  T* Qs = reinterpret_cast<T*>(smem);    // [BLOCK_M, D] swizzled; the O tile at the end
+  T* Ks = Qs + BLOCK_M * D;              // [STAGES][BLOCK_N, D] swizzled, a ring
+  T* Vs = Ks + STAGES * BLOCK_N * D;     // [STAGES][BLOCK_N, D] swizzled, a ring
+
+  // Causal: the last query block (the most key tiles) runs first, as in step 06.
+  const int qb = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int m0 = qb * BLOCK_M;        // first query row of this block
+  const std::size_t bh = blockIdx.y;  // flattened (batch, head)
+  q += bh * seq_q * head_dim, k += bh * seq_k * head_dim, v += bh * seq_k * head_dim;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
+  const int w0 = warp * 16 * MF;          // this warp's first row in the block: fragment mf = rows w0 + 16mf ..
+
+  // The stages of step 06.
+  const int kv_end = causal ? min(seq_k, min(m0 + BLOCK_M, seq_q)) : seq_k;
+  const int n_tiles = (kv_end + BLOCK_N - 1) / BLOCK_N;
+  const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;
+
+  // The pipeline's prologue (step 10).
+  TileCopy<BLOCK_M, D, C::THREADS>().issue(Qs, q, m0, seq_q, head_dim);
+  cp_async_commit();
+  const TileCopy<BLOCK_N, D, C::THREADS> kv_copy;
+  auto issue = [&](int t) {  // K_t and V_t into ring slot t % STAGES
+    if (t < n_tiles) {
+      kv_copy.issue(Ks + t % STAGES * BLOCK_N * D, k, t * BLOCK_N, seq_k, head_dim);
+      kv_copy.issue(Vs + t % STAGES * BLOCK_N * D, v, t * BLOCK_N, seq_k, head_dim);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int t = 0; t < STAGES - 1; ++t) issue(t);
+  cp_async_wait<STAGES - 1>();
+  __syncthreads();
+
+  // A fragments of this warp's Q rows: fragment mf, k-step kk = dims 16kk..16kk+15. Held in
+  // registers (Q_IN_REGS) or read again each tile.
+  auto load_q = [&](std::uint32_t(&a)[4], int mf, int kk) {
+    ldmatrix_x4(a, Qs + swz<D>(w0 + 16 * mf + lane % 16, 2 * kk + lane / 16));
+  };
+  std::uint32_t qf[C::Q_IN_REGS ? MF : 1][C::Q_IN_REGS ? D / 16 : 1][4];  // [16·MF, D] or unused
+  if constexpr (C::Q_IN_REGS) {
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) load_q(qf[mf][kk], mf, kk);
+  }
+
+  float acc[MF][D / 8][4];  // [16·MF, D] unnormalised O rows, C fragments
+  float m[MF][2], l[MF][2];  // rows g and g+8 of each fragment: running max (raw score), partial sum
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+    m[mf][0] = m[mf][1] = -INFINITY, l[mf][0] = l[mf][1] = 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) acc[mf][j][0] = acc[mf][j][1] = acc[mf][j][2] = acc[mf][j][3] = 0.f;
+  }
+
+  auto attend = [&](int t, auto masked) {
+    const int n0 = t * BLOCK_N;  // first key of this tile
+    cp_async_wait<STAGES - 2>();  // this thread's copies of tile t have landed ...
+    __syncthreads();              // ... and everyone's; every warp is also done with tile t-1
+    issue(t + STAGES - 1);        // into slot (t-1) % STAGES, free since the barrier
+    const T* Kt = Ks + t % STAGES * BLOCK_N * D;
+    const T* Vt = Vs + t % STAGES * BLOCK_N * D;
+
+    // S = Q·Kᵀ: each K fragment (ldmatrix) feeds MF mma pairs.
+    float s[MF][BLOCK_N / 8][4];  // [16·MF, BLOCK_N] scores, C fragments
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+      for (int j = 0; j < BLOCK_N / 8; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t qa[C::Q_IN_REGS ? 1 : MF][4];
+      if constexpr (!C::Q_IN_REGS)
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) load_q(qa[mf], mf, kk);
+#pragma unroll
+      for (int jj = 0; jj < BLOCK_N / 16; ++jj) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, Kt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+          const std::uint32_t(&a)[4] = C::Q_IN_REGS ? qf[C::Q_IN_REGS ? mf : 0][C::Q_IN_REGS ? kk : 0]
+                                                    : qa[C::Q_IN_REGS ? 0 : mf];
+          mma_16816<T>(s[mf][2 * jj], a, b[0], b[1]);
+          mma_16816<T>(s[mf][2 * jj + 1], a, b[2], b[3]);
+        }
+      }
+    }
+
+    // Mask the diagonal tiles only (step 10).
+    if constexpr (decltype(masked)::value) {
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = m0 + w0 + 16 * mf + g + 8 * (e / 2), key = n0 + 8 * j + 2 * t4 + e % 2;
+            if (key >= (causal ? min(row + 1, seq_k) : seq_k)) s[mf][j][e] = -INFINITY;
+          }
+    }
+
+    // The online-softmax step of each row (step 10), in two passes so that the O rescale can be
+    // skipped when no row of the warp changed its max (alpha = 1 for all): a warp-uniform branch
+    // around MF·D/2 FMULs. Pass 1: new max, alpha, l rescaled.
+    bool moved = false;
+    float alpha[MF][2];
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[mf][j][2 * h], s[mf][j][2 * h + 1]));
+        const float m_new = fmaxf(m[mf][h], quad_max(tile_max));
+        moved |= m_new != m[mf][h];
+        alpha[mf][h] = exp2_approx((m[mf][h] - safe_shift(m_new)) * sl2);
+        m[mf][h] = m_new;
+        l[mf][h] *= alpha[mf][h];
+      }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          acc[mf][j][0] *= alpha[mf][0], acc[mf][j][1] *= alpha[mf][0];
+          acc[mf][j][2] *= alpha[mf][1], acc[mf][j][3] *= alpha[mf][1];
+        }
+    }
+    // Pass 2: P = 2^(s·sl2 − m·sl2), l += row sums.
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float shift = safe_shift(m[mf][h]) * sl2;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 8; ++j) {
+          s[mf][j][2 * h] = exp2_approx(fmaf(s[mf][j][2 * h], sl2, -shift));
+          s[mf][j][2 * h + 1] = exp2_approx(fmaf(s[mf][j][2 * h + 1], sl2, -shift));
+          sum += s[mf][j][2 * h] + s[mf][j][2 * h + 1];
+        }
+        l[mf][h] += sum;
+      }
+
+    // O += P·V: each V fragment (ldmatrix.trans) feeds MF mma pairs.
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+      std::uint32_t a[MF][4];
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf) {
+        a[mf][0] = pack<T>(s[mf][2 * kk][0], s[mf][2 * kk][1]);
+        a[mf][1] = pack<T>(s[mf][2 * kk][2], s[mf][2 * kk][3]);
+        a[mf][2] = pack<T>(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
+        a[mf][3] = pack<T>(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        std::uint32_t b[4];
+        ldmatrix_x4_trans(b, Vt + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+          mma_16816<T>(acc[mf][2 * dd], a[mf], b[0], b[1]);
+          mma_16816<T>(acc[mf][2 * dd + 1], a[mf], b[2], b[3]);
+        }
+      }
+    }
+  };
+  int t = 0;
+  for (; t < n_full; ++t) attend(t, std::false_type{});  // no mask
+  for (; t < n_tiles; ++t) attend(t, std::true_type{});  // the diagonal and the ragged end of the keys
+  cp_async_wait<0>();
+
+  // O = acc / l into this warp's own rows of the Q tile (only this warp ever read them: a warp
+  // barrier suffices), then 16-byte stores of whole rows: each 8-lane group writes 128 bytes.
+  // LSE = m·scale + log l.
+  __syncwarp();
+  o += bh * seq_q * head_dim, lse += bh * seq_q;
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float row_l = quad_sum(l[mf][h]);
+      const float inv_l = row_l > 0.f ? 1.f / row_l : 0.f;
+      const int r = w0 + 16 * mf + g + 8 * h;  // row in the block
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)  // element (r, 8j + 2·t4): chunk j, 4 bytes at 4·t4
+        *reinterpret_cast<std::uint32_t*>(Qs + swz<D>(r, j) + 2 * t4) =
+            pack<T>(acc[mf][j][2 * h] * inv_l, acc[mf][j][2 * h + 1] * inv_l);
+      if (t4 == 0 && m0 + r < seq_q) lse[m0 + r] = row_l > 0.f ? m[mf][h] * scale + logf(row_l) : -INFINITY;
+    }
+  __syncwarp();
+  constexpr int CHUNKS = D / 8;
+#pragma unroll
+  for (int i = lane; i < 16 * MF * CHUNKS; i += kWarp) {
+    const int r = w0 + i / CHUNKS, c = i % CHUNKS;
+    if (m0 + r < seq_q && 8 * c < head_dim)
+      *reinterpret_cast<uint4*>(o + std::size_t(m0 + r) * head_dim + 8 * c) =
+          *reinterpret_cast<const uint4*>(Qs + swz<D>(r, c));
+  }
+}
+
+// ---- launcher, candidates and the autotuner ------------------------------------------------------------
+std::string supports(const fa::Problem& pr) {
+  const fa::AttnParams& p = pr.attn;
+  if (p.dtype == fa::DType::F32) return "this step computes on fp16/bf16 tensor cores only (--dtype f16 or bf16)";
+  if (!(p.scale > 0.f)) return "the softmax scale must be positive (the row max is taken on unscaled scores)";
+  if (p.head_dim > 128 || p.head_dim % 8 != 0)
+    return "head_dim must be a multiple of 8 and at most 128 (got " + std::to_string(p.head_dim) + ")";
+  if (std::size_t(p.batch) * p.heads > 65535) return "batch·heads must be at most 65535 (grid.y)";
+  return "";
+}
+
+using Launch = void (*)(const fa::AttnFwdArgs&, cudaStream_t);
+struct Candidate {
+  const char* name;
+  Launch launch;
+};
+
+template <class T, class C>
+void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  static const bool ready = [] {  // once per instance: opt in to the shared memory it needs
+    FA_CUDA_CHECK(
+        cudaFuncSetAttribute(tc_forward<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::SMEM_BYTES)));
+    FA_CUDA_CHECK(cudaFuncSetAttribute(tc_forward<T, C>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       int(cudaSharedmemCarveoutMaxShared)));
+    return true;
+  }();
+  (void)ready;
+  const fa::AttnParams& p = a.p;
+  const dim3 grid((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M, p.batch * p.heads);
+  tc_forward<T, C><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(
+      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
+      a.lse, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+  FA_CHECK_LAUNCH();
+}
+
+// The candidates (name: w WARPS, m MF, n BLOCK_N, s STAGES, q if Q stays in registers). Each
+// head_dim keeps the instances that won at least one problem class in the measurements of
+// docs/11; w8 (8 warps × 16 rows) and the Q-in-registers variants of the 128-row tiles lost
+// everywhere (the latter spill: ptxas reports 124+ bytes at d = 64 with BLOCK_N = 128).
+template <class T>
+const std::vector<Candidate>& candidates(int d) {
+  static const std::vector<Candidate> d64 = {
+      {"w4m2n128s2", launch<T, Cfg<64, 4, 2, 128, 2, false>>},  // FA2's shape: 128 × 128, 4 warps
+      {"w4m2n64s3q", launch<T, Cfg<64, 4, 2, 64, 3, true>>},
+      {"w4m1n64s3q", launch<T, Cfg<64, 4, 1, 64, 3, true>>},  // step 10's shape
+  };
+  static const std::vector<Candidate> d128 = {
+      {"w4m2n64s2", launch<T, Cfg<128, 4, 2, 64, 2, false>>},  // FA2's shape: 128 × 64, 4 warps
+      {"w4m2n32s3", launch<T, Cfg<128, 4, 2, 32, 3, false>>},
+      {"w4m1n64s2q", launch<T, Cfg<128, 4, 1, 64, 2, true>>},  // step 10's shape, 2 stages
+  };
+  return d <= 64 ? d64 : d128;
+}
+
+// The autotuner. A problem class is (head_dim instance, causal, dtype, seq_q bucket, seq_k
+// bucket), buckets being powers of two (…, 1024, 2048, …): the best tile shape depends on how many
+// key tiles a block walks and on how many blocks fill the GPU, both set by the lengths. The first
+// launch of a class times every candidate on the caller's own buffers (one warm-up, then the
+// median of 5 launches, events on the caller's stream) and remembers the winner for the process;
+// every launch writes the same O and LSE, so tuning is invisible in the result.
+// FA_STEP11_CONFIG=<name> pins a candidate (profiling, tests).
+int bucket(int n) {
+  int b = 0;
+  while ((1 << b) < n) ++b;
+  return b;
+}
+
+template <class T>
+int pick(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  const std::vector<Candidate>& cands = candidates<T>(a.p.head_dim);
+  if (const char* pin = std::getenv("FA_STEP11_CONFIG")) {
+    for (std::size_t i = 0; i < cands.size(); ++i)
+      if (pin == std::string(cands[i].name)) return int(i);
+    std::string names;
+    for (const Candidate& c : cands) names += std::string(" ") + c.name;
+    throw fa::UsageError(std::string(info().name) + ": FA_STEP11_CONFIG=" + pin + " is not a candidate for head_dim " +
+                         std::to_string(a.p.head_dim) + " (candidates:" + names + ")");
+  }
+  static std::mutex mu;
+  static std::map<std::tuple<int, bool, int, int>, int> cache;  // (head_dim instance, causal, buckets) -> index
+  const auto key = std::make_tuple(a.p.head_dim <= 64 ? 64 : 128, a.p.causal, bucket(a.p.seq_q), bucket(a.p.seq_k));
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  cudaEvent_t start, stop;
+  FA_CUDA_CHECK(cudaEventCreate(&start));
+  FA_CUDA_CHECK(cudaEventCreate(&stop));
+  int best = 0;
+  float best_ms = INFINITY;
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    cands[i].launch(a, stream);  // warm-up (and the one-time attribute setup)
+    float ms[5];
+    for (float& x : ms) {
+      FA_CUDA_CHECK(cudaEventRecord(start, stream));
+      cands[i].launch(a, stream);
+      FA_CUDA_CHECK(cudaEventRecord(stop, stream));
+      FA_CUDA_CHECK(cudaEventSynchronize(stop));
+      FA_CUDA_CHECK(cudaEventElapsedTime(&x, start, stop));
+    }
+    std::sort(ms, ms + 5);
+    if (ms[2] < best_ms) best_ms = ms[2], best = int(i);
+  }
+  FA_CUDA_CHECK(cudaEventDestroy(start));
+  FA_CUDA_CHECK(cudaEventDestroy(stop));
+  cache[key] = best;
+  return best;
+}
+
+void check_args(const fa::AttnFwdArgs& a) {
+  fa::Problem pr;
+  pr.family = fa::Family::Attention;
+  pr.attn = a.p;
+  if (const std::string why = supports(pr); !why.empty()) throw fa::UsageError(std::string(info().name) + ": " + why);
+  const fa::AttnParams& p = a.p;
+  if (p.batch < 1 || p.heads < 1 || p.seq_q < 1 || p.seq_k < 1 || p.head_dim < 1)
+    throw fa::UsageError(std::string(info().name) + ": every size must be at least 1");
+  for (const void* ptr : {a.q, a.k, a.v, static_cast<const void*>(a.o)})
+    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
+      throw fa::UsageError(std::string(info().name) + ": Q, K, V and O must be 16-byte aligned (16-byte loads)");
+}
+
+void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  check_args(a);
+  if (a.p.dtype == fa::DType::F16)
+    candidates<__half>(a.p.head_dim)[pick<__half>(a, stream)].launch(a, stream);
+  else
+    candidates<__nv_bfloat16>(a.p.head_dim)[pick<__nv_bfloat16>(a, stream)].launch(a, stream);
+}
+
+// For the tests, which pin each candidate in turn (FA_STEP11_CONFIG).
+int candidate_count(int head_dim) { return int(candidates<__half>(head_dim).size()); }
+std::string candidate_name(int head_dim, int i) { return candidates<__half>(head_dim).at(i).name; }
+
+// The FlashAttention-2 benchmark shape at seq 2048, head_dim 64, in fp16.
+fa::Problem default_problem() {
+  fa::Problem pr;
+  pr.family = fa::Family::Attention;
+  pr.attn.batch = 8, pr.attn.heads = 32, pr.attn.seq_q = pr.attn.seq_k = 2048, pr.attn.head_dim = 64;
+  pr.attn.scale = 0.125f;
+  pr.attn.dtype = fa::DType::F16;
+  return pr;
+}
+
+const fa::StepInfo& info() {
+  static const fa::StepInfo i = [] {
+    fa::StepInfo s{"11_tuned_forward",
+                   "tile shapes as template instances, picked per problem by a cached autotuner; trimmed inner loop",
+                   fa::Family::Attention};
+    s.attn_fwd = forward;
+    s.supports = supports;
+    s.default_problem = default_problem;
+    return s;
+  }();
+  return i;
+}
+
+}  // namespace step11
