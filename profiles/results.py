@@ -173,28 +173,132 @@ def profile_table(prefixes):
         "times).\n\n" + source_line(files or ["ncu.csv"])
 
 
-def sass_table(prefixes):
-    path = os.path.join(gpu_dir(), "sass_summary.csv")
-    rows = [r for r in read_csv(path) if r["kernel"].startswith(prefixes)]
-    body = [[r["kernel"], r["instructions"], r["ldg128"], r["ldg32"], r["stg128"], r["stg32"], r["mufu_ex2"],
-             r["shfl"], r["bar"]] for r in rows]
-    return md_table(["kernel", "SASS instructions", "LDG.128", "LDG.32", "STG.128", "STG.32", "MUFU.EX2", "SHFL",
-                     "BAR"], body) + "\n\n" + source_line(["sass_summary.csv"])
+# The columns of sass_summary.csv, in order. A session imported before a column existed lacks it:
+# such rows still render, with "-" in the cells they do not have.
+SASS_COUNTS = [("instructions", "SASS instructions"), ("ldg128", "LDG.128"), ("ldg32", "LDG.32"),
+               ("stg128", "STG.128"), ("stg32", "STG.32"), ("mufu_ex2", "MUFU.EX2"), ("shfl", "SHFL"),
+               ("bar", "BAR"), ("hmma", "HMMA"), ("ldsm", "LDSM"), ("ldgsts", "LDGSTS"), ("fmul", "FMUL")]
+SASS_PATTERNS = {  # one regular expression per counted column (instructions: every instruction line)
+    "ldg128": r"\bLDG\.E\.128", "ldg32": r"\bLDG\.E(\.CONSTANT)?\s", "stg128": r"\bSTG\.E\.128",
+    "stg32": r"\bSTG\.E\s", "mufu_ex2": r"MUFU\.EX2", "shfl": r"SHFL", "bar": r"\bBAR\.",
+    "hmma": r"\bHMMA\.",          # mma.sync: HMMA.16816.F32 (fp16) / HMMA.16816.F32.BF16
+    "ldsm": r"\bLDSM\.",          # ldmatrix: LDSM.16.M88.4, LDSM.16.MT88.4 (.trans)
+    "ldgsts": r"\bLDGSTS\.",      # cp.async: LDGSTS.E.BYPASS.LTC128B.128
+    "fmul": r"\bFMUL\b"}          # FMUL and FMUL.FTZ (not FMUL2, FFMA)
+SASS_SCALAR = ["instructions", "ldg128", "ldg32", "stg128", "stg32", "mufu_ex2", "shfl", "bar"]
+SASS_TC = ["instructions", "hmma", "ldsm", "ldgsts", "ldg128", "stg128", "stg32", "mufu_ex2", "fmul", "shfl", "bar"]
+SASS_OVERRIDE = None  # tests: read this sass_summary.csv instead of profiles/<gpu>/sass_summary.csv
+
+
+def sass_rows(keep):
+    path = SASS_OVERRIDE or os.path.join(gpu_dir(), "sass_summary.csv")
+    return [r for r in (read_csv(path) if os.path.exists(path) else []) if keep(r["kernel"])]
+
+
+def sass_cells(r, columns):
+    return [r.get(c) if r.get(c) not in (None, "") else "-" for c in columns]
+
+
+def sass_table(prefixes, columns=SASS_SCALAR):
+    labels = dict(SASS_COUNTS)
+    rows = sass_rows(lambda k: k.startswith(prefixes))
+    return md_table(["kernel"] + [labels[c] for c in columns], [[r["kernel"]] + sass_cells(r, columns) for r in rows]) + \
+        "\n\n" + (SASS_OVERRIDE and f"*From `{SASS_OVERRIDE}`.*" or source_line(["sass_summary.csv"]))
+
+
+# Step 10's d = 64 kernel and step 11's instance with the same tile shape (4 warps × 16 rows, 64 keys,
+# 3 stages, Q in registers): their difference is the inner-loop trims alone.
+SASS_SAME_SHAPE = ("step10::tc_forward<__half, 64>", "step11::tc_forward<__half, Cfg<64, 4, 1, 64, 3, true>>")
+
+
+def sass_tc_block():
+    """The fp16 instances of the tensor-core forward kernels (steps 09-11): static counts of the
+    instructions the docs talk about, then step 10 against step 11 at the same tile shape."""
+    rows = sass_rows(lambda k: k.startswith(("step09::", "step10::", "step11::")) and "<__half" in k)
+    if not rows:
+        return "*No SASS of steps 09-11 in `sass_summary.csv` yet: a GPU session's `sass` stage " \
+               "(`OUT=DIR STEPS=\"09 10 11\" bash profiles/gpu_session.sh`), then `python3 profiles/results.py " \
+               "import DIR`. By hand: `cuobjdump -sass build/steps/11_tuned_forward/CMakeFiles/*/kernel.cu.o | " \
+               "grep -c HMMA`.*"
+    labels = dict(SASS_COUNTS)
+    text = md_table(["kernel"] + [labels[c] for c in SASS_TC], [[r["kernel"]] + sass_cells(r, SASS_TC) for r in rows])
+    pair = [next((r for r in rows if r["kernel"] == name), None) for name in SASS_SAME_SHAPE]
+    if all(pair):
+        diff = []
+        for c in SASS_TC:
+            a, b = (fp_float(r.get(c)) for r in pair)
+            diff.append("-" if a is None or b is None else f"{b - a:+.0f}")
+        text += "\n\nSame tile shape, step 10 → step 11 (the trims alone):\n\n" + \
+            md_table(["kernel"] + [labels[c] for c in SASS_TC],
+                     [[r["kernel"]] + sass_cells(r, SASS_TC) for r in pair] + [["11 − 10"] + diff])
+    return text + "\n\nStatic counts: instructions in each kernel's SASS (`cuobjdump -sass`, sm_90a), not how " \
+        "often they run; a count inside the tile loop runs once per key tile. \"-\": a column the imported " \
+        "session did not have.\n\n" + (SASS_OVERRIDE and f"*From `{SASS_OVERRIDE}`.*" or source_line(["sass_summary.csv"]))
 
 
 # ---- SASS summary (at import) -------------------------------------------------------------------
+def _mangled_name(s, i):
+    """<length><identifier> at s[i:] -> (identifier, next index)."""
+    n = re.match(r"\d+", s[i:]).group(0)
+    j = i + len(n)
+    return s[j:j + int(n)], j + int(n)
+
+
+def _mangled_args(s, i, subs):
+    """'I' <args> 'E' at s[i:] -> (['__half', 'Cfg<64, 4>', '64', 'true'], next index). Knows what our
+    kernels use: integer and bool literals, plain names, and names nested in a namespace (N...E, S_)."""
+    assert s[i] == "I"
+    i, args = i + 1, []
+    while s[i] != "E":
+        if s.startswith(("Li", "Lj", "Lb"), i):
+            end = s.index("E", i)
+            lit = s[i + 2:end]
+            args.append({"0": "false", "1": "true"}[lit] if s[i + 1] == "b" else lit.replace("n", "-"))
+            i = end + 1
+            continue
+        if s[i] == "N":
+            i += 1
+            last = None
+            while s[i] != "E":
+                if s[i] == "S":
+                    end = s.index("_", i)
+                    last, i = subs[int(s[i + 1:end], 36) + 1 if end > i + 1 else 0], end + 1
+                elif s[i] == "I":
+                    inner, i = _mangled_args(s, i, subs)
+                    last = f"{last}<{', '.join(inner)}>"
+                else:
+                    last, i = _mangled_name(s, i)
+            args.append(last)
+            i += 1
+            continue
+        name, i = _mangled_name(s, i)
+        if s[i] == "I":
+            inner, i = _mangled_args(s, i, subs)
+            name = f"{name}<{', '.join(inner)}>"
+        args.append(name)
+    return args, i + 1
+
+
 def demangle_short(name):
-    """_ZN6step0112softmax_rowsILi4EEEvPKfPfi -> step01::softmax_rows<4> (enough for our kernels)."""
-    parts, i = [], 3
+    """Enough of the Itanium demangler for our kernels' names:
+    _ZN6step0112softmax_rowsILi4EEEvPKfPfi -> step01::softmax_rows<4>
+    _ZN6step1110tc_forwardI6__halfNS_3CfgILi128ELi4ELi2ELi64ELi2ELb0EEEEEv... ->
+        step11::tc_forward<__half, Cfg<128, 4, 2, 64, 2, false>>"""
     if not name.startswith("_ZN"):
         return name
+    parts, i = [], 3
     while i < len(name) and name[i].isdigit():
-        n = re.match(r"\d+", name[i:]).group(0)
-        i += len(n)
-        parts.append(name[i:i + int(n)])
-        i += int(n)
-    tmpl = re.match(r"ILi(\d+)EE", name[i:])
-    return "::".join(parts) + (f"<{tmpl.group(1)}>" if tmpl else "")
+        part, i = _mangled_name(name, i)
+        parts.append(part)
+    short = "::".join(parts)
+    if name[i:i + 1] == "I":
+        try:
+            args, _ = _mangled_args(name, i, parts)
+            short += f"<{', '.join(args)}>"
+        except (AssertionError, AttributeError, IndexError, KeyError, ValueError):
+            tmpl = re.match(r"ILi(\d+)EE", name[i:])  # the older, narrower reading
+            short += f"<{tmpl.group(1)}>" if tmpl else ""
+    return short
 
 
 def summarize_sass(path):
@@ -204,19 +308,15 @@ def summarize_sass(path):
         m = re.search(r"Function : (\S+)", line)
         if m:
             cur = demangle_short(m.group(1))
-            kernels[cur] = dict(instructions=0, ldg128=0, ldg32=0, stg128=0, stg32=0, mufu_ex2=0, shfl=0, bar=0)
+            kernels[cur] = {c: 0 for c, _ in SASS_COUNTS}
             continue
-        if cur is None or not re.search(r"/\*[0-9a-f]{4}\*/", line):
+        # An instruction line starts with its address, /*0000*/ ... /*fff0*/, then /*10000*/ and up.
+        if cur is None or not re.search(r"/\*[0-9a-f]{4,}\*/", line):
             continue
         k = kernels[cur]
         k["instructions"] += 1
-        k["ldg128"] += bool(re.search(r"\bLDG\.E\.128", line))
-        k["ldg32"] += bool(re.search(r"\bLDG\.E(\.CONSTANT)?\s", line))
-        k["stg128"] += bool(re.search(r"\bSTG\.E\.128", line))
-        k["stg32"] += bool(re.search(r"\bSTG\.E\s", line))
-        k["mufu_ex2"] += "MUFU.EX2" in line
-        k["shfl"] += "SHFL" in line
-        k["bar"] += bool(re.search(r"\bBAR\.", line))
+        for c, pat in SASS_PATTERNS.items():
+            k[c] += bool(re.search(pat, line))
     return kernels
 
 
@@ -524,7 +624,7 @@ def tc_target_block():
 
 # Blocks rendered wherever their markers are (README.md, profiles/README.md, docs/*.md).
 ANYWHERE = {"results:tc_vs_sdpa": tc_vs_sdpa_table, "results:tc_climb": tc_climb_table,
-            "results:tc_target": tc_target_block}
+            "results:tc_target": tc_target_block, "sass:tc_forward": sass_tc_block}
 _TC_UPTO = re.compile(r"<!-- results:tc_vs_sdpa:(\d\d):begin -->")
 
 
@@ -631,9 +731,9 @@ def import_session(src):
         kernels = summarize_sass(sass)
         with open(os.path.join(dst, "sass_summary.csv"), "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["kernel", "instructions", "ldg128", "ldg32", "stg128", "stg32", "mufu_ex2", "shfl", "bar"])
+            w.writerow(["kernel"] + [c for c, _ in SASS_COUNTS])
             for name, k in kernels.items():
-                w.writerow([name] + list(k.values()))
+                w.writerow([name] + [k[c] for c, _ in SASS_COUNTS])
         copied.append("sass_summary.csv")
     print(f"imported {src} -> {os.path.relpath(dst, ROOT)}/: {', '.join(copied)}")
     if gpu != GPU:

@@ -349,6 +349,84 @@ class TensorCoreTables(unittest.TestCase):
         self.assertIn("incomplete: 39 of 40 cells measured", self.results.tc_target_block())
 
 
+class SassSummary(unittest.TestCase):
+    """results.py's SASS import and its tables on synthetic cuobjdump text (never the committed file)."""
+    K10 = "_ZN6step1010tc_forwardI6__halfLi64EEEvPKT_S4_S4_PS2_Pfiiifb"
+    K11 = "_ZN6step1110tc_forwardI6__halfNS_3CfgILi64ELi4ELi1ELi64ELi3ELb1EEEEEvPKT_S6_S6_PS4_Pfiiifb"
+    K11B = "_ZN6step1110tc_forwardI13__nv_bfloat16NS_3CfgILi128ELi4ELi2ELi64ELi2ELb0EEEEEvPKT_S6_S6_PS4_Pfiiifb"
+
+    def setUp(self):
+        import results
+        self.results = results
+        self.tmp = tempfile.mkdtemp(prefix="sass_")
+
+    def tearDown(self):
+        self.results.SASS_OVERRIDE = None
+        shutil.rmtree(self.tmp)
+
+    @staticmethod
+    def listing(name, body):
+        """cuobjdump's layout: a Function header, then one line per instruction with its address."""
+        lines = [f"\t\tFunction : {name}", "\t.headerflags\t@\"EF_CUDA_SM90\""]
+        for n, ins in enumerate(body):
+            lines.append(f"        /*{16 * n:04x}*/                   {ins} ;   /* 0x0000000000000000 */")
+            lines.append("                                                      /* 0x000fe20000000f00 */")
+        return "\n".join(lines) + "\n"
+
+    def test_demangle(self):
+        d = self.results.demangle_short
+        self.assertEqual(d("_ZN6step0112softmax_rowsILi4EEEvPKfPfi"), "step01::softmax_rows<4>")
+        self.assertEqual(d("_ZN6step035sgemmEPKfS1_Pfiii"), "step03::sgemm")
+        self.assertEqual(d(self.K10), "step10::tc_forward<__half, 64>")
+        self.assertEqual(d(self.K11), "step11::tc_forward<__half, Cfg<64, 4, 1, 64, 3, true>>")
+        self.assertEqual(d(self.K11B), "step11::tc_forward<__nv_bfloat16, Cfg<128, 4, 2, 64, 2, false>>")
+        self.assertEqual(d("not_mangled"), "not_mangled")
+
+    def test_counts_and_tables(self):
+        import gzip
+        body10 = ["LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64]", "LDSM.16.M88.4 R8, [R2]",
+                  "LDSM.16.MT88.4 R12, [R2+0x800]", "HMMA.16816.F32 R16, R8, R12, R16", "FMUL R1, R1, R2",
+                  "FMUL.FTZ R3, R3, R4", "FFMA R5, R5, R6, -R7", "MUFU.EX2 R5, R5", "SHFL.BFLY PT, R6, R5, 0x1, 0x1f",
+                  "BAR.SYNC.DEFER_BLOCKING 0x0", "STG.E desc[UR4][R2.64], R9"] + ["NOP"] * 4096 + \
+                 ["HMMA.16816.F32 R20, R8, R14, R20"]  # past address 0xffff: /*10000*/ and up still count
+        body11 = ["LDGSTS.E.BYPASS.LTC128B.128 [R3+0x1000], desc[UR4][R4.64+0x2000]", "LDSM.16.M88.4 R8, [R2]",
+                  "HMMA.16816.F32 R16, R8, R12, R16", "HMMA.16816.F32 R20, R8, R14, R20", "STG.E.128 desc[UR4][R2.64], R8"]
+        path = os.path.join(self.tmp, "sass.txt.gz")
+        with gzip.open(path, "wt") as f:
+            f.write("### build/steps/10/kernel.cu.o\n" + self.listing(self.K10, body10) +
+                    "### build/steps/11/kernel.cu.o\n" + self.listing(self.K11, body11) + self.listing(self.K11B, ["NOP"]))
+        k = self.results.summarize_sass(path)
+        k10 = k["step10::tc_forward<__half, 64>"]
+        self.assertEqual(k10["instructions"], len(body10))
+        self.assertEqual((k10["hmma"], k10["ldsm"], k10["ldgsts"], k10["fmul"]), (2, 2, 1, 2))
+        self.assertEqual((k10["mufu_ex2"], k10["shfl"], k10["bar"], k10["stg32"], k10["stg128"]), (1, 1, 1, 1, 0))
+        k11 = k["step11::tc_forward<__half, Cfg<64, 4, 1, 64, 3, true>>"]
+        self.assertEqual((k11["instructions"], k11["hmma"], k11["fmul"], k11["stg128"]), (5, 2, 0, 1))
+
+        # New-format CSV (as import writes it) plus one row of the older nine columns: both render.
+        csv_path = os.path.join(self.tmp, "sass_summary.csv")
+        cols = [c for c, _ in self.results.SASS_COUNTS]
+        with open(csv_path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["kernel"] + cols)
+            for name, counts in k.items():
+                w.writerow([name] + [counts[c] for c in cols])
+            w.writerow(["step01::softmax_rows<4>", 720, 12, 0, 4, 1, 32, 20, 4])  # an old row: no new columns
+        self.results.SASS_OVERRIDE = csv_path
+        old = self.results.sass_table(("step01::",))
+        self.assertIn("| step01::softmax_rows<4> | 720 | 12 | 0 | 4 | 1 | 32 | 20 | 4 |", old)
+        wide = self.results.sass_table(("step01::",), self.results.SASS_TC)
+        self.assertIn("| step01::softmax_rows<4> | 720 | - | - | - | 12 | 4 | 1 | 32 | - | 20 | 4 |", wide)
+        block = self.results.sass_tc_block()
+        self.assertNotIn("__nv_bfloat16", block)  # fp16 instances only
+        self.assertIn(f"| step10::tc_forward<__half, 64> | {len(body10)} | 2 | 2 | 1 | 0 | 0 | 1 | 1 | 2 | 1 | 1 |", block)
+        self.assertIn(f"| 11 − 10 | {5 - len(body10):+d} | +0 | -1 | +0 | +0 | +1 | -1 | -1 | -2 | -1 | -1 |", block)
+
+    def test_no_rows_yet(self):
+        self.results.SASS_OVERRIDE = os.path.join(self.tmp, "missing.csv")
+        self.assertIn("No SASS of steps 09-11", self.results.sass_tc_block())
+
+
 class BenchMerge(unittest.TestCase):
     def test_merge_rows(self):
         import bench
