@@ -23,24 +23,20 @@
 //   NT  S = Q·Kᵀ, dP = dO·Vᵀ: both tiles row-major, float4 along head_dim; thread tile [R, C].
 //   TN  dV += Pᵀ·dO, dK += dSᵀ·Q (over the tile's queries), dQ += dS·K (over the keys): one row
 //       of each operand per step, float4 chunks of rows and columns; thread tile [R, C].
-// Tiles are 64 queries × 64 keys in both kernels and both instances. Each block works in two
-// halves of its warps: S and P on one half while dP runs on the other (both kernels), then dV on
-// one half while dK runs on the other (dK/dV kernel); dQ is shared by all threads. Half the
-// threads per product means twice the piece per thread, and shared memory, not the FFMA pipe,
-// limits products with small pieces (see "the products").
-//   head_dim ≤ 64  (instance 64):  128 threads, 2 blocks per SM. S, dP: 8×8 per thread (of a
-//                                  half); dK, dV: 8×8 (of a half); dQ: 8×4.
-//                                  Shared memory: dK/dV 104,960 B, dQ 105,984 B.
+// Tiles are 64 queries × 64 keys in both kernels and both instances:
+//   head_dim ≤ 64  (instance 64):  128 threads, 2 blocks per SM. S, dP: 8×4 per thread;
+//                                  dK, dV, dQ: 8×4 per thread each.
+//                                  Shared memory: dK/dV 104,960 B, dQ 88,576 B.
 //   head_dim ≤ 128 (instance 128): 256 threads, 1 block per SM (the tiles of 128 floats per row
-//                                  leave no room for two). S, dP: 8×4; dK, dV: 8×8; dQ: 4×8.
-//                                  Shared memory: dK/dV 170,496 B, dQ 171,520 B.
+//                                  leave no room for two). S, dP: 4×4; dK, dV, dQ: 4×8.
+//                                  Shared memory: dK/dV 170,496 B, dQ 154,112 B.
 // The next tile (dK/dV: Q, dO, O and LSE; dQ: K and V) is fetched into registers while the
 // accumulating product runs, and stored to shared memory after it, so the device-memory latency
 // hides behind it.
 // Whole tiles load without bounds checks (one base pointer, immediate offsets; only a ragged last
-// tile takes the checked path), and the TN products' inner loops are software-pipelined.
-// ptxas (sm_90a, CUDA 13.0), registers per thread, 0 bytes spilled everywhere: dK/dV 255 (d 64)
-// and 250 (d 128), dQ 239 and 246. Occupancy: 8 warps per SM (of 64) in both instances.
+// tile takes the checked path), and the inner loops of the products are software-pipelined.
+// ptxas (sm_90a, CUDA 13.0), registers per thread, 0 bytes spilled everywhere: dK/dV 254 (d 64)
+// and 244 (d 128), dQ 255 and 234. Occupancy: 8 warps per SM (of 64) in both instances.
 // exp: expf, as in steps 05-06 (exp2 with log2(e) folded into the scale comes in step 10).
 //
 // Build + run:  cmake --build build --target 07_flash_backward && build/bin/07_flash_backward
@@ -75,29 +71,14 @@ struct Config {
   static constexpr int MIN_BLOCKS = D == 64 ? 2 : 1;
   static constexpr int BLOCK_M = 64;  // queries per tile
   static constexpr int BLOCK_N = 64;  // keys per tile
-  // Each product runs on one half of the block (HALF threads, whole warps): S and dP side by side
-  // (one half each), then dV and dK (one half each). A thread's piece is then twice as large as
-  // if all threads shared each product, and reuses each float it loads from shared memory twice
-  // as often (see "the products"). The grid of a half: H_ROW_GROUPS × H_COL_GROUPS.
-  //   S, dP [BLOCK_M, BLOCK_N]: [S_ROWS, S_COLS] per thread.     8×8 | 8×4
-  //   dK, dV [BLOCK_N, D]:      [KV_ROWS, KV_COLS] per thread.   8×8 | 8×8
-  // dQ [BLOCK_M, D] is one accumulator, shared by all threads: [ACC_ROWS, ACC_COLS] per thread
-  // on ROW_GROUPS × COL_GROUPS.                                  8×4 | 4×8
-  static constexpr int HALF = THREADS / 2;
-  static constexpr int H_ROW_GROUPS = 8;
-  static constexpr int H_COL_GROUPS = HALF / H_ROW_GROUPS;   // 8 | 16
-  static constexpr int S_ROWS = BLOCK_M / H_ROW_GROUPS;      // 8
-  static constexpr int S_COLS = BLOCK_N / H_COL_GROUPS;      // 8 | 4
-  static constexpr int KV_ROWS = BLOCK_N / H_ROW_GROUPS;     // 8
-  static constexpr int KV_COLS = D / H_COL_GROUPS;           // 8 | 8
-  // Iterations of gemm_nt's loop unrolled, so the compiler can issue the next one's loads early:
-  // 2 at d = 128 (measured 2-3% faster than 1); 1 at d = 64, where 2 made the dK/dV kernel spill
-  // (its 8×8 piece beside dK or dV) and the dQ kernel slower (measured).
-  static constexpr int NT_UNROLL = D == 64 ? 1 : 2;
+  // S and dP [BLOCK_M, BLOCK_N]: [S_ROWS, S_COLS] per thread. dK, dV [BLOCK_N, D] and dQ
+  // [BLOCK_M, D]: [ACC_ROWS, ACC_COLS] per thread. Both on one grid of ROW_GROUPS × COL_GROUPS.
+  static constexpr int S_ROWS = D == 64 ? 8 : 4;
+  static constexpr int S_COLS = 4;
   static constexpr int ACC_ROWS = D == 64 ? 8 : 4;
   static constexpr int ACC_COLS = D == 64 ? 4 : 8;
-  static constexpr int ROW_GROUPS = BLOCK_M / ACC_ROWS;      // 8 | 16
-  static constexpr int COL_GROUPS = D / ACC_COLS;            // 16 | 16
+  static constexpr int ROW_GROUPS = BLOCK_M / S_ROWS;  // 8 | 16
+  static constexpr int COL_GROUPS = BLOCK_N / S_COLS;  // 16 | 16
   // Row strides in shared memory (floats). LD ≡ 4 (mod 32): the 8 rows a warp reads at once in
   // the NT products start 4 banks apart, so its 8 float4 cover the 32 banks once. LD_P ≡ 4 and
   // LD_DST ≡ 8 (mod 32) make the scalar stores of P, dS and dSᵀ conflict-free (see lane_layout).
@@ -109,23 +90,18 @@ struct Config {
   static constexpr int P_FLOATS = BLOCK_M * LD_P;      // P, dS [BLOCK_M, LD_P]   (dK/dV kernel)
   static constexpr int DST_FLOATS = BLOCK_N * LD_DST;  // dSᵀ [BLOCK_N, LD_DST] (dQ kernel)
   static constexpr std::size_t DKDV_SMEM = sizeof(float) * (2 * Q_FLOATS + 2 * K_FLOATS + 2 * P_FLOATS + 2 * BLOCK_M);
-  static constexpr std::size_t DQ_SMEM =
-      sizeof(float) * (2 * Q_FLOATS + 2 * K_FLOATS + P_FLOATS + DST_FLOATS + 2 * BLOCK_M);
+  static constexpr std::size_t DQ_SMEM = sizeof(float) * (2 * Q_FLOATS + 2 * K_FLOATS + DST_FLOATS + 2 * BLOCK_M);
 
   static_assert(D == 64 || D == 128, "instances: head_dim padded to 64 or 128");
-  static_assert(HALF % kWarp == 0 && H_ROW_GROUPS * H_COL_GROUPS == HALF, "a half is whole warps, one piece each");
-  static_assert(S_ROWS * H_ROW_GROUPS == BLOCK_M && S_COLS * H_COL_GROUPS == BLOCK_N, "S tiles cover the block");
-  static_assert(KV_ROWS * H_ROW_GROUPS == BLOCK_N && KV_COLS * H_COL_GROUPS == D, "dK, dV tiles cover the block");
-  static_assert(ROW_GROUPS * COL_GROUPS == THREADS && ACC_ROWS * ROW_GROUPS == BLOCK_M && ACC_COLS * COL_GROUPS == D,
-                "dQ tiles cover the block");
-  static_assert(ROW_GROUPS % 8 == 0 && COL_GROUPS % 4 == 0 && H_COL_GROUPS % 4 == 0,
-                "a warp is 8 row groups x 4 column groups");
-  static_assert(ACC_ROWS % 4 == 0 && ACC_COLS % 4 == 0 && KV_ROWS % 4 == 0 && KV_COLS % 4 == 0,
-                "float4 chunks of the accumulator tiles");
+  static_assert(ROW_GROUPS * COL_GROUPS == THREADS, "one S tile per thread");
+  static_assert(S_ROWS * ROW_GROUPS == BLOCK_M && S_COLS * COL_GROUPS == BLOCK_N, "S tiles cover the block");
+  static_assert(ACC_ROWS * ROW_GROUPS == BLOCK_N && ACC_ROWS * ROW_GROUPS == BLOCK_M && ACC_COLS * COL_GROUPS == D,
+                "dK, dV [BLOCK_N, D] and dQ [BLOCK_M, D] on the same thread grid as S");
+  static_assert(ROW_GROUPS % 8 == 0 && COL_GROUPS % 4 == 0, "a warp is 8 row groups x 4 column groups");
+  static_assert(ACC_ROWS % 4 == 0 && ACC_COLS % 4 == 0, "float4 chunks of the accumulator tiles");
   static_assert(LD % 32 == 4 && LD_P % 32 == 4 && LD_DST % 32 == 8, "bank offsets of the strides, see above");
   static_assert(BLOCK_M <= THREADS, "one thread per row loads LSE");
-  static_assert(MIN_BLOCKS * (DKDV_SMEM + 1024) <= 228 * 1024 && MIN_BLOCKS * (DQ_SMEM + 1024) <= 228 * 1024,
-                "blocks per SM on sm_90 (1 KB reserved per block)");
+  static_assert(MIN_BLOCKS * (DKDV_SMEM + 1024) <= 228 * 1024, "blocks per SM on sm_90 (1 KB reserved per block)");
 };
 
 // ---- who owns what -------------------------------------------------------------------------------
@@ -138,23 +114,6 @@ __device__ __forceinline__ void lane_layout(int& rg, int& cg) {
   constexpr int WARPS_PER_COLUMN = ROW_GROUPS / 8;
   rg = (warp % WARPS_PER_COLUMN) * 8 + lane % 8;
   cg = (warp / WARPS_PER_COLUMN) * 4 + lane / 8;
-}
-
-// The same within one half of the block (Config::HALF threads): the grid H_ROW_GROUPS (= 8) ×
-// H_COL_GROUPS of either half; half() says which.
-template <int HALF>
-__device__ __forceinline__ void half_lane_layout(int& rg, int& cg) {
-  rg = threadIdx.x % 8;
-  cg = (threadIdx.x % HALF) / kWarp * 4 + threadIdx.x % kWarp / 8;
-}
-template <int HALF>
-__device__ __forceinline__ bool second_half() {
-  return threadIdx.x >= HALF;  // warp-uniform: the halves are whole warps
-}
-// A barrier for the HALF threads of the second half alone (barrier 1; __syncthreads is barrier 0).
-template <int HALF>
-__device__ __forceinline__ void sync_second_half() {
-  asm volatile("bar.sync 1, %0;" ::"n"(HALF) : "memory");
 }
 
 // The accumulator tiles (TN products) own float4 chunks 4·GROUPS apart, as in step 06: element e
@@ -278,51 +237,59 @@ struct KeyTile {
 };
 
 // ---- the products ------------------------------------------------------------------------------------
-// Shared memory serves a warp 128 bytes per cycle (a float4 load by 32 lanes: four 8-lane phases,
-// four cycles, broadcasts or not), against 4 warp-FFMAs per cycle per SM. A thread tile [R, C]
-// loads R + C floats per R·C FFMAs: it keeps the FFMA pipe fed only if R·C/(R + C) >= 4, i.e. at
-// 8×8. At 8×4 (2.67) shared memory caps the product at 67% of the FFMA peak, at 4×4 (2) at 50%:
-// hence the halves of Config, which make the pieces 8×8 where the registers allow it.
+// All three loops are software-pipelined by hand, as in step 05: the shared-memory loads of step
+// k+1 go into a second set of registers while the FFMAs of step k run on the first, so no step
+// waits for shared memory. The last step loads step 0 again: a harmless read that keeps the
+// loop free of branches.
 
 // NT: acc [R, C] = this thread's piece of A·Bᵀ, A [*, LD] and B [*, LD] row-major, contracted over
-// D: rows rg + RG·r of A, rows cg + CG·c of B. Per 4 columns: C float4 of B, then one float4 of A
-// per row and its 4·C FFMAs, so only C + 1 float4 are live (an 8×8 piece beside dK or dV has no
-// room for a second register set; the unrolled loop lets the compiler issue loads early instead).
+// D: rows rg + RG·r of A, rows cg + CG·c of B. Per 4 columns: R + C float4 loads, 4·R·C FFMAs.
 // The sum runs over d in order, as in step 06's forward: the same S, to the last bit.
-template <int D, int R, int C, int RG, int CG, int UNROLL>
+template <int D, int R, int C, int RG, int CG>
 __device__ __forceinline__ void gemm_nt(const float* A, const float* B, int rg, int cg, float (&acc)[R][C]) {
   constexpr int LD = D + 4;
   const float* a0 = A + rg * LD;  // this thread's first row of A, at d = 0
   const float* b0 = B + cg * LD;  // this thread's first row of B, at d = 0
+  float4 aa[R], ba[C], ab[R], bb[C];  // registers: 4 columns of this thread's rows of A and of B, twice
+  auto load = [&](int d, float4(&a)[R], float4(&b)[C]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) a[r] = lds4(a0 + RG * r * LD + d);
+#pragma unroll
+    for (int c = 0; c < C; ++c) b[c] = lds4(b0 + CG * c * LD + d);
+  };
+  auto step = [&](const float4(&a)[R], const float4(&b)[C]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r].x, b[c].x, acc[r][c]);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r].y, b[c].y, acc[r][c]);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r].z, b[c].z, acc[r][c]);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fmaf(a[r].w, b[c].w, acc[r][c]);
+  };
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[r][c] = 0.f;
-#pragma unroll UNROLL
-  for (int d = 0; d < D; d += 4) {
-    float4 b[C];  // registers: 4 columns of this thread's rows of B
-#pragma unroll
-    for (int c = 0; c < C; ++c) b[c] = lds4(b0 + CG * c * LD + d);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float4 a = lds4(a0 + RG * r * LD + d);
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        float x = fmaf(a.x, b[c].x, acc[r][c]);
-        x = fmaf(a.y, b[c].y, x);
-        x = fmaf(a.z, b[c].z, x);
-        acc[r][c] = fmaf(a.w, b[c].w, x);
-      }
-    }
+  load(0, aa, ba);
+#pragma unroll 2
+  for (int d = 0; d < D; d += 8) {
+    load(d + 4, ab, bb), step(aa, ba);
+    load((d + 8) % D, aa, ba), step(ab, bb);
   }
 }
 
-// The TN loop is software-pipelined by hand, as in step 05: the shared-memory loads of step k+1
-// go into a second set of registers while the FFMAs of step k run on the first. The last step
-// loads step 0 again: a harmless read that keeps the loop free of branches.
 // TN: acc [R, C] += this thread's piece of Aᵀ·B, A [K, LDA] and B [K, LDB] row-major, contracted
 // over their K rows: columns chunk(rg, r) of A, chunk(cg, c) of B. Per row: (R + C)/4 float4
-// loads, R·C FFMAs.
+// loads, R·C FFMAs. With two pairs (A1, B1 -> acc1 and A2, B2 -> acc2) in one loop: dV and dK.
 template <int LDA, int LDB, int R, int C, int RG, int CG>
 __device__ __forceinline__ void tn_load(const float* A, const float* B, int k, int rg, int cg, float (&a)[R],
                                         float (&b)[C]) {
@@ -348,6 +315,20 @@ __device__ __forceinline__ void gemm_tn(const float* A, const float* B, int rg, 
     tn_load<LDA, LDB, R, C, RG, CG>(A, B, (k + 2) % K, rg, cg, aa, ba), tn_step(ab, bb, acc);
   }
 }
+template <int K, int LDA, int LDB, int R, int C, int RG, int CG>
+__device__ __forceinline__ void gemm_tn2(const float* A1, const float* B1, float (&acc1)[R][C], const float* A2,
+                                         const float* B2, float (&acc2)[R][C], int rg, int cg) {
+  float a1a[R], b1a[C], a2a[R], b2a[C], a1b[R], b1b[C], a2b[R], b2b[C];
+  tn_load<LDA, LDB, R, C, RG, CG>(A1, B1, 0, rg, cg, a1a, b1a);
+  tn_load<LDA, LDB, R, C, RG, CG>(A2, B2, 0, rg, cg, a2a, b2a);
+#pragma unroll 2
+  for (int k = 0; k < K; k += 2) {
+    tn_load<LDA, LDB, R, C, RG, CG>(A1, B1, k + 1, rg, cg, a1b, b1b), tn_step(a1a, b1a, acc1);
+    tn_load<LDA, LDB, R, C, RG, CG>(A2, B2, k + 1, rg, cg, a2b, b2b), tn_step(a2a, b2a, acc2);
+    tn_load<LDA, LDB, R, C, RG, CG>(A1, B1, (k + 2) % K, rg, cg, a1a, b1a), tn_step(a1b, b1b, acc1);
+    tn_load<LDA, LDB, R, C, RG, CG>(A2, B2, (k + 2) % K, rg, cg, a2a, b2a), tn_step(a2b, b2b, acc2);
+  }
+}
 
 // ---- the dK/dV kernel: one key block, every query tile that sees it ---------------------------------------
 // grid (key blocks, batch·heads); block THREADS. D: head_dim padded up to the instance.
@@ -358,7 +339,7 @@ __global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
                   float* __restrict__ dk, float* __restrict__ dv, int seq_q, int seq_k, int head_dim, float scale,
                   bool causal) {
   using C = Config<D>;
-  constexpr int M = C::BLOCK_M, N = C::BLOCK_N, RG = C::H_ROW_GROUPS, CG = C::H_COL_GROUPS;
+  constexpr int M = C::BLOCK_M, N = C::BLOCK_N, RG = C::ROW_GROUPS, CG = C::COL_GROUPS;
   extern __shared__ float4 smem4[];             // float4: 16-byte alignment for the vector accesses
   float* Qs = reinterpret_cast<float*>(smem4);  // [BLOCK_M, LD]   scale·Q tile
   float* dOs = Qs + C::Q_FLOATS;                // [BLOCK_M, LD]   dO tile
@@ -373,12 +354,8 @@ __global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
   const std::size_t bh = blockIdx.y;  // flattened (batch, head)
   q += bh * seq_q * head_dim, o += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q;
   k += bh * seq_k * head_dim, v += bh * seq_k * head_dim;
-  // Two halves: the first computes S, P and dV, the second dP, dS and dK. (rg, cg): a thread's
-  // place in its half's grid, the same for both halves, so a thread of the second half finds
-  // the P it needs where its twin in the first half stored it.
-  const bool second = second_half<C::HALF>();
   int rg, cg;
-  half_lane_layout<C::HALF>(rg, cg);
+  lane_layout<RG>(rg, cg);
 
   // The query tiles that see this key block. Causal: query i sees key j iff j <= i, so tiles
   // before t_begin (every query < n0) see nothing and are skipped; tiles from t_full on (first
@@ -398,54 +375,46 @@ __global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
   }
   __syncthreads();
 
-  float acc[C::KV_ROWS][C::KV_COLS];  // [KV_ROWS, KV_COLS] registers: of dV_j (first half), of dK_j (second)
+  float dk_acc[C::ACC_ROWS][C::ACC_COLS];  // [ACC_ROWS, ACC_COLS] of dK_j, registers
+  float dv_acc[C::ACC_ROWS][C::ACC_COLS];  // [ACC_ROWS, ACC_COLS] of dV_j, registers
 #pragma unroll
-  for (int r = 0; r < C::KV_ROWS; ++r)
+  for (int r = 0; r < C::ACC_ROWS; ++r)
 #pragma unroll
-    for (int c = 0; c < C::KV_COLS; ++c) acc[r][c] = 0.f;
+    for (int c = 0; c < C::ACC_COLS; ++c) dk_acc[r][c] = dv_acc[r][c] = 0.f;
 
-  // One query tile: P and dS on chip, then dV += Pᵀ·dO (first half) and dK += dSᵀ·(scale·Q)
-  // (second half), at the same time.
+  // One query tile: P and dS on chip, then dV += Pᵀ·dO and dK += dSᵀ·(scale·Q).
   auto query_tile = [&](int t, auto masked) {
-    const int m0 = t * M;           // first query of this tile
-    float s[C::S_ROWS][C::S_COLS];  // [S_ROWS, S_COLS] registers: S (first half), dP (second half)
-    if (!second) {
-      gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG, C::NT_UNROLL>(Qs, Ks, rg, cg, s);  // S = (scale·Q)·Kᵀ
+    const int m0 = t * M;                                         // first query of this tile
+    float s[C::S_ROWS][C::S_COLS];                                // [S_ROWS, S_COLS] registers: S, then dP
+    gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG>(Qs, Ks, rg, cg, s);  // S = (scale·Q)·Kᵀ
 #pragma unroll
-      for (int r = 0; r < C::S_ROWS; ++r) {
-        const float l = lse_s[rg + RG * r];
+    for (int r = 0; r < C::S_ROWS; ++r) {
+      const float l = lse_s[rg + RG * r];
 #pragma unroll
-        for (int c = 0; c < C::S_COLS; ++c) {
-          // Diagonal tiles only (masked is std::true_type there): key after query -> P = 0.
-          const bool hidden = decltype(masked)::value && n0 + cg + CG * c > m0 + rg + RG * r;
-          // P recomputed from the forward's LSE, to shared memory: both halves need it.
-          Ps[(rg + RG * r) * C::LD_P + cg + CG * c] = hidden ? 0.f : expf(s[r][c] - l);
-        }
+      for (int c = 0; c < C::S_COLS; ++c) {
+        // Diagonal tiles only (masked is std::true_type there): key after query -> P = 0.
+        const bool hidden = decltype(masked)::value && n0 + cg + CG * c > m0 + rg + RG * r;
+        // P recomputed from the forward's LSE, straight to shared memory: its registers are
+        // needed for dP (this thread reads its own P back below).
+        Ps[(rg + RG * r) * C::LD_P + cg + CG * c] = hidden ? 0.f : expf(s[r][c] - l);
       }
-    } else {
-      gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG, C::NT_UNROLL>(dOs, Vs, rg, cg, s);  // dP = dO·Vᵀ
     }
-    __syncthreads();  // P is in shared memory
-    if (second) {
+    gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG>(dOs, Vs, rg, cg, s);  // dP = dO·Vᵀ
 #pragma unroll
-      for (int r = 0; r < C::S_ROWS; ++r) {
-        const float delta = delta_s[rg + RG * r];
+    for (int r = 0; r < C::S_ROWS; ++r) {
+      const float delta = delta_s[rg + RG * r];
 #pragma unroll
-        for (int c = 0; c < C::S_COLS; ++c) {  // dS = P ∘ (dP − delta), P from the twin thread
-          const int at = (rg + RG * r) * C::LD_P + cg + CG * c;
-          dSs[at] = Ps[at] * (s[r][c] - delta);
-        }
+      for (int c = 0; c < C::S_COLS; ++c) {  // dS = P ∘ (dP − delta)
+        const int at = (rg + RG * r) * C::LD_P + cg + CG * c;
+        dSs[at] = Ps[at] * (s[r][c] - delta);
       }
-      sync_second_half<C::HALF>();  // dS is in shared memory (only the second half reads it)
     }
+    __syncthreads();  // P and dS are in shared memory
 
     const bool more = t + 1 < n_q_tiles;
     QueryTile<D> next;  // the next Q and dO tiles' loads fly while the products below run
     if (more) next.fetch(q, dout, lse, m0 + M, seq_q, head_dim);
-    if (!second)
-      gemm_tn<M, C::LD_P, C::LD, C::KV_ROWS, C::KV_COLS, RG, CG>(Ps, dOs, rg, cg, acc);  // dV += Pᵀ·dO
-    else
-      gemm_tn<M, C::LD_P, C::LD, C::KV_ROWS, C::KV_COLS, RG, CG>(dSs, Qs, rg, cg, acc);  // dK += dSᵀ·(scale·Q)
+    gemm_tn2<M, C::LD_P, C::LD, C::ACC_ROWS, C::ACC_COLS, RG, CG>(Ps, dOs, dv_acc, dSs, Qs, dk_acc, rg, cg);
     __syncthreads();  // everyone is done with Q, dO, P and dS of this tile
     if (more) next.store(Qs, dOs, lse_s, delta_s, scale, o, m0 + M, seq_q, head_dim);
     __syncthreads();  // the next tile is in
@@ -454,19 +423,20 @@ __global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
   for (; t < t_full; ++t) query_tile(t, std::true_type{});      // the diagonal: masked
   for (; t < n_q_tiles; ++t) query_tile(t, std::false_type{});  // below it (all of them if not causal)
 
-  // dV_j (first half) and dK_j (second half), once. Rows past seq_k and columns past head_dim are
-  // not stored.
-  float* out = (second ? dk : dv) + bh * seq_k * head_dim;
+  // dK_j and dV_j, once. Rows past seq_k and columns past head_dim are not stored.
+  dk += bh * seq_k * head_dim, dv += bh * seq_k * head_dim;
 #pragma unroll
-  for (int r = 0; r < C::KV_ROWS; ++r) {
+  for (int r = 0; r < C::ACC_ROWS; ++r) {
     const int key = n0 + chunk<RG>(rg, r);
     if (key >= seq_k) continue;
 #pragma unroll
-    for (int c = 0; c < C::KV_COLS; c += 4) {
+    for (int c = 0; c < C::ACC_COLS; c += 4) {
       const int col = chunk<CG>(cg, c);
-      if (col < head_dim)
-        *reinterpret_cast<float4*>(out + std::size_t(key) * head_dim + col) =
-            make_float4(acc[r][c], acc[r][c + 1], acc[r][c + 2], acc[r][c + 3]);
+      if (col >= head_dim) continue;
+      *reinterpret_cast<float4*>(dk + std::size_t(key) * head_dim + col) =
+          make_float4(dk_acc[r][c], dk_acc[r][c + 1], dk_acc[r][c + 2], dk_acc[r][c + 3]);
+      *reinterpret_cast<float4*>(dv + std::size_t(key) * head_dim + col) =
+          make_float4(dv_acc[r][c], dv_acc[r][c + 1], dv_acc[r][c + 2], dv_acc[r][c + 3]);
     }
   }
 }
@@ -485,8 +455,7 @@ __global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
   float* dOs = Qs + C::Q_FLOATS;                // [BLOCK_M, LD]     dO (whole kernel)
   float* Ks = dOs + C::Q_FLOATS;                // [BLOCK_N, LD]     K tile
   float* Vs = Ks + C::K_FLOATS;                 // [BLOCK_N, LD]     V tile
-  float* Ps = Vs + C::K_FLOATS;                 // [BLOCK_M, LD_P]   P tile
-  float* dSt = Ps + C::P_FLOATS;                // [BLOCK_N, LD_DST] dS tile, transposed
+  float* dSt = Vs + C::K_FLOATS;                // [BLOCK_N, LD_DST] dS tile, transposed
   float* lse_s = dSt + C::DST_FLOATS;           // [BLOCK_M]
   float* delta_s = lse_s + M;                   // [BLOCK_M]
 
@@ -496,11 +465,7 @@ __global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
   const std::size_t bh = blockIdx.y;  // flattened (batch, head)
   q += bh * seq_q * head_dim, o += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q;
   k += bh * seq_k * head_dim, v += bh * seq_k * head_dim;
-  // S, P (first half) and dP, dS (second half) on the grid of a half; dQ on the grid of all threads.
-  const bool second = second_half<C::HALF>();
-  constexpr int HRG = C::H_ROW_GROUPS, HCG = C::H_COL_GROUPS;
-  int hrg, hcg, rg, cg;
-  half_lane_layout<C::HALF>(hrg, hcg);
+  int rg, cg;
   lane_layout<RG>(rg, cg);
 
   // Step 06's stages: tiles [0, n_full) are seen whole by every row of the block, unmasked; tiles
@@ -527,36 +492,29 @@ __global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
 
   // One key tile: P and dS on chip, then dQ += dS·K.
   auto key_tile = [&](int t, auto masked) {
-    const int n0 = t * N;           // first key of this tile
-    float s[C::S_ROWS][C::S_COLS];  // [S_ROWS, S_COLS] registers: S (first half), dP (second half)
-    if (!second) {
-      gemm_nt<D, C::S_ROWS, C::S_COLS, HRG, HCG, C::NT_UNROLL>(Qs, Ks, hrg, hcg, s);  // S = (scale·Q)·Kᵀ
+    const int n0 = t * N;                                         // first key of this tile
+    float p[C::S_ROWS][C::S_COLS], ds[C::S_ROWS][C::S_COLS];      // [S_ROWS, S_COLS] registers
+    gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG>(Qs, Ks, rg, cg, p);  // S = (scale·Q)·Kᵀ
 #pragma unroll
-      for (int r = 0; r < C::S_ROWS; ++r) {
-        const int row = m0 + hrg + HRG * r;
-        const int visible = causal ? min(row + 1, seq_k) : seq_k;  // this row sees keys [0, visible)
-        const float l = lse_s[hrg + HRG * r];
+    for (int r = 0; r < C::S_ROWS; ++r) {
+      const int row = m0 + rg + RG * r;
+      const int visible = causal ? min(row + 1, seq_k) : seq_k;  // this row sees keys [0, visible)
+      const float l = lse_s[rg + RG * r];
 #pragma unroll
-        for (int c = 0; c < C::S_COLS; ++c) {
-          // Masked tiles only: keys after the query or past seq_k (their K rows are zeros, but
-          // exp(0 − LSE) may overflow, and inf·0 is NaN).
-          const bool hidden = decltype(masked)::value && n0 + hcg + HCG * c >= visible;
-          Ps[(hrg + HRG * r) * C::LD_P + hcg + HCG * c] = hidden ? 0.f : expf(s[r][c] - l);
-        }
+      for (int c = 0; c < C::S_COLS; ++c) {
+        // Masked tiles only: keys after the query or past seq_k (their K rows are zeros, but
+        // exp(0 − LSE) may overflow, and inf·0 is NaN).
+        const bool hidden = decltype(masked)::value && n0 + cg + CG * c >= visible;
+        p[r][c] = hidden ? 0.f : expf(p[r][c] - l);
       }
-    } else {
-      gemm_nt<D, C::S_ROWS, C::S_COLS, HRG, HCG, C::NT_UNROLL>(dOs, Vs, hrg, hcg, s);  // dP = dO·Vᵀ
     }
-    __syncthreads();  // P is in shared memory
-    if (second) {
+    gemm_nt<D, C::S_ROWS, C::S_COLS, RG, CG>(dOs, Vs, rg, cg, ds);  // dP = dO·Vᵀ
 #pragma unroll
-      for (int r = 0; r < C::S_ROWS; ++r) {
-        const float delta = delta_s[hrg + HRG * r];
+    for (int r = 0; r < C::S_ROWS; ++r) {
+      const float delta = delta_s[rg + RG * r];
 #pragma unroll
-        for (int c = 0; c < C::S_COLS; ++c)  // dS = P ∘ (dP − delta), stored transposed
-          dSt[(hcg + HCG * c) * C::LD_DST + hrg + HRG * r] =
-              Ps[(hrg + HRG * r) * C::LD_P + hcg + HCG * c] * (s[r][c] - delta);
-      }
+      for (int c = 0; c < C::S_COLS; ++c)  // dS = P ∘ (dP − delta), stored transposed
+        dSt[(cg + CG * c) * C::LD_DST + rg + RG * r] = p[r][c] * (ds[r][c] - delta);
     }
     __syncthreads();  // dSᵀ is in shared memory
 
