@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 
 namespace fa {
@@ -99,5 +100,11 @@ struct StepInfo {
   // family's default.
   Problem (*default_problem)() = nullptr;
 };
+
+// What every attention launcher checks before it launches, throwing UsageError("<step>: ..."):
+// the step supports the problem (step.supports), every size is at least 1, and each pointer in
+// `ptrs` (named by `names`, e.g. "Q, K, V and O") is 16-byte aligned (the kernels' vector loads).
+void check_attention_launch(const StepInfo& step, const AttnParams& p, std::initializer_list<const void*> ptrs,
+                            const char* names);
 
 }  // namespace fa

@@ -597,17 +597,9 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 }
 
 void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
-  fa::Problem pr;
-  pr.family = fa::Family::Attention;
-  pr.attn = a.p;
-  if (const std::string why = supports(pr); !why.empty()) throw fa::UsageError(std::string(info().name) + ": " + why);
+  fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o, a.dout, a.dq, a.dk, a.dv},
+                             "Q, K, V, O, dO, dQ, dK and dV");
   const fa::AttnParams& p = a.p;
-  if (p.batch < 1 || p.heads < 1 || p.seq_q < 1 || p.seq_k < 1 || p.head_dim < 1)
-    throw fa::UsageError(std::string(info().name) + ": every size must be at least 1");
-  for (const void* ptr : {a.q, a.k, a.v, a.o, a.dout, static_cast<const void*>(a.dq), static_cast<const void*>(a.dk),
-                          static_cast<const void*>(a.dv)})
-    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
-      throw fa::UsageError(std::string(info().name) + ": Q, K, V, O, dO, dQ, dK, dV must be 16-byte aligned");
   // head_dim is padded up to an instance with zeros: they add nothing to the products, and the
   // padding columns of dQ, dK, dV are never stored.
   if (p.head_dim <= 64)

@@ -517,21 +517,8 @@ int pick(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   return best;
 }
 
-void check_args(const fa::AttnFwdArgs& a) {
-  fa::Problem pr;
-  pr.family = fa::Family::Attention;
-  pr.attn = a.p;
-  if (const std::string why = supports(pr); !why.empty()) throw fa::UsageError(std::string(info().name) + ": " + why);
-  const fa::AttnParams& p = a.p;
-  if (p.batch < 1 || p.heads < 1 || p.seq_q < 1 || p.seq_k < 1 || p.head_dim < 1)
-    throw fa::UsageError(std::string(info().name) + ": every size must be at least 1");
-  for (const void* ptr : {a.q, a.k, a.v, static_cast<const void*>(a.o)})
-    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
-      throw fa::UsageError(std::string(info().name) + ": Q, K, V and O must be 16-byte aligned (16-byte loads)");
-}
-
 void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  check_args(a);
+  fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o}, "Q, K, V and O");
   if (a.p.dtype == fa::DType::F16)
     candidates<__half>(a.p.head_dim)[pick<__half>(a, stream)].launch(a, stream);
   else
