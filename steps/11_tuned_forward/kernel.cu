@@ -446,9 +446,10 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 }
 
 // The candidates (name: w WARPS, m MF, n BLOCK_N, s STAGES, q if Q stays in registers). Each
-// head_dim keeps the instances that won at least one problem class in the measurements of
-// docs/11; w8 (8 warps × 16 rows) and the Q-in-registers variants of the 128-row tiles lost
-// everywhere (the latter spill: ptxas reports 124+ bytes at d = 64 with BLOCK_N = 128).
+// head_dim keeps FA2's tile shape, a second 32-rows-per-warp shape and step 10's 64-row shape
+// (more blocks when a problem has few query rows). Dropped after the measurements of docs/11,
+// because they lost on every benchmark shape: w8 (8 warps × 16 rows) at both head dims, and
+// w4m2n128s2q at d = 64 (Q in registers beside a 128-key S tile: ptxas spills 224 bytes).
 template <class T>
 const std::vector<Candidate>& candidates(int d) {
   static const std::vector<Candidate> d64 = {
