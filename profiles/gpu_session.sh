@@ -11,7 +11,7 @@
 # bench.csv: NN_name/{metrics.csv,speed_of_light.txt,ncu_raw.csv} from capture.sh and bench.png from
 # bench.py; `results.py import` unpacks it there.
 #
-# STAGES picks the stages (default: all of "build ctest run_all bench capture sass"), e.g. to split
+# STAGES picks the stages (default: all of "build ctest run_all bench candidates capture sass"), e.g. to split
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
 # capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
 # CTEST_ARGS (e.g. "-L gpu") tune the build and the tests; BENCH_ARGS (e.g. "--steps 07,08 --no-sdpa
@@ -25,7 +25,7 @@
 set -euo pipefail
 mkdir -p "${OUT:=$PWD/gpu_out}"
 OUT=$(cd "$OUT" && pwd)
-STAGES=" ${STAGES:-build ctest run_all bench capture sass} "
+STAGES=" ${STAGES:-build ctest run_all bench candidates capture sass} "
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/local/cuda/bin"  # nvcc, ncu, cuobjdump where the image has them only there
 work=$(mktemp -d)
@@ -74,6 +74,8 @@ bench() {  # every step's --sweep (--bwd) and the SDPA baselines; the plot goes 
   python3 profiles/bench.py --out "$OUT/bench.csv" --png "$work/profiles/bench.png" --no-render ${BENCH_ARGS:-} \
     >> "$OUT/run.log" 2>&1
 }
+# step 11's candidate instances, each pinned, side by side (profiles/candidates.py); into the tarball
+candidates() { python3 profiles/candidates.py --out "$work/profiles/step11_candidates.csv" >> "$OUT/run.log" 2>&1; }
 # shellcheck disable=SC2086
 capture() { bash profiles/capture.sh --no-build --out "$work/profiles" ${CAPTURE_STEPS:-all} >> "$OUT/run.log" 2>&1; }
 sass() {
@@ -88,6 +90,7 @@ if [[ " ${failed[*]-} " == *" build "* ]]; then exit 1; fi
 stage ctest tests
 stage run_all run_all
 stage bench bench
+stage candidates candidates
 stage capture capture
 stage sass sass
 if [[ -d $work/profiles ]] && [[ -n $(ls -A "$work/profiles") ]]; then

@@ -121,8 +121,10 @@ def matmul_table():
         "median of 20 repetitions, L2 flushed before each.\n\n" + source_line(["bench.csv"])
 
 
-def attention_table(steps, mode="fwd"):
-    """TFLOP/s per step for every sweep shape; x columns from the later step's interleaved timing."""
+def attention_table(steps, mode="fwd", first_prev=None):
+    """TFLOP/s per step for every sweep shape; x columns from the later step's interleaved timing.
+    first_prev: also a column for steps[0] against the step it was timed beside (09 against 06,
+    which runs the fp32 version of the shape and so has no column of its own here)."""
     rows = read_csv(os.path.join(gpu_dir(), "bench.csv"))
     by = OrderedDict()
     for r in rows:
@@ -136,12 +138,12 @@ def attention_table(steps, mode="fwd"):
         if m != mode:
             continue
         by.setdefault(problem, {})[r["step"]] = r
-    header = ["shape"] + [f"{s[:2]} TFLOP/s" for s in steps] + \
-        [f"{b[:2]} vs {a[:2]}" for a, b in zip(steps, steps[1:])]
+    pairs = ([(first_prev, steps[0])] if first_prev else []) + list(zip(steps, steps[1:]))
+    header = ["shape"] + [f"{s[:2]} TFLOP/s" for s in steps] + [f"{b[:2]} vs {a[:2]}" for a, b in pairs]
     body = []
     for problem, s in by.items():
         line = [problem] + [num(s[st]["rate"], "{:.1f}") if st in s else "-" for st in steps]
-        for a, b in zip(steps, steps[1:]):
+        for a, b in pairs:
             line.append(num(s[b]["speedup_vs_prev"], "{:.2f}×") if b in s and s[b]["prev_step"] == a else "-")
         body.append(line)
     return md_table(header, body) + \
@@ -188,6 +190,7 @@ SASS_PATTERNS = {  # one regular expression per counted column (instructions: ev
 SASS_SCALAR = ["instructions", "ldg128", "ldg32", "stg128", "stg32", "mufu_ex2", "shfl", "bar"]
 SASS_TC = ["instructions", "hmma", "ldsm", "ldgsts", "ldg128", "stg128", "stg32", "mufu_ex2", "fmul", "shfl", "bar"]
 SASS_OVERRIDE = None  # tests: read this sass_summary.csv instead of profiles/<gpu>/sass_summary.csv
+CANDIDATES_OVERRIDE = None  # tests: read step 11's candidate rows from here instead
 
 
 def sass_rows(keep):
@@ -622,9 +625,33 @@ def tc_target_block():
     return text + "\n\n" + tc_source()
 
 
+def step11_candidates_table():
+    """Step 11's candidates, each pinned, per shape: TFLOP/s, the fastest in bold (profiles/candidates.py)."""
+    path = CANDIDATES_OVERRIDE or os.path.join(gpu_dir(), "step11_candidates.csv")
+    if not os.path.exists(path):
+        return "Not measured yet (`profiles/candidates.py`, stage `candidates` of `profiles/gpu_session.sh`)."
+    rows = read_csv(path)
+    out = []
+    for d in sorted({r["problem"].split(" D")[1].split(" ")[0] for r in rows}, key=int):
+        mine = [r for r in rows if f" D{d} " in r["problem"]]
+        names = list(dict.fromkeys(r["candidate"] for r in mine))
+        body = []
+        for problem in dict.fromkeys(r["problem"] for r in mine):
+            rate = {r["candidate"]: float(r["rate"]) for r in mine if r["problem"] == problem}
+            best = max(rate, key=rate.get)
+            body.append([problem] + [("**{:.1f}**" if n == best else "{:.1f}").format(rate[n]) if n in rate else "-"
+                                     for n in names])
+        out.append(md_table(["shape"] + [f"`{n}` TFLOP/s" for n in names], body))
+    return "\n\n".join(out) + "\n\nEach candidate pinned with `FA_STEP11_CONFIG` and timed by `11_tuned_forward " \
+        "--bench` (median of 20, L2 flushed); fp16; the fastest of a shape in bold.\n\n" + \
+        source_line(["step11_candidates.csv"])
+
+
 # Blocks rendered wherever their markers are (README.md, profiles/README.md, docs/*.md).
 ANYWHERE = {"results:tc_vs_sdpa": tc_vs_sdpa_table, "results:tc_climb": tc_climb_table,
-            "results:tc_target": tc_target_block, "sass:tc_forward": sass_tc_block}
+            "results:tc_target": tc_target_block, "sass:tc_forward": sass_tc_block,
+            "results:tc_steps": lambda: attention_table(TC_FWD, first_prev="06_causal_stages"),
+            "results:step11_candidates": step11_candidates_table}
 _TC_UPTO = re.compile(r"<!-- results:tc_vs_sdpa:(\d\d):begin -->")
 
 
@@ -683,7 +710,8 @@ def render(check):
 
 
 # ---- import -------------------------------------------------------------------------------------
-_CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv)|bench\.png)$")
+_CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv)|bench\.png|"
+                           r"step11_candidates\.csv)$")
 
 
 def import_session(src):

@@ -427,6 +427,43 @@ class SassSummary(unittest.TestCase):
         self.assertIn("No SASS of steps 09-11", self.results.sass_tc_block())
 
 
+class Step11Candidates(unittest.TestCase):
+    """profiles/candidates.py's name discovery (a mock executable) and results.py's table (synthetic rows)."""
+
+    def setUp(self):
+        import results
+        self.results = results
+        self.tmp = tempfile.mkdtemp(prefix="cand_")
+
+    def tearDown(self):
+        self.results.CANDIDATES_OVERRIDE = None
+        shutil.rmtree(self.tmp)
+
+    def test_names_from_the_executables_refusal(self):
+        import candidates
+        exe = os.path.join(self.tmp, "11_tuned_forward")
+        with open(exe, "w") as f:
+            f.write("#!/bin/sh\necho \"error: 11_tuned_forward: FA_STEP11_CONFIG=$FA_STEP11_CONFIG is not a candidate "
+                    "for head_dim 64 (candidates: w4m2n128s2 w4m1n64s3q)\"\nexit 2\n")
+        os.chmod(exe, 0o755)
+        self.assertEqual(candidates.candidate_names(exe, 64), ["w4m2n128s2", "w4m1n64s3q"])
+
+    def test_table(self):
+        path = os.path.join(self.tmp, "step11_candidates.csv")
+        self.results.CANDIDATES_OVERRIDE = path
+        self.assertIn("Not measured yet", self.results.step11_candidates_table())
+        rows = [dict(bench_row("11_tuned_forward", p, 1), candidate=c, rate=r)
+                for c, p, r in (("a", "B4 H32 S4096 D64 f16", 300), ("b", "B4 H32 S4096 D64 f16", 250),
+                                ("a", "B4 H16 S4096 D128 f16", 200), ("c", "B4 H16 S4096 D128 f16", 360))]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["candidate"] + fp.BENCH_COLUMNS, lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+        table = self.results.step11_candidates_table()
+        self.assertIn("| B4 H32 S4096 D64 f16 | **300.0** | 250.0 |", table)
+        self.assertIn("| B4 H16 S4096 D128 f16 | 200.0 | **360.0** |", table)
+
+
 class BenchMerge(unittest.TestCase):
     def test_merge_rows(self):
         import bench
