@@ -99,14 +99,18 @@ struct Config {
 
 // ---- who owns what -------------------------------------------------------------------------------
 // Thread (rg, cg) of the ROW_GROUPS × COL_GROUPS grid. A warp holds 8 consecutive row groups
-// (lane % 8) and 4 consecutive column groups (lane / 8). So each shared-memory load of the
-// products below has at most 8 distinct addresses in a warp, the other lanes get a broadcast.
+// and 4 consecutive column groups, placed as in step 05: the row group from lane bits 1-3, the
+// column group from lane bits 0 and 4. So lanes n and n^1 always share a row group and lanes n
+// and n^2 a column group, and every float4 load of the products reads one address per pair of
+// lanes. Why that matters: shared memory returns 128 bytes per cycle, one 32-bit register to each
+// of 32 lanes, so a warp's LDS.128 costs 4 cycles however many lanes read the same address; only
+// paired lanes let it pack two lanes' registers into one slot, and then it costs 2 cycles.
 template <int ROW_GROUPS>
 __device__ __forceinline__ void lane_layout(int& rg, int& cg) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   constexpr int WARPS_PER_COLUMN = ROW_GROUPS / 8;
-  rg = (warp % WARPS_PER_COLUMN) * 8 + lane % 8;
-  cg = (warp / WARPS_PER_COLUMN) * 4 + lane / 8;
+  rg = (warp % WARPS_PER_COLUMN) * 8 + ((lane >> 1) & 7);                 // bits 1-3: n^1 pairs
+  cg = (warp / WARPS_PER_COLUMN) * 4 + ((lane & 1) | ((lane >> 4) << 1));  // bits 0, 4: n^2 pairs
 }
 
 // The accumulator tiles (TN products) own float4 chunks 4·GROUPS apart, as in step 06: element e
