@@ -51,6 +51,7 @@
 
 #include "check.h"
 #include "ops.h"
+#include "streams.h"
 
 namespace step06 {
 const fa::StepInfo& info();  // the forward of this step
@@ -116,7 +117,7 @@ template <int ROW_GROUPS>
 __device__ __forceinline__ void lane_layout(int& rg, int& cg) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   constexpr int WARPS_PER_COLUMN = ROW_GROUPS / 8;
-  rg = (warp % WARPS_PER_COLUMN) * 8 + ((lane >> 1) & 7);                 // bits 1-3: n^1 pairs
+  rg = (warp % WARPS_PER_COLUMN) * 8 + ((lane >> 1) & 7);                  // bits 1-3: n^1 pairs
   cg = (warp / WARPS_PER_COLUMN) * 4 + ((lane & 1) | ((lane >> 4) << 1));  // bits 0, 4: n^2 pairs
 }
 
@@ -252,8 +253,8 @@ struct KeyTile {
 template <int D, int R, int C, int RG, int CG>
 __device__ __forceinline__ void gemm_nt(const float* A, const float* B, int rg, int cg, float (&acc)[R][C]) {
   constexpr int LD = D + 4;
-  const float* a0 = A + rg * LD;  // this thread's first row of A, at d = 0
-  const float* b0 = B + cg * LD;  // this thread's first row of B, at d = 0
+  const float* a0 = A + rg * LD;      // this thread's first row of A, at d = 0
+  const float* b0 = B + cg * LD;      // this thread's first row of B, at d = 0
   float4 aa[R], ba[C], ab[R], bb[C];  // registers: 4 columns of this thread's rows of A and of B, twice
   auto load = [&](int d, float4(&a)[R], float4(&b)[C]) {
 #pragma unroll
@@ -588,16 +589,21 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   const auto *q = static_cast<const float*>(a.q), *k = static_cast<const float*>(a.k),
              *v = static_cast<const float*>(a.v), *o = static_cast<const float*>(a.o),
              *dout = static_cast<const float*>(a.dout);
-  // The two kernels are independent: each reads only the inputs and writes only its outputs.
+  // The two kernels are independent: each reads only the inputs and writes only its outputs. So
+  // they may run at the same time: the dK/dV kernel on a side stream, the dQ kernel on the
+  // caller's. Back to back on one stream, the last, partly filled wave of the first would leave
+  // SMs idle until it ends; side by side, the second kernel's blocks fill them.
+  fa::StreamFork fork(stream);
   const dim3 grid_kv((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, p.batch * p.heads);
-  backward_dkdv<D><<<grid_kv, C::THREADS, C::DKDV_SMEM, stream>>>(q, k, v, o, dout, a.lse, static_cast<float*>(a.dk),
-                                                                  static_cast<float*>(a.dv), p.seq_q, p.seq_k,
-                                                                  p.head_dim, p.scale, p.causal);
+  backward_dkdv<D><<<grid_kv, C::THREADS, C::DKDV_SMEM, fork.side()>>>(
+      q, k, v, o, dout, a.lse, static_cast<float*>(a.dk), static_cast<float*>(a.dv), p.seq_q, p.seq_k, p.head_dim,
+      p.scale, p.causal);
   FA_CHECK_LAUNCH();
   const dim3 grid_q((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M, p.batch * p.heads);
   backward_dq<D><<<grid_q, C::THREADS, C::DQ_SMEM, stream>>>(q, k, v, o, dout, a.lse, static_cast<float*>(a.dq),
                                                              p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
   FA_CHECK_LAUNCH();
+  fork.join();
 }
 
 void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
