@@ -3,6 +3,7 @@
 // reference on the golden data, the edge shapes and padded head dims; a row without visible keys
 // (LSE = -inf) gets no gradient and makes no NaN; what it refuses.
 #include "attention_checks.h"
+#include "streams.h"
 
 namespace step04 {
 const fa::StepInfo& info();
@@ -108,5 +109,36 @@ TEST(Step07FlashBackward, LauncherRefusesUnsupportedProblems) {
   EXPECT_THROW(kStep.attn_bwd(a, nullptr), fa::UsageError);
   a.p.head_dim = 64, a.p.seq_k = 0;
   EXPECT_THROW(kStep.attn_bwd(a, nullptr), fa::UsageError);
+}
+
+// The two kernels run on the caller's stream and a side stream (fa::StreamFork). The fork must
+// order the caller's earlier work before the side stream's, and the join the side stream's work
+// before the caller's later work: a slow kernel (about 2 ms) on one side, a copy on the other.
+__global__ void slow_store(int* p, int value) {
+  for (int i = 0; i < 2000; ++i) __nanosleep(1000);
+  *p = value;
+}
+__global__ void copy_int(const int* src, int* dst) { *dst = *src; }
+
+TEST(Step07FlashBackward, StreamForkOrdersBothWays) {
+  fa::DeviceBuffer<int> buf(3);
+  FA_CUDA_CHECK(cudaMemset(buf.get(), 0, 3 * sizeof(int)));
+  cudaStream_t stream;
+  FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  slow_store<<<1, 1, 0, stream>>>(buf.get(), 7);  // before the fork, on the caller's stream
+  {
+    fa::StreamFork fork(stream);
+    copy_int<<<1, 1, 0, fork.side()>>>(buf.get(), buf.get() + 1);  // must see 7
+    slow_store<<<1, 1, 0, fork.side()>>>(buf.get(), 42);
+    fork.join();
+  }
+  copy_int<<<1, 1, 0, stream>>>(buf.get(), buf.get() + 2);  // after the join: must see 42
+  FA_CUDA_CHECK(cudaGetLastError());
+  int host[3];
+  FA_CUDA_CHECK(cudaMemcpyAsync(host, buf.get(), sizeof(host), cudaMemcpyDeviceToHost, stream));
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FA_CUDA_CHECK(cudaStreamDestroy(stream));
+  EXPECT_EQ(host[1], 7) << "the side stream ran before the caller's earlier work ended";
+  EXPECT_EQ(host[2], 42) << "the caller's stream went on before the side stream's work ended";
 }
 }  // namespace
