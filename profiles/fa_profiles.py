@@ -248,13 +248,16 @@ PANEL = [
     Counter("bank_ldsm", "ldmatrix (LDSM) bank conflicts", "sum", "count"),
     Counter("bank_ldgsts", "cp.async (LDGSTS) shared-store bank conflicts", "sum", "count"),
     Counter("inst", "warp instructions executed", "sum", "count"),
+    Counter("smem_ld_inst", "shared-memory load instructions (warp)", "sum", "count"),
+    Counter("smem_ld_wf", "shared-memory load wavefronts (cycles of the 128 B/cycle pipe)", "sum", "count"),
+    Counter("smem_pipe_pct", "shared-memory pipe (% of peak, wavefronts)", "time", "pct"),
     Counter("l2_hit_pct", "L2 hit rate (%)", "time", "pct"),
     Counter("l1_hit_pct", "L1 hit rate (%)", "time", "pct"),
 ]
 COUNTERS = OrderedDict((c.key, c) for c in PANEL)
 # Counters added to the panel after the first captures (for the tensor-core steps): side-by-side tables
 # leave them out where none of the steps has them, instead of a row of '-'.
-LATER_COUNTERS = {"bank_ldsm", "bank_ldgsts", "inst"}
+LATER_COUNTERS = {"bank_ldsm", "bank_ldgsts", "inst", "smem_ld_inst", "smem_ld_wf", "smem_pipe_pct"}
 
 # metrics.csv column <- ncu metrics (the first one ncu reported wins; 'max' takes the largest).
 # Names from the Nsight Compute metrics reference for GH100 (2025.x). A name this ncu does not
@@ -284,6 +287,11 @@ PANEL_METRICS = OrderedDict([
     ("bank_ldgsts", (["sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum",
                       "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum"], "first")),
     ("inst", (["smsp__inst_executed.sum"], "first")),
+    # Shared-memory loads: instructions, and the wavefronts (cycles) they took. An LDS.128 is at least
+    # 4 wavefronts (one 32-bit register to each of 32 lanes per cycle), 2 where lanes pair up.
+    ("smem_ld_inst", (["smsp__inst_executed_op_shared_ld.sum"], "first")),
+    ("smem_ld_wf", (["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"], "first")),
+    ("smem_pipe_pct", (["l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed"], "first")),
     ("l2_hit_pct", (["lts__t_sector_hit_rate.pct"], "first")),
     ("l1_hit_pct", (["l1tex__t_sector_hit_rate.pct"], "first")),
 ])
@@ -297,7 +305,7 @@ _STALL_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_act
 METRICS_COLUMNS = ["step", "shape", "problem", "id", "kernel", "grid", "block", "time_us", "dram_read_mb",
                    "dram_write_mb", "dram_pct", "sm_pct", "occupancy_pct", "regs", "smem_static_kb",
                    "smem_dynamic_kb", "tensor_pct", "fma_pct", "bank_ld", "bank_st", "bank_ldsm", "bank_ldgsts",
-                   "inst", "l2_hit_pct", "l1_hit_pct",
+                   "inst", "smem_ld_inst", "smem_ld_wf", "smem_pipe_pct", "l2_hit_pct", "l1_hit_pct",
                    "stall1", "stall1_cpi", "stall2", "stall2_cpi", "stall3", "stall3_cpi", "stall_total_cpi"]
 NCU_SECTIONS = ["SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats"]
 

@@ -392,6 +392,65 @@ def env_block():
 
 
 # ---- the generated blocks -----------------------------------------------------------------------
+# Step 07's backward as it changed, one measured run per version: profiles/<gpu>/07_flash_backward/
+# history/<N>_<name>.csv (the 07 and 08 bwd rows of that run's bench.csv or --sweep --bwd --csv).
+BWD_HISTORY = [("0_session_start", "07 at the start"), ("1_paired_lanes", "paired lanes"),
+               ("2_o_prefetch_reverted", "+ O with Q, dO (reverted)"), ("3_side_by_side", "+ kernels side by side")]
+
+
+def bwd_history_table():
+    """Per backward sweep shape: step 07's TFLOP/s and its time ratio to step 04 (same process) in
+    each measured version, then the committed bench.csv (the code in the repository)."""
+    folder = os.path.join(gpu_dir(), "07_flash_backward", "history")
+    runs = [(label, os.path.join(folder, name + ".csv")) for name, label in BWD_HISTORY]
+    runs = [(label, path) for label, path in runs if os.path.exists(path)]
+    runs.append(("now (bench.csv)", os.path.join(gpu_dir(), "bench.csv")))
+    cells, shapes = {}, []
+    for label, path in runs:
+        for r in read_csv(path):
+            if r["step"] != "07_flash_backward" or not r["problem"].endswith(" bwd"):
+                continue
+            shape = r["problem"][:-len(" bwd")]
+            if shape not in shapes:
+                shapes.append(shape)
+            x = num(r["speedup_vs_prev"], "{:.2f}×") if r["prev_step"] == "04_naive_attention" else "-"
+            cells[(shape, label)] = f"{num(r['rate'], '{:.1f}')} ({x})"
+    body = [[shape] + [cells.get((shape, label), "-") for label, _ in runs] for shape in shapes]
+    files = [os.path.relpath(p, gpu_dir()) for _, p in runs]
+    return md_table(["shape"] + [label for label, _ in runs], body) + \
+        "\n\nStep 07's backward in TFLOP/s (FlashAttention convention, bwd = 2.5 × the forward's FLOPs) and, in " \
+        "brackets, step 04's time over step 07's, timed interleaved in the same process. One column per measured " \
+        "version of the kernel, in the order the changes were made.\n\n" + source_line(files)
+
+
+# Where the backward's time goes, per kernel: the FFMA pipe, the shared-memory pipe and its load
+# wavefronts per load instruction (4 for an unpaired LDS.128, 2 for a paired one), the top stall.
+def bwd_pipes_table(steps):
+    body, panels = [], []
+    start = os.path.join(gpu_dir(), "07_flash_backward", "history", "metrics_session_start.csv")
+    if steps[0] == "07_flash_backward" and os.path.exists(start):  # the kernels before the paired lanes
+        panels.append(("07 (start)", read_csv(start), start))
+    panels += [(st[:2], *load_panel(st)) for st in steps]
+    for label, rows, _ in panels:
+        for r in rows:
+            wf, n = value(r, "smem_ld_wf"), value(r, "smem_ld_inst")
+            body.append([label, shape_label(r["shape"]), r["kernel"], num(value(r, "time_us"), "{:.0f}"),
+                         num(value(r, "fma_pct"), "{:.0f}"), num(value(r, "smem_pipe_pct"), "{:.0f}"),
+                         num(wf / n if wf and n else None, "{:.2f}"), num(r.get("stall1_cpi"), "{:.2f}"),
+                         f"{r.get('stall1') or '-'} {num(r.get('stall1_cpi'), '{:.2f}')}, "
+                         f"{r.get('stall2') or '-'} {num(r.get('stall2_cpi'), '{:.2f}')}, "
+                         f"{r.get('stall3') or '-'} {num(r.get('stall3_cpi'), '{:.2f}')}",
+                         num(r.get("stall_total_cpi"), "{:.2f}")])
+    files = sorted({os.path.relpath(path, gpu_dir()) for _, _, path in panels if path})
+    header = ["step", "problem", "kernel", "time (µs)", "FMA pipe %", "shared pipe %", "wavefronts / shared load",
+              "top stall", "top three stalls (cycles per issued instruction)", "all stalls"]
+    body = [b[:7] + b[8:] for b in body]
+    header = header[:7] + header[8:]
+    return md_table(header, body) + "\n\nOne launch per row after a warm-up, `ncu --clock-control none`. The " \
+        "stalls are warp cycles per issued instruction; 'selected' (1 by definition) and 'not_selected' (the " \
+        "other warp issued) are part of the count.\n\n" + source_line(files)
+
+
 ATTN_FWD = ("04_naive_attention", "05_flash_forward", "06_causal_stages")
 ATTN_BWD = ("04_naive_attention", "07_flash_backward", "08_backward_delta_reuse")
 BLOCKS = {
@@ -406,9 +465,13 @@ BLOCKS = {
     "docs/06_causal_stages.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
                                  "profile:attn_fwd": lambda: profile_table(("05_", "06_"))},
     "docs/07_flash_backward.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
-                                  "profile:attn_bwd": lambda: profile_table(("07_",))},
+                                  "profile:attn_bwd": lambda: profile_table(("07_",)),
+                                  "results:bwd_history": bwd_history_table,
+                                  "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward"])},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
-                                        "profile:attn_bwd": lambda: profile_table(("07_", "08_"))},
+                                        "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
+                                        "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
+                                                                                       "08_backward_delta_reuse"])},
     "docs/01_safe_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
                                 "sass:softmax": lambda: sass_table(("step01::", "step02::"))},
     "docs/02_online_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
