@@ -15,6 +15,7 @@
 //
 // Each kernel writes its outputs once, so no atomics and no zero-initialised buffers; the price
 // is that S, P and dP are computed in both kernels (7 tile products per tile pair instead of 5).
+// Nothing orders the two kernels either, so the launcher runs them side by side (two streams).
 // Causal: step 06's stages. The dQ kernel skips the key tiles after its diagonal (heaviest query
 // block first); the dK/dV kernel starts its query loop at its diagonal; only diagonal tiles mask.
 //
@@ -36,7 +37,7 @@
 // Whole tiles load without bounds checks (one base pointer, immediate offsets; only a ragged last
 // tile takes the checked path), and the inner loops of the products are software-pipelined.
 // ptxas (sm_90a, CUDA 13.0), registers per thread, 0 bytes spilled everywhere: dK/dV 254 (d 64)
-// and 244 (d 128), dQ 255 and 234. Occupancy: 8 warps per SM (of 64) in both instances.
+// and 242 (d 128), dQ 255 and 232. Occupancy: 8 warps per SM (of 64) in both instances.
 // exp: expf, as in steps 05-06 (exp2 with log2(e) folded into the scale comes in step 10).
 //
 // Build + run:  cmake --build build --target 07_flash_backward && build/bin/07_flash_backward
