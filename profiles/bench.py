@@ -33,7 +33,8 @@ fwd+bwd'); FLOPs by the FlashAttention convention (forward 4·B·H·S²·D, halv
 --merge CSV keeps CSV's rows of every numbered step this run did not measure, and of SDPA every row
 (problem) this run did not re-measure: with --steps naming forward-only steps, SDPA's forward is
 measured again beside them (same run), and its backward rows stay those measured beside the backward
-steps.
+steps; with --steps naming only steps with a backward (07, 08), the reverse: SDPA's bwd and fwd+bwd
+rows are measured again and its forward rows (the forward steps' baselines) kept.
 
 Without PyTorch the baselines are skipped, without matplotlib the plot: each is said, and the CSV
 and the terminal table are still written.
@@ -118,6 +119,18 @@ def step_rows(exes):
     return rows, failed
 
 
+def auto_sdpa_modes(requested, steps_named, backward):
+    """The SDPA rows a run measures: the requested ones, or for 'auto' the ones its steps are
+    compared with, so that --merge keeps the others from the run that measured their steps. The
+    forward rows pair with the forward-only steps (09-11), the backward rows with 07/08.
+    backward: has_backward() of each step run."""
+    if requested != "auto":
+        return requested
+    if not steps_named or not backward or (any(backward) and not all(backward)):
+        return "all"
+    return "bwd" if all(backward) else "fwd"
+
+
 def has_backward(exe):
     return subprocess.run([exe, "--bwd", "--device-info"], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL).returncode == 0
@@ -180,7 +193,9 @@ def time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd=True):
     return tf, tb
 
 
-def sdpa_rows(torch, tensor_peak, reps, warmup, bwd=True):
+def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all"):
+    """modes: 'all' (fwd, bwd, fwd+bwd rows), 'fwd', or 'bwd' (the bwd and fwd+bwd rows only)."""
+    bwd = modes != "fwd"
     from torch.nn.attention import SDPBackend, sdpa_kernel
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 0) or (128 << 20))
@@ -208,8 +223,9 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, bwd=True):
                         say(f"   {step}: {shape} {dname}: {why} (skipped; further such skips not repeated)")
                         refused.add((step, why))
                     continue
-                modes = (("", tf, 1.0), (" bwd", tb, 2.5), (" fwd+bwd", tf + tb, 3.5)) if bwd else (("", tf, 1.0),)
-                for mode, ms, factor in modes:
+                rows_of = {"all": (("", tf, 1.0), (" bwd", tb, 2.5), (" fwd+bwd", tf + tb, 3.5)),
+                           "fwd": (("", tf, 1.0),), "bwd": ((" bwd", tb, 2.5), (" fwd+bwd", tf + tb, 3.5))}
+                for mode, ms, factor in rows_of[modes]:
                     rate = factor * flop / (ms * 1e-3) * 1e-12
                     rows.append(dict(step=step, idea=f"PyTorch {torch.__version__} SDPA, {what}",
                                      problem=f"{shape} {dname}{mode}", time_ms=f"{ms:.6g}", rate=f"{rate:.6g}",
@@ -371,9 +387,10 @@ def main(argv=None):
     ap.add_argument("--steps", help="comma-separated step numbers to run (default: every built step)")
     ap.add_argument("--no-steps", action="store_true", help="run no step (the SDPA baselines only)")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the PyTorch SDPA baselines")
-    ap.add_argument("--sdpa-modes", choices=("auto", "all", "fwd"), default="auto",
-                    help="SDPA rows to measure: all (fwd, bwd, fwd+bwd), fwd, or auto (default): fwd only when "
-                         "--steps names only forward-only steps, else all")
+    ap.add_argument("--sdpa-modes", choices=("auto", "all", "fwd", "bwd"), default="auto",
+                    help="SDPA rows to measure: all (fwd, bwd, fwd+bwd), fwd, bwd (bwd and fwd+bwd), or auto "
+                         "(default): fwd when --steps names only forward-only steps, bwd when it names only steps "
+                         "with a backward, else all")
     ap.add_argument("--merge", metavar="CSV",
                     help="keep CSV's rows of every step (and baseline) this run did not measure: re-measure a few "
                          "steps into a complete bench.csv")
@@ -424,11 +441,9 @@ def main(argv=None):
             if tensor_peak <= 0:
                 built = step_exes(a.build, set())
                 device, tensor_peak = device_info(built[0]) if built else (device, -1.0)
-            # auto: the backward too, unless --steps named only forward-only steps (09-11: their
-            # baselines are SDPA's forward; the backward rows stay those measured beside 07/08)
-            bwd = a.sdpa_modes == "all" or (a.sdpa_modes == "auto" and (not only or any(map(has_backward, exes))))
-            say(f"== SDPA baselines (PyTorch {torch.__version__}; {'forward and backward' if bwd else 'forward only'})")
-            rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, bwd)
+            modes = auto_sdpa_modes(a.sdpa_modes, bool(only), list(map(has_backward, exes)))
+            say(f"== SDPA baselines (PyTorch {torch.__version__}; rows: {modes})")
+            rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
             sdpa_measured = True
         else:
             say(why)

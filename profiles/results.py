@@ -436,16 +436,14 @@ def bwd_pipes_table(steps):
             wf, n = value(r, "smem_ld_wf"), value(r, "smem_ld_inst")
             body.append([label, shape_label(r["shape"]), r["kernel"], num(value(r, "time_us"), "{:.0f}"),
                          num(value(r, "fma_pct"), "{:.0f}"), num(value(r, "smem_pipe_pct"), "{:.0f}"),
-                         num(wf / n if wf and n else None, "{:.2f}"), num(r.get("stall1_cpi"), "{:.2f}"),
+                         num(wf / n if wf and n else None, "{:.2f}"),
                          f"{r.get('stall1') or '-'} {num(r.get('stall1_cpi'), '{:.2f}')}, "
                          f"{r.get('stall2') or '-'} {num(r.get('stall2_cpi'), '{:.2f}')}, "
                          f"{r.get('stall3') or '-'} {num(r.get('stall3_cpi'), '{:.2f}')}",
                          num(r.get("stall_total_cpi"), "{:.2f}")])
     files = sorted({os.path.relpath(path, gpu_dir()) for _, _, path in panels if path})
     header = ["step", "problem", "kernel", "time (µs)", "FMA pipe %", "shared pipe %", "wavefronts / shared load",
-              "top stall", "top three stalls (cycles per issued instruction)", "all stalls"]
-    body = [b[:7] + b[8:] for b in body]
-    header = header[:7] + header[8:]
+              "top three stalls (cycles per issued instruction)", "all stalls"]
     return md_table(header, body) + "\n\nOne launch per row after a warm-up, `ncu --clock-control none`. The " \
         "stalls are warp cycles per issued instruction; 'selected' (1 by definition) and 'not_selected' (the " \
         "other warp issued) are part of the count.\n\n" + source_line(files)

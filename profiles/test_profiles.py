@@ -465,6 +465,16 @@ class Step11Candidates(unittest.TestCase):
 
 
 class BenchMerge(unittest.TestCase):
+    def test_auto_sdpa_modes(self):
+        import bench
+        # each run re-measures only the SDPA rows its steps are compared with
+        self.assertEqual(bench.auto_sdpa_modes("auto", True, [False, False, False]), "fwd")  # --steps 09,10,11
+        self.assertEqual(bench.auto_sdpa_modes("auto", True, [True, True]), "bwd")  # --steps 07,08
+        self.assertEqual(bench.auto_sdpa_modes("auto", True, [True, False]), "all")  # --steps 08,09
+        self.assertEqual(bench.auto_sdpa_modes("auto", False, [True, False]), "all")  # every step
+        self.assertEqual(bench.auto_sdpa_modes("auto", True, []), "all")  # --no-steps
+        self.assertEqual(bench.auto_sdpa_modes("fwd", True, [True]), "fwd")  # asked for explicitly
+
     def test_merge_rows(self):
         import bench
         old = [bench_row("07_flash_backward", "B1 H1 S8 D64 f32 fwd", 1), bench_row("09_tensor_core_forward", "P f16", 9),
