@@ -18,7 +18,11 @@
 # know is dropped from the request (said once) and its column left empty. A line of ncu_shapes.txt
 # may name the kernels to profile, 'NN_name kernels=REGEX <flags>' (ncu --kernel-name-base demangled
 # --kernel-name regex:REGEX, e.g. kernels=step09:: for the kernels of namespace step09); where the
-# filter matches no kernel, the line is captured again without it (and says so).
+# filter matches no kernel, the line is captured again without it (and says so). A line marked
+# 'source' ('NN_name source <flags>') also collects ncu's SourceCounters section: the warp-state
+# samples per SASS instruction, added up per instruction group (FFMAs by the registers they read,
+# shared loads, the rest) with the executable's SASS (cuobjdump -sass) into
+#   profiles/<gpu>/NN_name/source_stalls.csv  (fa_profiles.py source-stalls; read by results.py)
 #
 # Options: --out DIR, --no-build (use build/ as it is), --reports DIR (keep the .ncu-rep files there,
 # for the Nsight Compute GUI; not committed), --list (print the shapes and exit), -h/--help.
@@ -104,8 +108,8 @@ profile() {
   local rep=$1 log=$2 m
   shift 2
   while :; do
-    if ncu --clock-control none --profile-from-start off "${section_args[@]}" ${metrics:+--metrics "$metrics"} \
-      "${kernel_args[@]}" -f -o "$rep" "$@" > "$log" 2>&1 && [[ -f $rep.ncu-rep ]]; then
+    if ncu --clock-control none --profile-from-start off "${section_args[@]}" "${source_args[@]}" \
+      ${metrics:+--metrics "$metrics"} "${kernel_args[@]}" -f -o "$rep" "$@" > "$log" 2>&1 && [[ -f $rep.ncu-rep ]]; then
       return 0
     fi
     if ((${#kernel_args[@]})) && grep -qi "no kernels were profiled" "$log"; then
@@ -127,7 +131,7 @@ profile() {
       metrics=$(IFS=,; echo "${kept[*]}")
       continue
     fi
-    if [[ -n $metrics ]] && ncu --clock-control none --profile-from-start off "${section_args[@]}" \
+    if [[ -n $metrics ]] && ncu --clock-control none --profile-from-start off "${section_args[@]}" "${source_args[@]}" \
       "${kernel_args[@]}" -f -o "$rep" "$@" > "$log.sections" 2>&1 && [[ -f $rep.ncu-rep ]]; then
       echo "  ncu refused the --metrics list without naming a metric (its log: $(grep -m1 '==ERROR==' "$log"));"
       echo "  captured with the sections' own metrics only, from now on"
@@ -161,7 +165,8 @@ for step in "${steps[@]}"; do
       echo "== $step $flags: skipped ($step has no backward pass)"
       continue
     fi
-    kernel_args=()
+    kernel_args=() source_args=()
+    [[ $($FP source "$step" "$flags") == 1 ]] && source_args=(--section SourceCounters)
     kfilter=$($FP kernels "$step" "$flags")
     [[ -n $kfilter ]] && kernel_args=(--kernel-name-base demangled --kernel-name "regex:$kfilter")
     echo "== $step --profile $flags${kfilter:+   (kernels matching $kfilter)}"
@@ -177,11 +182,18 @@ for step in "${steps[@]}"; do
       ncu -i "$dir/$id.ncu-rep" --page raw --csv > "$dir/$id.raw.csv"
     ncu -i "$dir/$id.ncu-rep" --page details --section SpeedOfLight > "$dir/$id.sol.txt" 2> /dev/null ||
       ncu -i "$dir/$id.ncu-rep" --page details > "$dir/$id.sol.txt" || true
+    if ((${#source_args[@]})); then
+      ncu -i "$dir/$id.ncu-rep" --page source --print-source sass --csv > "$dir/$id.source.csv" 2> "$dir/$id.source.log" ||
+        { echo "  ncu could not export the source counters: $(tail -1 "$dir/$id.source.log")"; rm -f "$dir/$id.source.csv"; }
+      [[ -f $dir/sass.txt ]] || cuobjdump -sass "$exe" > "$dir/sass.txt" 2> /dev/null ||
+        { echo "  cuobjdump -sass $exe failed: no source_stalls.csv"; rm -f "$dir/sass.txt"; }
+    fi
     [[ -n $reports ]] && cp "$dir/$id.ncu-rep" "$reports/$step.$id.ncu-rep"
   done
   if compgen -G "$dir/*.flags" > /dev/null; then
-    rm -f "$out/$step/metrics.csv" "$out/$step/speed_of_light.txt" "$out/$step/ncu_raw.csv"
+    rm -f "$out/$step/metrics.csv" "$out/$step/speed_of_light.txt" "$out/$step/ncu_raw.csv" "$out/$step/source_stalls.csv"
     $FP panel "$dir" "$out/$step" --ncu-version "$ncu_version" || failed+=("$step (no kernel rows)")
+    $FP source-stalls "$dir" "$out/$step" || failed+=("$step (source counters)")
   fi
 done
 

@@ -10,6 +10,10 @@ As a script it serves profiles/capture.sh:
   python3 profiles/fa_profiles.py ncu-metrics                    # the --metrics list capture.sh asks ncu for
   python3 profiles/fa_profiles.py shapes 05_flash_forward        # that step's lines of ncu_shapes.txt
   python3 profiles/fa_profiles.py kernels STEP "FLAGS"           # that line's kernel-name regex ('' = all)
+  python3 profiles/fa_profiles.py source STEP "FLAGS"            # 1 if that line asks for source counters, else 0
+  python3 profiles/fa_profiles.py source-stalls WORK_DIR OUT_DIR
+        # WORK_DIR: NNN.flags, NNN.source.csv (ncu --page source --print-source sass --csv) and sass.txt
+        # (cuobjdump -sass of the executable). Writes OUT_DIR/source_stalls.csv.
   python3 profiles/fa_profiles.py panel WORK_DIR OUT_DIR [--ncu-version V]
         # WORK_DIR: one capture of one step, files NNN.flags, NNN.raw.csv (ncu --page raw --csv) and
         # NNN.sol.txt (ncu --page details --section SpeedOfLight), NNN = 000, 001, ... in shape order.
@@ -85,25 +89,36 @@ def norm_flags(flags):
 
 
 def _shape_line(line):
-    """'<step> [kernels=REGEX] <flags>' -> (step, flags, regex or '')."""
+    """'<step> [kernels=REGEX] [source] <flags>' -> (step, flags, regex or '', source: bool)."""
     step, _, rest = line.partition(" ")
-    rest = rest.strip()
-    regex = ""
-    if rest.startswith("kernels="):
-        regex, _, rest = rest.partition(" ")
-        regex = regex[len("kernels="):]
-    return step, norm_flags(rest), regex
+    regex, source = "", False
+    while True:
+        rest = rest.strip()
+        word, _, tail = rest.partition(" ")
+        if word.startswith("kernels="):
+            regex, rest = word[len("kernels="):], tail
+        elif word == "source":
+            source, rest = True, tail
+        else:
+            break
+    return step, norm_flags(rest), regex, source
 
 
 def read_shapes(path=SHAPES_FILE):
     """ncu_shapes.txt -> [(step, flags)] in file order."""
-    return [(step, flags) for step, flags, _ in map(_shape_line, _lines(path))]
+    return [(step, flags) for step, flags, _, _ in map(_shape_line, _lines(path))]
 
 
 def kernel_filter(step, flags, path=SHAPES_FILE):
     """The kernel-name regex of a line of ncu_shapes.txt ('kernels=step09::'), or '' (every kernel)."""
     flags = norm_flags(flags)
-    return next((r for s, f, r in map(_shape_line, _lines(path)) if s == step and f == flags), "")
+    return next((r for s, f, r, _ in map(_shape_line, _lines(path)) if s == step and f == flags), "")
+
+
+def wants_source(step, flags, path=SHAPES_FILE):
+    """Whether a line of ncu_shapes.txt asks for per-instruction stall samples ('source')."""
+    flags = norm_flags(flags)
+    return any(src for s, f, _, src in map(_shape_line, _lines(path)) if s == step and f == flags)
 
 
 def read_moved(path=MOVED_FILE):
@@ -328,6 +343,7 @@ def short_kernel(name):
             if depth == 0:
                 n = n[:i]
                 break
+    n = n.replace("(int)", "")  # ncu's source page spells template arguments 'backward_dq<(int)128>'
     return re.sub(r"\b(step\d\d|fa)::", "", n).strip()
 
 
@@ -443,6 +459,147 @@ def build_step_capture(work, out, ncu_version=""):
                 f"# Written by profiles/capture.sh; durations compare only with other ncu durations.\n\n")
         f.write("\n".join(sol))
     print(f"  wrote {rel(out)}/metrics.csv ({len(rows)} rows: one per shape and kernel), speed_of_light.txt, ncu_raw.csv")
+    return 0
+
+
+# ---- per-instruction stall samples (capture.sh, lines marked 'source') -----------------------------
+# ncu's SourceCounters section samples every warp's state at intervals and charges the sample to the
+# instruction the warp is about to issue. capture.sh exports those samples per SASS instruction
+# (ncu --page source --print-source sass --csv) and the executable's SASS (cuobjdump -sass, which
+# keeps the .reuse flags that ncu's listing drops); source_stalls() adds them up per group of
+# instructions into source_stalls.csv. The FFMA groups: an FFMA reads its register operands from the
+# register file's banks unless the previous instruction kept the same register in the same operand
+# slot with .reuse (the operand reuse cache). "Two reads of one parity": two of the registers it
+# does read are both even or both odd numbered (R100 and R124, say).
+SOURCE_STALLS = ["selected", "not_selected", "dispatch", "short_sb", "long_sb", "wait", "barrier", "mio"]
+SOURCE_COLUMNS = ["step", "shape", "kernel", "group", "inst", "samples"] + SOURCE_STALLS + ["other"]
+SOURCE_GROUPS = ["FFMA, two reads of one parity", "FFMA, other", "LDS", "other"]
+_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+_PRED = re.compile(r"^@!?U?P[T\d]+\s+")
+_REG = re.compile(r"^-?\|?R(\d+)(\.reuse)?\|?$")
+
+
+def parse_cuobjdump(text):
+    """cuobjdump -sass output -> {function (mangled) name: [instruction text, .reuse flags kept]}."""
+    funcs, name = {}, None
+    for line in text.splitlines():
+        m = re.search(r"Function\s*:\s*(\S+)", line)
+        if m:
+            name = m.group(1)
+            funcs[name] = []
+            continue
+        m = _SASS_LINE.match(line)
+        if m and name is not None:
+            funcs[name].append(m.group(1))
+    return funcs
+
+
+def parse_source_csv(text):
+    """ncu --page source --print-source sass --csv -> [(kernel name, [row dict per instruction])]."""
+    out, lines = [], text.splitlines()
+    starts = [i for i, l in enumerate(lines) if l.startswith('"Kernel Name"')]
+    for k, i in enumerate(starts):
+        head = next(csv.reader([lines[i]]))
+        body = lines[i + 1:starts[k + 1] if k + 1 < len(starts) else len(lines)]
+        rows = list(csv.DictReader(io.StringIO("\n".join(l for l in body if not l.startswith("==")))))
+        out.append((head[1] if len(head) > 1 else "", [r for r in rows if r.get("Source") is not None]))
+    return out
+
+
+def _norm_sass(text):
+    return " ".join(_PRED.sub("", text.replace(".reuse", "")).split()).rstrip(" ;")
+
+
+def match_function(rows, funcs):
+    """The cuobjdump function whose instructions are ncu's rows (same count, >= 90% the same text)."""
+    mine = [_norm_sass(r["Source"]) for r in rows]
+    best, score = None, 0.0
+    for name, ins in funcs.items():
+        if len(ins) != len(mine):
+            continue
+        same = sum(a == _norm_sass(b) for a, b in zip(mine, ins)) / max(1, len(ins))
+        if same > score:
+            best, score = name, same
+    return best if score >= 0.9 else None
+
+
+def instruction_group(ins, cached):
+    """(group, the registers this instruction keeps in the reuse cache: {operand slot: register})."""
+    body = _PRED.sub("", ins.strip())
+    op, _, rest = body.partition(" ")
+    srcs = [t.strip() for t in rest.split(",")][1:] if rest else []
+    keep, reads = {}, []
+    for slot, t in enumerate(srcs):
+        m = _REG.match(t)
+        if not m:
+            continue
+        reg = int(m.group(1))
+        if m.group(2):
+            keep[slot] = reg
+        if cached.get(slot) != reg:
+            reads.append(reg)
+    if op.startswith("FFMA"):
+        one_parity = len(reads) - len({r % 2 for r in reads}) >= 1
+        return SOURCE_GROUPS[0] if one_parity else SOURCE_GROUPS[1], keep
+    return ("LDS" if op.startswith("LDS") else "other"), keep
+
+
+def source_stalls(step, flags, kernel, rows, sass):
+    """Per group of instructions: executed warp instructions, samples, and the samples per stall reason."""
+    acc = OrderedDict((g, dict(inst=0, samples=0, **{s: 0 for s in SOURCE_STALLS + ["other"]}))
+                      for g in SOURCE_GROUPS)
+    cached = {}
+    for r, ins in zip(rows, sass):
+        group, cached = instruction_group(ins, cached)
+        a = acc[group]
+        a["inst"] += int(to_float(r.get("Instructions Executed")) or 0)
+        a["samples"] += int(to_float(r.get("# Samples")) or 0)
+        for col, v in r.items():
+            if not col or not col.startswith("stall_") or "(Not Issued)" in col:
+                continue
+            reason = col[len("stall_"):]
+            a[reason if reason in SOURCE_STALLS else "other"] += int(to_float(v) or 0)
+    return [dict(step=step, shape=flags, kernel=short_kernel(kernel), group=g, **a) for g, a in acc.items()]
+
+
+def build_source_capture(work, out):
+    """WORK_DIR/NNN.source.csv (+ NNN.flags) and WORK_DIR/sass.txt -> OUT_DIR/source_stalls.csv."""
+    step = os.path.basename(os.path.normpath(out))
+    ids = sorted(f.split(".")[0] for f in os.listdir(work) if f.endswith(".source.csv"))
+    sass_path = os.path.join(work, "sass.txt")
+    if not ids:
+        return 0
+    if not os.path.exists(sass_path):
+        print(f"  {step}: no cuobjdump SASS beside the source counters: source_stalls.csv not written", file=sys.stderr)
+        return 1
+    with open(sass_path, encoding="utf-8", errors="replace") as f:
+        funcs = parse_cuobjdump(f.read())
+    rows = []
+    for i in ids:
+        with open(os.path.join(work, i + ".flags"), encoding="utf-8") as f:
+            flags = norm_flags(f.read())
+        with open(os.path.join(work, i + ".source.csv"), encoding="utf-8", errors="replace") as f:
+            kernels = parse_source_csv(f.read())
+        seen = []
+        for kernel, recs in kernels:
+            if (kernel, recs) in seen:  # ncu 2025.3 lists each kernel of a report twice on this page
+                continue
+            seen.append((kernel, recs))
+            name = match_function(recs, funcs)
+            if name is None:
+                print(f"  {step} {flags}: no function of the SASS matches {short_kernel(kernel)}: skipped",
+                      file=sys.stderr)
+                continue
+            rows += source_stalls(step, flags, kernel, recs, funcs[name])
+    if not rows:
+        return 1
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "source_stalls.csv"), "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(SOURCE_COLUMNS)
+        for r in rows:
+            w.writerow([r[c] for c in SOURCE_COLUMNS])
+    print(f"  wrote {rel(out)}/source_stalls.csv ({len(rows)} rows: one per shape, kernel and instruction group)")
     return 0
 
 
@@ -725,6 +882,11 @@ def main(argv):
             if step == argv[2]:
                 print(flags)
         return 0
+    if len(argv) == 4 and argv[1] == "source":
+        print(1 if wants_source(argv[2], argv[3]) else 0)
+        return 0
+    if len(argv) == 4 and argv[1] == "source-stalls":
+        return build_source_capture(argv[2], argv[3])
     if len(argv) in (4, 6) and argv[1] == "panel":
         version = argv[5] if len(argv) == 6 and argv[4] == "--ncu-version" else ""
         return build_step_capture(argv[2], argv[3], version)

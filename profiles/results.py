@@ -39,7 +39,7 @@ from collections import OrderedDict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fa_profiles import (COUNTERS, DOC_GPU as GPU, ROOT, aggregate, compare_report, compare_rows,  # noqa: E402
                          fmt_delta, fmt_number, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
-                         read_env, read_moved, read_shapes, shape_label, value)
+                         read_env, read_moved, read_shapes, shape_label, value, SOURCE_GROUPS)
 
 # Docs being edited on another branch: their blocks are neither rendered nor checked here until the
 # branches meet (then delete the entry and run `render`). Said on every run, so it is not forgotten.
@@ -395,7 +395,8 @@ def env_block():
 # Step 07's backward as it changed, one measured run per version: profiles/<gpu>/07_flash_backward/
 # history/<N>_<name>.csv (the 07 and 08 bwd rows of that run's bench.csv or --sweep --bwd --csv).
 BWD_HISTORY = [("0_session_start", "07 at the start"), ("1_paired_lanes", "paired lanes"),
-               ("2_o_prefetch_reverted", "+ O with Q, dO (reverted)"), ("3_side_by_side", "+ kernels side by side")]
+               ("2_o_prefetch_reverted", "+ O with Q, dO (reverted)"), ("3_side_by_side", "+ kernels side by side"),
+               ("4_split_accumulators_reverted", "+ second S accumulator, d 128 (reverted)")]
 
 
 def bwd_history_table():
@@ -420,7 +421,8 @@ def bwd_history_table():
     return md_table(["shape"] + [label for label, _ in runs], body) + \
         "\n\nStep 07's backward in TFLOP/s (FlashAttention convention, bwd = 2.5 × the forward's FLOPs) and, in " \
         "brackets, step 04's time over step 07's, timed interleaved in the same process. One column per measured " \
-        "version of the kernel, in the order the changes were made.\n\n" + source_line(files)
+        "version of the kernel, in the order the changes were made; '-' where a version was not measured.\n\n" + \
+        source_line(files)
 
 
 # Where the backward's time goes, per kernel: the FFMA pipe, the shared-memory pipe and its load
@@ -449,6 +451,49 @@ def bwd_pipes_table(steps):
         "other warp issued) are part of the count.\n\n" + source_line(files)
 
 
+# Per instruction group, from the warp-state samples of ncu's SourceCounters (capture.sh lines marked
+# 'source'; fa_profiles.source_stalls): how many FFMAs read two registers of one parity, and what
+# share of the dispatch stalls they collect. The history file holds a reverted attempt's capture.
+BWD_SOURCE_HISTORY = [("source_stalls_split_accumulators_reverted", "07 + second S accumulator (reverted)")]
+
+
+def bwd_banks_table(step="07_flash_backward"):
+    files = [(step[:2], os.path.join(gpu_dir(), step, "source_stalls.csv"))]
+    files += [(label, os.path.join(gpu_dir(), step, "history", name + ".csv")) for name, label in BWD_SOURCE_HISTORY]
+    files = [(label, path) for label, path in files if os.path.exists(path)]
+    if not files:
+        return f"*No `profiles/{GPU}/{step}/source_stalls.csv` yet: capture.sh writes it for the lines of " \
+               "`profiles/ncu_shapes.txt` marked 'source'.*"
+    one, other = SOURCE_GROUPS[0], SOURCE_GROUPS[1]
+    body = []
+    for label, path in files:
+        kernels = OrderedDict()
+        for r in read_csv(path):
+            kernels.setdefault((r["shape"], r["kernel"]), {})[r["group"]] = {k: float(v) for k, v in r.items()
+                                                                              if k not in ("step", "shape", "kernel", "group")}
+        for (shape, kernel), g in kernels.items():
+            if one not in g or other not in g:
+                continue
+            tot = {k: sum(x[k] for x in g.values()) for k in g[one]}
+            ffma = g[one]["inst"] + g[other]["inst"]
+            per = [g[k]["dispatch"] / g[k]["inst"] if g[k]["inst"] else None for k in (one, other)]
+            ratio = per[0] / per[1] if per[0] is not None and per[1] else None
+            pct = lambda k: 100 * tot[k] / tot["samples"] if tot["samples"] else None
+            body.append([label, shape_label(shape), kernel, num(100 * ffma / tot["inst"], "{:.0f}"),
+                         num(100 * g[one]["inst"] / ffma, "{:.0f}%"), num(ratio, "{:.1f}×"),
+                         num(100 * g[one]["dispatch"] / tot["dispatch"] if tot["dispatch"] else None, "{:.0f}%"),
+                         f"{num(pct('selected'), '{:.0f}')} / {num(pct('dispatch'), '{:.0f}')} / "
+                         f"{num(pct('short_sb'), '{:.0f}')}"])
+    header = ["version", "problem", "kernel", "FFMA % of instructions", "FFMAs reading two registers of one parity",
+              "dispatch stalls per FFMA: those ÷ the other FFMAs", "their share of all dispatch stalls",
+              "samples % issued / dispatch / short scoreboard"]
+    return md_table(header, body) + "\n\nncu's warp-state samples (SourceCounters), one launch per row after a " \
+        "warm-up, added up per SASS instruction. A register read counts unless the previous instruction kept the " \
+        "same register in the same operand slot (`.reuse`, from `cuobjdump -sass`). 'Issued' is the samples of a " \
+        "warp that issued; with two warps per scheduler it is at most 50%.\n\n" + \
+        source_line([os.path.relpath(p, gpu_dir()) for _, p in files])
+
+
 ATTN_FWD = ("04_naive_attention", "05_flash_forward", "06_causal_stages")
 ATTN_BWD = ("04_naive_attention", "07_flash_backward", "08_backward_delta_reuse")
 BLOCKS = {
@@ -465,7 +510,8 @@ BLOCKS = {
     "docs/07_flash_backward.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                   "profile:attn_bwd": lambda: profile_table(("07_",)),
                                   "results:bwd_history": bwd_history_table,
-                                  "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward"])},
+                                  "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward"]),
+                                  "profile:bwd_banks": bwd_banks_table},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
@@ -771,7 +817,7 @@ def render(check):
 
 
 # ---- import -------------------------------------------------------------------------------------
-_CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv)|bench\.png|"
+_CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv|source_stalls\.csv)|bench\.png|"
                            r"step11_candidates\.csv)$")
 
 

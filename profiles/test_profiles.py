@@ -270,6 +270,118 @@ class ShapesAndMoved(unittest.TestCase):
             self.assertEqual(m[1]["prev_shape"], m[1]["shape"])
 
 
+SASS_DUMP = """
+\tcode for sm_90a
+\t\tFunction : _Z6kernelPf
+\t.headerflags    @"EF_CUDA_SM90"
+        /*0000*/                   FFMA R10, R2.reuse, R4, R6 ;                  /* 0x0000000402 */
+                                                                                 /* 0x000fe20000 */
+        /*0010*/                   FFMA R11, R2, R5, R8 ;
+        /*0020*/                   FFMA R12, R3, R5, R8 ;
+        /*0030*/                   LDS.128 R20, [R1+0x10] ;
+        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0050*/              @P0  FFMA R13, R1, c[0x0][0x10], R9 ;
+\t\tFunction : _Z5otherv
+        /*0000*/                   EXIT ;
+"""
+SOURCE_HEAD = ('"Address","Source","# Samples","Instructions Executed","stall_dispatch","stall_selected",'
+               '"stall_short_sb","stall_lg","stall_dispatch (Not Issued)"')
+
+
+def source_block(kernel, rows):
+    """ncu --page source --csv for one kernel: (sass, samples, executed, dispatch, selected, short_sb, lg)."""
+    lines = [f'"Kernel Name","{kernel}",', SOURCE_HEAD]
+    lines += [",".join(f'"{x}"' for x in (hex(16 * i), sass, *vals, 999)) for i, (sass, *vals) in enumerate(rows)]
+    return "\n".join(lines)
+
+
+class SourceStalls(unittest.TestCase):
+    ROWS = [("FFMA R10, R2, R4, R6", 10, 100, 4, 3, 1, 0),   # R2, R4, R6 read: one parity
+            ("FFMA R11, R2, R5, R8", 5, 100, 0, 3, 0, 0),    # R2 from the reuse cache; R5, R8: other
+            ("FFMA R12, R3, R5, R8", 7, 100, 2, 3, 2, 0),    # three reads: two share a parity
+            ("LDS.128 R20, [R1+0x10]", 3, 50, 1, 1, 0, 0),
+            ("BAR.SYNC.DEFER_BLOCKING 0x0", 2, 50, 0, 1, 0, 0),
+            ("@P0 FFMA R13, R1, c[0x0][0x10], R9", 4, 40, 1, 1, 0, 2)]  # R1, R9 (the constant is no read)
+
+    def test_shape_lines(self):
+        with tempfile.TemporaryDirectory() as d:
+            shapes = os.path.join(d, "shapes.txt")
+            with open(shapes, "w") as f:
+                f.write("07_x source --seq 8 --bwd\n07_x --seq 8 --causal --bwd\n09_y kernels=k:: source --seq 8\n")
+            self.assertEqual(fp.read_shapes(shapes), [("07_x", "--seq 8 --bwd"), ("07_x", "--seq 8 --causal --bwd"),
+                                                      ("09_y", "--seq 8")])
+            self.assertTrue(fp.wants_source("07_x", "--seq  8 --bwd", shapes))
+            self.assertFalse(fp.wants_source("07_x", "--seq 8 --causal --bwd", shapes))
+            self.assertTrue(fp.wants_source("09_y", "--seq 8", shapes))
+            self.assertEqual(fp.kernel_filter("09_y", "--seq 8", shapes), "k::")
+
+    def test_groups(self):
+        funcs = fp.parse_cuobjdump(SASS_DUMP)
+        self.assertEqual(len(funcs["_Z6kernelPf"]), 6)
+        self.assertEqual(funcs["_Z6kernelPf"][0], "FFMA R10, R2.reuse, R4, R6")
+        cached, groups = {}, []
+        for ins in funcs["_Z6kernelPf"]:
+            g, cached = fp.instruction_group(ins, cached)
+            groups.append(g)
+        one, other = fp.SOURCE_GROUPS[0], fp.SOURCE_GROUPS[1]
+        self.assertEqual(groups, [one, other, one, "LDS", "other", one])
+
+    def test_capture_reduction(self):
+        kernel = "void step07::backward_dq<(int)128>(const float *, float *)"
+        text = "\n".join([source_block(kernel, self.ROWS), source_block(kernel, self.ROWS),  # listed twice
+                          source_block("void nomatch()", self.ROWS[:2])])
+        with tempfile.TemporaryDirectory() as d:
+            work, out = os.path.join(d, "work"), os.path.join(d, "out", "07_x")
+            os.makedirs(work)
+            for name, body in (("000.flags", "--seq 8 --bwd\n"), ("000.source.csv", text), ("sass.txt", SASS_DUMP)):
+                with open(os.path.join(work, name), "w") as f:
+                    f.write(body)
+            self.assertEqual(fp.build_source_capture(work, out), 0)
+            with open(os.path.join(out, "source_stalls.csv")) as f:
+                rows = list(csv.DictReader(f))
+        self.assertEqual([r["group"] for r in rows], fp.SOURCE_GROUPS)  # once, not twice; nomatch skipped
+        self.assertEqual({(r["kernel"], r["shape"]) for r in rows}, {("backward_dq<128>", "--seq 8 --bwd")})
+        g = {r["group"]: r for r in rows}
+        one = g[fp.SOURCE_GROUPS[0]]
+        self.assertEqual((one["inst"], one["samples"], one["dispatch"], one["selected"], one["short_sb"], one["other"]),
+                         ("240", "21", "7", "7", "3", "2"))  # rows 1, 3, 6; lg -> other; (Not Issued) ignored
+        self.assertEqual((g[fp.SOURCE_GROUPS[1]]["inst"], g["LDS"]["samples"], g["other"]["inst"]), ("100", "3", "50"))
+
+    def test_no_sass(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "000.source.csv"), "w") as f:
+                f.write(source_block("k", self.ROWS))
+            self.assertEqual(fp.build_source_capture(d, os.path.join(d, "out")), 1)  # no cuobjdump SASS
+            os.makedirs(os.path.join(d, "empty"))
+            self.assertEqual(fp.build_source_capture(os.path.join(d, "empty"), os.path.join(d, "out")), 0)  # no source
+            self.assertFalse(os.path.exists(os.path.join(d, "out")))
+
+    def test_table(self):
+        import results
+        kernel = "void step07::backward_dq<(int)128>(const float *, float *)"
+        with tempfile.TemporaryDirectory() as d:
+            work, out = os.path.join(d, "work"), os.path.join(d, "07_flash_backward")
+            os.makedirs(work)
+            for name, body in (("000.flags", "--batch 1 --heads 2 --seq 8 --head-dim 128 --bwd\n"),
+                               ("000.source.csv", source_block(kernel, self.ROWS)), ("sass.txt", SASS_DUMP)):
+                with open(os.path.join(work, name), "w") as f:
+                    f.write(body)
+            self.assertEqual(fp.build_source_capture(work, out), 0)
+            saved = results.gpu_dir
+            results.gpu_dir = lambda: d
+            try:
+                table = results.bwd_banks_table()
+                missing = results.bwd_banks_table("99_none")
+            finally:
+                results.gpu_dir = saved
+        row = next(l for l in table.splitlines() if "backward_dq<128>" in l)
+        # FFMA 340 of 440 instructions; one parity 240 of 340; dispatch per FFMA 7/240 over 0/100: no ratio;
+        # 7 of 8 dispatch stalls; samples 31: selected 12, dispatch 8, short_sb 3
+        self.assertEqual([c.strip() for c in row.strip("|").split("|")],
+                         ["07", "B1 H2 S8 D128 bwd", "backward_dq<128>", "77", "71%", "-", "88%", "39 / 26 / 10"])
+        self.assertIn("No `profiles/", missing)
+
+
 def bench_row(step, problem, ms):
     return dict(step=step, idea="synthetic", problem=problem, time_ms=str(ms), rate="1", unit="TFLOP/s",
                 pct_peak="1", peak="tensor", peak_value="989", prev_step="", prev_time_ms="-1",
