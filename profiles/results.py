@@ -39,7 +39,7 @@ from collections import OrderedDict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fa_profiles import (COUNTERS, DOC_GPU as GPU, ROOT, aggregate, compare_report, compare_rows,  # noqa: E402
                          fmt_delta, fmt_number, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
-                         read_env, read_moved, read_shapes, shape_label, value, SOURCE_GROUPS)
+                         read_env, read_moved, read_shapes, shape_label, value, SOURCE_GROUPS, parse_cuobjdump)
 
 # Docs being edited on another branch: their blocks are neither rendered nor checked here until the
 # branches meet (then delete the entry and run `render`). Said on every run, so it is not forgotten.
@@ -306,20 +306,13 @@ def demangle_short(name):
 
 def summarize_sass(path):
     kernels = OrderedDict()
-    cur = None
-    for line in gzip.open(path, "rt", errors="replace"):
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            cur = demangle_short(m.group(1))
-            kernels[cur] = {c: 0 for c, _ in SASS_COUNTS}
-            continue
-        # An instruction line starts with its address, /*0000*/ ... /*fff0*/, then /*10000*/ and up.
-        if cur is None or not re.search(r"/\*[0-9a-f]{4,}\*/", line):
-            continue
-        k = kernels[cur]
-        k["instructions"] += 1
+    with gzip.open(path, "rt", errors="replace") as f:
+        functions = parse_cuobjdump(f.read())
+    for name, instructions in functions.items():
+        k = kernels[demangle_short(name)] = {c: 0 for c, _ in SASS_COUNTS}
+        k["instructions"] = len(instructions)
         for c, pat in SASS_PATTERNS.items():
-            k[c] += bool(re.search(pat, line))
+            k[c] = sum(bool(re.search(pat, ins)) for ins in instructions)
     return kernels
 
 
