@@ -418,6 +418,36 @@ def bwd_history_table():
         source_line(files)
 
 
+# The measured alternative to the no-atomics split at d = 128: one kernel over key blocks that adds
+# dQ with float4 atomics (history/atomic_dq_experiment.patch; reverted, step 07 is the split). Per
+# d = 128 shape: step 07 as committed (bench.csv) beside the two measured versions of the experiment.
+BWD_ATOMIC = [("5_atomic_dq_reverted", "one kernel, atomic dQ"),
+              ("6_atomic_dq_staggered_reverted", "+ staggered first query tile")]
+
+
+def bwd_atomic_table():
+    folder = os.path.join(gpu_dir(), "07_flash_backward", "history")
+    runs = [("07, two kernels (bench.csv)", os.path.join(gpu_dir(), "bench.csv"))]
+    runs += [(label, os.path.join(folder, name + ".csv")) for name, label in BWD_ATOMIC]
+    runs = [(label, path) for label, path in runs if os.path.exists(path)]
+    cells, shapes = {}, []
+    for label, path in runs:
+        for r in read_csv(path):
+            if r["step"] != "07_flash_backward" or not r["problem"].endswith(" bwd") or " D128 " not in r["problem"]:
+                continue
+            shape = r["problem"][:-len(" bwd")]
+            if shape not in shapes:
+                shapes.append(shape)
+            x = num(r["speedup_vs_prev"], "{:.2f}×") if r["prev_step"] == "04_naive_attention" else "-"
+            cells[(shape, label)] = f"{num(r['rate'], '{:.1f}')} ({x})"
+    body = [[shape] + [cells.get((shape, label), "-") for label, _ in runs] for shape in shapes]
+    return md_table(["shape"] + [label for label, _ in runs], body) + \
+        "\n\nThe backward at head_dim 128 in TFLOP/s (bwd = 2.5 × the forward's FLOPs) and, in brackets, step " \
+        "04's time over this version's, timed interleaved in the same process. The two right-hand columns are a " \
+        "reverted experiment (`history/atomic_dq_experiment.patch`): one kernel over key blocks that also adds " \
+        "dQ with atomics, after zeroing it.\n\n" + source_line([os.path.relpath(p, gpu_dir()) for _, p in runs])
+
+
 # Where the backward's time goes, per kernel: the FFMA pipe, the shared-memory pipe and its load
 # wavefronts per load instruction (4 for an unpaired LDS.128, 2 for a paired one), the top stall.
 def bwd_pipes_table(steps):
@@ -504,7 +534,8 @@ BLOCKS = {
                                   "profile:attn_bwd": lambda: profile_table(("07_",)),
                                   "results:bwd_history": bwd_history_table,
                                   "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward"]),
-                                  "profile:bwd_banks": bwd_banks_table},
+                                  "profile:bwd_banks": bwd_banks_table,
+                                  "results:bwd_atomic": bwd_atomic_table},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
