@@ -392,6 +392,25 @@ BWD_HISTORY = [("0_session_start", "07 at the start"), ("1_paired_lanes", "paire
                ("4_split_accumulators_reverted", "+ second S accumulator, d 128 (reverted)")]
 
 
+def bwd_rate_table(runs, shape_filter=lambda shape: True):
+    """One row per backward shape of step 07 in the (label, csv path) runs, one column per run:
+    TFLOP/s and, in brackets, step 04's time over step 07's from the same process."""
+    cells, shapes = {}, []
+    for label, path in runs:
+        for r in read_csv(path):
+            if r["step"] != "07_flash_backward" or not r["problem"].endswith(" bwd"):
+                continue
+            shape = r["problem"][:-len(" bwd")]
+            if not shape_filter(shape):
+                continue
+            if shape not in shapes:
+                shapes.append(shape)
+            x = num(r["speedup_vs_prev"], "{:.2f}×") if r["prev_step"] == "04_naive_attention" else "-"
+            cells[(shape, label)] = f"{num(r['rate'], '{:.1f}')} ({x})"
+    body = [[shape] + [cells.get((shape, label), "-") for label, _ in runs] for shape in shapes]
+    return md_table(["shape"] + [label for label, _ in runs], body)
+
+
 def bwd_history_table():
     """Per backward sweep shape: step 07's TFLOP/s and its time ratio to step 04 (same process) in
     each measured version, then the committed bench.csv (the code in the repository)."""
@@ -399,23 +418,10 @@ def bwd_history_table():
     runs = [(label, os.path.join(folder, name + ".csv")) for name, label in BWD_HISTORY]
     runs = [(label, path) for label, path in runs if os.path.exists(path)]
     runs.append(("now (bench.csv)", os.path.join(gpu_dir(), "bench.csv")))
-    cells, shapes = {}, []
-    for label, path in runs:
-        for r in read_csv(path):
-            if r["step"] != "07_flash_backward" or not r["problem"].endswith(" bwd"):
-                continue
-            shape = r["problem"][:-len(" bwd")]
-            if shape not in shapes:
-                shapes.append(shape)
-            x = num(r["speedup_vs_prev"], "{:.2f}×") if r["prev_step"] == "04_naive_attention" else "-"
-            cells[(shape, label)] = f"{num(r['rate'], '{:.1f}')} ({x})"
-    body = [[shape] + [cells.get((shape, label), "-") for label, _ in runs] for shape in shapes]
-    files = [os.path.relpath(p, gpu_dir()) for _, p in runs]
-    return md_table(["shape"] + [label for label, _ in runs], body) + \
-        "\n\nStep 07's backward in TFLOP/s (FlashAttention convention, bwd = 2.5 × the forward's FLOPs) and, in " \
+    return bwd_rate_table(runs) + "\n\nStep 07's backward in TFLOP/s (FlashAttention convention, bwd = 2.5 × the forward's FLOPs) and, in " \
         "brackets, step 04's time over step 07's, timed interleaved in the same process. One column per measured " \
         "version of the kernel, in the order the changes were made; '-' where a version was not measured.\n\n" + \
-        source_line(files)
+        source_line([os.path.relpath(p, gpu_dir()) for _, p in runs])
 
 
 # The measured alternative to the no-atomics split at d = 128: one kernel over key blocks that adds
@@ -430,18 +436,7 @@ def bwd_atomic_table():
     runs = [("07, two kernels (bench.csv)", os.path.join(gpu_dir(), "bench.csv"))]
     runs += [(label, os.path.join(folder, name + ".csv")) for name, label in BWD_ATOMIC]
     runs = [(label, path) for label, path in runs if os.path.exists(path)]
-    cells, shapes = {}, []
-    for label, path in runs:
-        for r in read_csv(path):
-            if r["step"] != "07_flash_backward" or not r["problem"].endswith(" bwd") or " D128 " not in r["problem"]:
-                continue
-            shape = r["problem"][:-len(" bwd")]
-            if shape not in shapes:
-                shapes.append(shape)
-            x = num(r["speedup_vs_prev"], "{:.2f}×") if r["prev_step"] == "04_naive_attention" else "-"
-            cells[(shape, label)] = f"{num(r['rate'], '{:.1f}')} ({x})"
-    body = [[shape] + [cells.get((shape, label), "-") for label, _ in runs] for shape in shapes]
-    return md_table(["shape"] + [label for label, _ in runs], body) + \
+    return bwd_rate_table(runs, lambda shape: "D128" in shape.split()) + \
         "\n\nThe backward at head_dim 128 in TFLOP/s (bwd = 2.5 × the forward's FLOPs) and, in brackets, step " \
         "04's time over this version's, timed interleaved in the same process. The two right-hand columns are a " \
         "reverted experiment (`history/atomic_dq_experiment.patch`): one kernel over key blocks that also adds " \
