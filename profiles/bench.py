@@ -53,7 +53,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_profiles as fp  # noqa: E402
 
-# The attention sweep of common/family_attention.cpp (sweep()): the FlashAttention-2 benchmark shapes.
+# The attention sweep of harness/family_attention.cpp (sweep()): the FlashAttention-2 benchmark shapes.
 ATTN_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 ATTN_DIMS = (64, 128)
 TOKENS, MODEL_DIM = 16384, 2048
@@ -407,7 +407,7 @@ def main(argv=None):
     ap.add_argument("--check-deps", action="store_true", help="say which optional parts are present, run nothing")
     a = ap.parse_args(argv)
     if a.reps < 20:
-        ap.error("--reps: at least 20 (DESIGN §5)")
+        ap.error("--reps: at least 20 (docs/conventions.md, 'Measurement')")
 
     if a.check_deps:
         torch, why = have_torch()

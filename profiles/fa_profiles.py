@@ -32,7 +32,7 @@ DOC_GPU = "h100"  # the GPU whose committed results the docs quote
 SHAPES_FILE = os.path.join(PROFILES, "ncu_shapes.txt")
 MOVED_FILE = os.path.join(PROFILES, "moved.txt")
 
-# The executables' --csv header (common/runner.cpp, print_rows); bench.csv keeps it for every row.
+# The executables' --csv header (harness/runner.cpp, print_rows); bench.csv keeps it for every row.
 BENCH_COLUMNS = ["step", "idea", "problem", "time_ms", "rate", "unit", "pct_peak", "peak", "peak_value",
                  "prev_step", "prev_time_ms", "speedup_vs_prev", "err_vs_prev", "check", "baseline",
                  "baseline_time_ms", "vs_baseline", "device"]

@@ -713,7 +713,7 @@ def tc_climb_table(steps=TC_FWD):
 
 
 def tc_target_block():
-    """DESIGN §5's target for step 11: >= 1.0× SDPA flash in every seq >= 1024 cell; pass/fail and the grid."""
+    """The target for step 11 (docs/conventions.md, "Targets"): >= 1.0× SDPA flash in every seq >= 1024 cell; pass/fail and the grid."""
     times = tc_times()
     flash, mine = times["sdpa_flash"], times[TARGET_STEP]
     cells = [c for c in tc_cells() if c[3] >= TARGET_MIN_SEQ]
@@ -732,7 +732,7 @@ def tc_target_block():
     else:
         worst = min((r, c) for c, r in ratios.items())
         status = f"**met** in all {len(cells)} cells (lowest {floor3(worst[0])} at {where(worst[1])})"
-    text = f"Target (DESIGN §5): step 11's forward ≥ {TARGET_RATIO:.1f}× PyTorch SDPA's FlashAttention-2 backend in " \
+    text = f"Target (docs/conventions.md): step 11's forward ≥ {TARGET_RATIO:.1f}× PyTorch SDPA's FlashAttention-2 backend in " \
            f"every cell with seq ≥ {TARGET_MIN_SEQ}, fp16 and bf16, head_dim 64 and 128, causal and not " \
            f"({len(cells)} cells): {status}."
     if mine or flash:

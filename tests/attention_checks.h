@@ -24,6 +24,7 @@
 #include "buffer.h"
 #include "compare.h"
 #include "golden.h"
+#include "launch.h"
 #include "lowp.h"
 #include "npy.h"
 #include "ops.h"
@@ -209,7 +210,7 @@ inline bool lowp_forward_only(const Shape& s, bool backward) {
   return !(fa::is_lowp(s.dtype) && backward);
 }
 
-// Compares every output that both sides have, with the tolerances of common/tolerance.h.
+// Compares every output that both sides have, with the tolerances of harness/tolerance.h.
 template <class Out, class Ref>
 void expect_close(const Out& got, const Ref& want, const Shape& s, bool backward, const std::string& what) {
   using namespace fa::tol;
@@ -254,7 +255,7 @@ inline void expect_matches_step(const fa::StepInfo& step, const fa::StepInfo& pr
   const Inputs in = random_inputs(s, seed);
   if (fa::is_lowp(s.dtype)) {
     Shape ps = s;
-    auto why = [&](const Shape& x) { return prev.supports ? prev.supports(x.problem()) : std::string(); };
+    auto why = [&](const Shape& x) { return fa::step_supports(prev, x.problem()); };
     if (!why(s).empty()) ps.dtype = fa::DType::F32;
     ASSERT_EQ(why(ps), "") << prev.name << " runs neither " << s.str() << " nor its fp32 version";
     const Outputs want = run(prev, ps, in, false);

@@ -25,7 +25,7 @@ struct Case {
 // Every case of the manifest, or only those of one op ("softmax", "matmul", "attention").
 inline std::vector<Case> cases(const std::string& dir, const std::string& op = "") {
   std::ifstream in(dir + "/manifest.txt");
-  if (!in) throw std::runtime_error("cannot open " + dir + "/manifest.txt (run tests/reference/make_reference.py)");
+  if (!in) throw std::runtime_error("cannot open " + dir + "/manifest.txt (run reference/make_reference.py)");
   std::vector<Case> out;
   std::string line;
   while (std::getline(in, line)) {

@@ -1,7 +1,7 @@
 // tensor_core_checks.h: the checks every fp16/bf16 forward step runs (09 onwards), each over both
 // dtypes and both head-dim instances, so that a step's test file says only which step it tests,
 // against which previous step, and what is particular to it. Tolerances: the per-row
-// low-precision rule of common/tolerance.h (2·max|ref_lowp − ref| + 1 ulp per query row; LSE to
+// low-precision rule of harness/tolerance.h (2·max|ref_lowp − ref| + 1 ulp per query row; LSE to
 // the fp32 tolerance), applied by attention_checks.h.
 #pragma once
 #include "attention_checks.h"
@@ -59,12 +59,12 @@ inline void refuses_what_it_cannot_run(const fa::StepInfo& step) {
   fa::Problem pr;
   pr.family = fa::Family::Attention;
   pr.attn.dtype = fa::DType::F32;
-  EXPECT_NE(step.supports(pr), "") << "fp32";
+  EXPECT_NE(fa::step_supports(step, pr), "") << "fp32";
   pr.attn.dtype = fa::DType::F16;
-  EXPECT_EQ(step.supports(pr), "");
+  EXPECT_EQ(fa::step_supports(step, pr), "");
   for (int d : {4, 66, 136, 256}) {
     pr.attn.head_dim = d;
-    EXPECT_NE(step.supports(pr), "") << "head_dim " << d;
+    EXPECT_NE(fa::step_supports(step, pr), "") << "head_dim " << d;
   }
 }
 

@@ -28,7 +28,7 @@ using fa::MatmulLayout;
 const fa::MatmulLauncher kStep = step03::info().matmul;
 
 // fp32 GEMM vs fp64: |c - ref| <= 1e-5·max|ref| + 1e-5·|ref| (the harness's rule,
-// fa::scaled_tolerance in common/runner.h, which the tests do not link). A K-term fp32 dot product
+// fa::scaled_tolerance in harness/runner.h, which the tests do not link). A K-term fp32 dot product
 // is off by about sqrt(K)·6e-8 relative; at K = 1024 that is ~2e-6, well inside.
 constexpr double kAtolRel = 1e-5, kRtol = 1e-5;
 fa::Tolerance tolerance(const std::vector<double>& ref) {

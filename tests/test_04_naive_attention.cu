@@ -39,6 +39,6 @@ TEST(Step04NaiveAttention, RejectsLowPrecision) {
   fa::Problem pr;
   pr.family = fa::Family::Attention;
   pr.attn.dtype = fa::DType::F16;
-  EXPECT_NE(kStep.supports(pr), "");
+  EXPECT_NE(fa::step_supports(kStep, pr), "");
 }
 }  // namespace

@@ -56,20 +56,20 @@ TEST(Step05FlashForward, SupportsOnlyFp32AndHeadDimsUpTo128) {
   fa::Problem pr;
   pr.family = fa::Family::Attention;
   pr.attn.dtype = fa::DType::F16;
-  EXPECT_NE(kStep.supports(pr), "");
+  EXPECT_NE(fa::step_supports(kStep, pr), "");
   pr.attn.dtype = fa::DType::BF16;
-  EXPECT_NE(kStep.supports(pr), "");
+  EXPECT_NE(fa::step_supports(kStep, pr), "");
   pr.attn.dtype = fa::DType::F32;
   for (int d : {4, 8, 40, 64, 100, 128}) {
     pr.attn.head_dim = d;
-    EXPECT_EQ(kStep.supports(pr), "") << "head_dim " << d;
+    EXPECT_EQ(fa::step_supports(kStep, pr), "") << "head_dim " << d;
   }
   for (int d : {6, 66, 132, 256}) {
     pr.attn.head_dim = d;
-    EXPECT_NE(kStep.supports(pr), "") << "head_dim " << d;
+    EXPECT_NE(fa::step_supports(kStep, pr), "") << "head_dim " << d;
   }
   pr.attn.head_dim = 64, pr.attn.batch = 300, pr.attn.heads = 300;  // grid.y > 65535
-  EXPECT_NE(kStep.supports(pr), "");
+  EXPECT_NE(fa::step_supports(kStep, pr), "");
 }
 
 TEST(Step05FlashForward, LauncherRefusesUnsupportedProblems) {

@@ -55,7 +55,7 @@ TEST(Step06CausalStages, SupportsWhatStep05Supports) {
   for (int d : {8, 64, 66, 128, 256})
     for (fa::DType t : {fa::DType::F32, fa::DType::F16}) {
       pr.attn.head_dim = d, pr.attn.dtype = t;
-      EXPECT_EQ(kStep.supports(pr), kPrev.supports(pr)) << "head_dim " << d;
+      EXPECT_EQ(fa::step_supports(kStep, pr), fa::step_supports(kPrev, pr)) << "head_dim " << d;
     }
 }
 }  // namespace

@@ -1,6 +1,6 @@
 // Step 10 (swizzled shared memory, cp.async K/V pipeline, exp2) against step 09 in the same
 // dtype, and against the fp64 reference, with the per-row low-precision rule of
-// common/tolerance.h (2·max|ref_lowp − ref| + 1 ulp per query row; LSE to fp32 tolerance).
+// harness/tolerance.h (2·max|ref_lowp − ref| + 1 ulp per query row; LSE to fp32 tolerance).
 // The shared checks of tests/tensor_core_checks.h (both dtypes, both head-dim instances, causal
 // and not, ragged lengths, seq_q ≠ seq_k both ways, padded head dims, what it refuses), plus what
 // is particular to this step.
@@ -36,6 +36,6 @@ TEST(Step10SwizzlePipelineForward, OtherScales) {
   pr.family = fa::Family::Attention;
   pr.attn.dtype = fa::DType::F16;
   pr.attn.scale = -0.1f;
-  EXPECT_NE(kStep.supports(pr), "") << "negative scale";
+  EXPECT_NE(fa::step_supports(kStep, pr), "") << "negative scale";
 }
 }  // namespace

@@ -1,4 +1,4 @@
-// CPU tests of the attention family's problem handling (common/family_attention.cpp), with
+// CPU tests of the attention family's problem handling (harness/family_attention.cpp), with
 // stand-in steps (no kernels are launched): --dtype defaults to the step's default problem's,
 // --sweep sweeps a 16-bit step in f16 then bf16, and an fp32-only previous step runs the fp32
 // version of a 16-bit problem.
@@ -24,6 +24,7 @@ std::string fp32_only(const fa::Problem& p) { return p.attn.dtype == DType::F32 
 
 fa::StepInfo step(std::string (*supports)(const fa::Problem&), fa::Problem (*def)()) {
   fa::StepInfo s{"99_stand_in", "a stand-in step", fa::Family::Attention};
+  s.attn_rule.dtypes = {DType::F32, DType::F16, DType::BF16};  // `supports` alone decides
   s.supports = supports;
   s.default_problem = def;
   return s;

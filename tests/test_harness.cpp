@@ -1,4 +1,4 @@
-// CPU tests of the harness in common/: compare (element-wise and per row), the fp16/bf16
+// CPU tests of the harness in harness/: compare (element-wise and per row), the fp16/bf16
 // rounding helpers and the per-row bounds, the CLI parser, the seeded random fill.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// test_npy.cpp: the .npy reader and writer (common/npy.h): round trips, the element types the
+// test_npy.cpp: the .npy reader and writer (harness/npy.h): round trips, the element types the
 // reader converts, format versions, and a clear fa::UsageError naming the file for every bad
 // input. CPU only; the files are written into a fresh temporary directory.
 #include <gtest/gtest.h>

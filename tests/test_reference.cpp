@@ -1,5 +1,5 @@
-// test_reference.cpp: the fp64 CPU references (tests/reference/) against NumPy golden data
-// (tests/data/, written by tests/reference/make_reference.py), plus properties that need no
+// test_reference.cpp: the fp64 CPU references (reference/) against NumPy golden data
+// (tests/data/, written by reference/make_reference.py), plus properties that need no
 // golden data: softmax sums to 1, the -inf/NaN conventions, NT == NN, the LSE definition, and
 // the attention backward against finite differences of the forward; the low-precision
 // reference (ref_lowp of the fp16/bf16 tolerance) against the fp64 one. CPU only.
@@ -150,7 +150,7 @@ void run_attention(const golden::Case& c) {
 TEST(Manifest, NonEmptyAndEveryFileExists) {
   const auto cases = golden::cases(FA_DATA_DIR);  // throws (a test failure) if it cannot be read
   ASSERT_FALSE(cases.empty()) << "no cases in " << FA_DATA_DIR << "/manifest.txt; generate them with "
-                              << "tests/reference/make_reference.py";
+                              << "reference/make_reference.py";
   for (const golden::Case& c : cases) {
     ASSERT_TRUE(kTensors.count(c.op)) << "unknown op '" << c.op << "' for case " << c.name;
     for (const std::string& t : kTensors.at(c.op))

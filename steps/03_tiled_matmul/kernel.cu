@@ -21,7 +21,7 @@
 // thread: an 8×8 register tile of C. Shared memory double-buffered; the next slab's global loads
 // are issued before the FMAs on the current slab, so their latency hides under the math.
 //
-// Layouts (row-major, see common/ops.h): NT C = A·Bᵀ (S = Q·Kᵀ), NN C = A·B (O = P·V),
+// Layouts (row-major, see host/ops.h): NT C = A·Bᵀ (S = Q·Kᵀ), NN C = A·B (O = P·V),
 // TN C = Aᵀ·B (dV = Pᵀ·dO). Only the global→shared loaders differ; the FMA loop is shared.
 //
 // Build + run:  cmake --build build --target 03_tiled_matmul && build/bin/03_tiled_matmul

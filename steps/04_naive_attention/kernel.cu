@@ -30,6 +30,7 @@
 #include <string>
 
 #include "check.h"
+#include "launch.h"
 #include "ops.h"
 
 namespace step02 {
@@ -154,6 +155,7 @@ const fa::StepInfo& info() {
                    fa::Family::Attention};
     s.attn_fwd = forward;
     s.attn_bwd = backward;
+    s.attn_rule.max_head_dim = 1024, s.attn_rule.head_dim_multiple = 1;  // any head_dim the CLI allows
     s.supports = supports;
     s.fwd_workspace_bytes = fwd_workspace;
     s.bwd_workspace_bytes = bwd_workspace;

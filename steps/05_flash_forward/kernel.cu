@@ -47,6 +47,7 @@
 #include <string>
 
 #include "check.h"
+#include "launch.h"
 #include "ops.h"
 
 namespace step05 {

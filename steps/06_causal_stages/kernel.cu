@@ -45,6 +45,7 @@
 #include <type_traits>
 
 #include "check.h"
+#include "launch.h"
 #include "ops.h"
 
 namespace step06 {

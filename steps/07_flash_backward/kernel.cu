@@ -51,6 +51,7 @@
 #include <type_traits>
 
 #include "check.h"
+#include "launch.h"
 #include "ops.h"
 #include "streams.h"
 

@@ -44,6 +44,7 @@
 #include <type_traits>
 
 #include "check.h"
+#include "launch.h"
 #include "ops.h"
 
 namespace step09 {
@@ -336,6 +337,7 @@ const fa::StepInfo& info() {
                    "tensor cores: mma.sync m16n8k16 + ldmatrix, fp16/bf16 in, fp32 accumulate, P kept in registers",
                    fa::Family::Attention};
     s.attn_fwd = forward;
+    s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.supports = supports;
     s.default_problem = default_problem;
     return s;

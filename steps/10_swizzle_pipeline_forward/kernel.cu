@@ -37,6 +37,7 @@
 #include <type_traits>
 
 #include "check.h"
+#include "launch.h"
 #include "ops.h"
 
 namespace step10 {
@@ -385,6 +386,8 @@ const fa::StepInfo& info() {
                    "XOR-swizzled shared memory, a 3-stage cp.async K/V pipeline, exp2 with log2(e) in the scale",
                    fa::Family::Attention};
     s.attn_fwd = forward;
+    s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
+    s.attn_rule.positive_scale = true;
     s.supports = supports;
     s.default_problem = default_problem;
     return s;

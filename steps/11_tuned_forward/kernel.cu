@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "check.h"
+#include "launch.h"
 #include "ops.h"
 
 namespace step11 {
@@ -546,6 +547,8 @@ const fa::StepInfo& info() {
                    "tile shapes as template instances, picked per problem by a cached autotuner; trimmed inner loop",
                    fa::Family::Attention};
     s.attn_fwd = forward;
+    s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
+    s.attn_rule.positive_scale = true;
     s.supports = supports;
     s.default_problem = default_problem;
     return s;

@@ -4,7 +4,7 @@
 // checked against NumPy golden data (tests/test_reference.cpp, tests/data/). Plain loops,
 // fp64 accumulation, written to be read.
 //
-// Conventions (DESIGN §2), followed exactly by every GPU kernel:
+// Conventions (docs/conventions.md, "Layout"), followed exactly by every GPU kernel:
 //   softmax    y = exp(x - max) / sum, per row. A row that is all -inf attends to nothing and
 //              gives all zeros (not NaN); a -inf entry in an otherwise finite row gives 0; any
 //              NaN or +inf in a row makes the whole row NaN (never a silently wrong number).
@@ -17,7 +17,7 @@
 //              with no visible key (its O row is 0 and it gets no gradient).
 //   low precision  attention_forward_rows with a rounding function: the same math done by a
 //              simple fp16/bf16 implementation (the ref_lowp of the fp16/bf16 tolerance,
-//              common/tolerance.h). The rounding is passed in, so this library stays pure C++.
+//              harness/tolerance.h). The rounding is passed in, so this library stays pure C++.
 #pragma once
 
 namespace ref {

@@ -1,6 +1,6 @@
 // runner.h: the generic step main and run_all. A step executable is
 //     main() { return fa::step_main(argc, argv, stepNN::info(), &stepMM::info()); }
-// (common/step_entry.cpp); run_all calls fa::run_all_main with every built step in order.
+// (harness/step_entry.cpp); run_all calls fa::run_all_main with every built step in order.
 #pragma once
 #include <cmath>
 #include <cstdint>

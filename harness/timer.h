@@ -11,7 +11,7 @@ namespace fa {
 
 struct TimingOptions {
   int warmup = 3;
-  int reps = 20;  // DESIGN §5: at least 20
+  int reps = 20;  // docs/conventions.md, "Measurement": at least 20
   bool flush_l2 = true;
 };
 

@@ -2,7 +2,7 @@
 // benchmarks treat every step alike. A step's kernel.cu implements one family and describes
 // itself with a StepInfo (bottom of this file).
 //
-// Layout conventions (DESIGN §2):
+// Layout conventions (docs/conventions.md, "Layout"):
 //   softmax    x, y   [rows, cols] fp32, row-major, contiguous
 //   matmul     C [M, N] = alpha · op(A) · op(B), fp32, every matrix row-major and contiguous:
 //              NT: A [M, K], B [N, K], C = alpha·A·Bᵀ     (S = Q·Kᵀ)
@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace fa {
 
@@ -83,6 +84,16 @@ struct Problem {
 };
 
 // ---- what a step tells the harness about itself ---------------------------------------------
+// What an attention step runs, declared once: step_supports() (host/launch.h) turns it into the
+// reason a problem is refused, and the step's --help lists only these element types.
+struct AttnRule {
+  std::vector<DType> dtypes{DType::F32};  // the element types it runs; the first is its default
+  int max_head_dim = 128;                 // head_dim in [1, max_head_dim] ...
+  int head_dim_multiple = 4;              // ... and a multiple of this (the kernels' vector width)
+  long long max_batch_heads = 65535;      // batch·heads is grid.y
+  bool positive_scale = false;            // the row max is taken on unscaled scores
+};
+
 struct StepInfo {
   const char* name;  // "02_online_softmax": folder, executable and table name
   const char* idea;  // one line: what this step adds
@@ -91,20 +102,20 @@ struct StepInfo {
   MatmulLauncher matmul = nullptr;
   AttnFwdLauncher attn_fwd = nullptr;
   AttnBwdLauncher attn_bwd = nullptr;
-  // "" if the step can run the problem, else the reason, shown to the user verbatim.
+  AttnRule attn_rule;  // attention steps: element types and head_dim rule
+  // Beyond attn_rule: "" if the step can run the problem, else the reason, shown verbatim. May
+  // be null. Callers ask step_supports(), which applies attn_rule first.
   std::string (*supports)(const Problem&) = nullptr;
   std::size_t (*fwd_workspace_bytes)(const AttnParams&) = nullptr;
   std::size_t (*bwd_workspace_bytes)(const AttnParams&) = nullptr;
   const char* workspace_note = nullptr;  // what the workspace holds, for "needs N GiB" messages
   // This step's default problem (run_all, and the executable without shape flags); null: the
-  // family's default.
+  // family's default (attention: in attn_rule's first element type).
   Problem (*default_problem)() = nullptr;
+  // The GPU the step's kernels are built for, as major·10 + minor (90: Hopper, sm_90a kernels);
+  // 0: any GPU the build targets. On another GPU the executable says so and exits with
+  // kExitWrongDevice, and the step's GPU tests skip with that reason.
+  int needs_cc = 0;
 };
-
-// What every attention launcher checks before it launches, throwing UsageError("<step>: ..."):
-// the step supports the problem (step.supports), every size is at least 1, and each pointer in
-// `ptrs` (named by `names`, e.g. "Q, K, V and O") is 16-byte aligned (the kernels' vector loads).
-void check_attention_launch(const StepInfo& step, const AttnParams& p, std::initializer_list<const void*> ptrs,
-                            const char* names);
 
 }  // namespace fa

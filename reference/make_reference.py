@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Golden data for the fp64 CPU references: tests/data/*.npy and tests/data/manifest.txt.
 
-    python3 tests/reference/make_reference.py            # (re)write tests/data
-    python3 tests/reference/make_reference.py --check    # verify the committed files (a CTest)
-    python3 tests/reference/make_reference.py --out DIR  # use DIR instead of tests/data
+    python3 reference/make_reference.py            # (re)write tests/data
+    python3 reference/make_reference.py --check    # verify the committed files (a CTest)
+    python3 reference/make_reference.py --out DIR  # use DIR instead of tests/data
 
 The math is NumPy float64. Inputs come from np.random.RandomState(seed), one seed per case (its
 stream is stable across NumPy versions), are rounded to float32 (what the GPU steps consume) and
@@ -11,7 +11,7 @@ stored as <f4; the math upcasts those float32 values to float64. Outputs are sto
 tests/test_reference.cpp runs the C++ references on every case of the manifest and compares
 them with these outputs, so CI (no GPU) tests real numerics.
 
-Conventions (DESIGN §2, the same as tests/reference/reference.h):
+Conventions (docs/conventions.md, "Layout"; the same as reference/reference.h):
   softmax    y = exp(x - max) / sum per row; an all -inf row gives zeros (it attends to
              nothing); a NaN or +inf anywhere in a row makes the whole row NaN.
   matmul     nt: C = alpha·A·Bᵀ with B [N, K];  nn: C = alpha·A·B with B [K, N].
@@ -32,7 +32,7 @@ except ImportError:
     sys.exit(f"make_reference.py needs NumPy, which {sys.executable} does not have "
              "(try /usr/bin/python3, or pip install numpy)")
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 # --check: inputs must match exactly; an output element passes if
 #   |committed - regenerated| <= ATOL * max(1, max|regenerated tensor|) + RTOL * |regenerated|.
@@ -147,7 +147,7 @@ def attention_case(seed, batch, heads, seq_q, seq_k, head_dim, causal, magnitude
     rs = np.random.RandomState(seed)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     qshape, kshape = (batch, heads, seq_q, head_dim), (batch, heads, seq_k, head_dim)
-    # DESIGN §4: offset by +0.5 so that outputs are not near zero.
+    # docs/conventions.md, "Correctness": offset by +0.5 so that outputs are not near zero.
     q, k, v = (magnitude * (rs.standard_normal(s) + 0.5) for s in (qshape, kshape, kshape))
     dout = rs.standard_normal(qshape)
     inputs = {t: a.astype(np.float32) for t, a in dict(q=q, k=k, v=v, dout=dout).items()}
@@ -199,7 +199,7 @@ def all_cases():
 
 
 def manifest_text(cases):
-    return ("# Golden cases for tests/test_reference.cpp, written by tests/reference/make_reference.py.\n"
+    return ("# Golden cases for tests/test_reference.cpp, written by reference/make_reference.py.\n"
             "# One case per line: <op> <case> <param>=<value>...; its tensors are <case>.<tensor>.npy,\n"
             "# inputs <f4 and outputs <f8.\n" + "".join(c.manifest_line() + "\n" for c in cases))
 
@@ -260,7 +260,7 @@ def check(out, cases):
         problems.append(f"{manifest}: {'missing' if got is None else 'differs' + diff}")
     if problems:
         print("golden data check FAILED:\n  " + "\n  ".join(problems))
-        print("(if the change is intended, regenerate: python3 tests/reference/make_reference.py)")
+        print("(if the change is intended, regenerate: python3 reference/make_reference.py)")
         return 1
     print(f"golden data: {n + 1} files match ({len(cases)} cases in {out})")
     return 0

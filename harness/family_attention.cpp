@@ -17,6 +17,7 @@
 #include "buffer.h"
 #include "check.h"
 #include "cli.h"
+#include "launch.h"
 #include "lowp.h"
 #include "random.h"
 #include "reference.h"
@@ -50,22 +51,17 @@ Problem make(int batch, int heads, int seq_q, int seq_k, int d, bool causal, DTy
   return p;
 }
 
-// The FlashAttention-2 benchmark shape: batch·seq = 16384 tokens, heads·head_dim = 2048.
-Problem fa2_shape(int seq, int d, bool causal, DType dt = DType::F32) {
-  return make(16384 / seq, 2048 / d, seq, seq, d, causal, dt);
-}
-
-Problem default_problem() { return fa2_shape(2048, 64, false); }
+Problem default_problem() { return fa2_problem(2048, 64, false, DType::F32); }
 
 // The element types of --sweep: --dtype if given; else the step's default problem's, and for a
 // 16-bit step that supports both, f16 then bf16.
 std::vector<DType> sweep_types(const StepInfo& step) {
   if (!flags.dtype.empty()) return {parse_dtype(flags.dtype)};
   Problem p = fa::default_problem(step);
-  if (!is_lowp(p.attn.dtype) || !step.supports) return {p.attn.dtype};
+  if (!is_lowp(p.attn.dtype)) return {p.attn.dtype};
   for (DType t : {DType::F16, DType::BF16}) {
     p.attn.dtype = t;
-    if (!step.supports(p).empty()) return {fa::default_problem(step).attn.dtype};
+    if (!step_supports(step, p).empty()) return {fa::default_problem(step).attn.dtype};
   }
   return {DType::F16, DType::BF16};
 }
@@ -76,7 +72,7 @@ std::vector<Problem> sweep(const StepInfo& step) {
     for (bool causal : {false, true})
       for (int d : {64, 128})
         for (int seq : {512, 1024, 2048, 4096, 8192, 16384}) {
-          out.push_back(fa2_shape(seq, d, causal, t));
+          out.push_back(fa2_problem(seq, d, causal, t));
           out.back().backward = flags.bwd;  // --sweep --bwd: the backward too
         }
   return out;
@@ -114,10 +110,10 @@ void resolve(Problem& p, const RunOptions&) {
 // The problem a previous step runs beside `p`: `p`, or, for a fp16/bf16 problem that the
 // previous step runs only in fp32, the fp32 version of it (on the same rounded inputs).
 Problem prev_problem(const StepInfo& prev, const Problem& p) {
-  if (!is_lowp(p.attn.dtype) || !prev.supports || prev.supports(p).empty()) return p;
+  if (!is_lowp(p.attn.dtype) || step_supports(prev, p).empty()) return p;
   Problem q = p;
   q.attn.dtype = DType::F32;
-  return prev.supports(q).empty() ? q : p;
+  return step_supports(prev, q).empty() ? q : p;
 }
 std::size_t q_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_q * a.head_dim; }
 std::size_t k_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_k * a.head_dim; }

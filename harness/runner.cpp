@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "cli.h"
+#include "launch.h"
 #include "lowp.h"
 #include "random.h"
 
@@ -54,7 +55,10 @@ const FamilyOps& family_ops(Family f) {
 }
 
 Problem default_problem(const StepInfo& step) {
-  return step.default_problem ? step.default_problem() : family_ops(step.family).default_problem();
+  if (step.default_problem) return step.default_problem();
+  Problem p = family_ops(step.family).default_problem();
+  if (step.family == Family::Attention) p.attn.dtype = step.attn_rule.dtypes.front();
+  return p;
 }
 
 // The previous step, if it can run this problem (it may not: a shape or memory limit), or the
@@ -64,7 +68,7 @@ static const StepInfo* usable_prev(const StepInfo* prev, const Problem& p, const
   if (!prev) return nullptr;
   const FamilyOps& fam = family_ops(prev->family);
   const Problem q = fam.prev_problem ? fam.prev_problem(*prev, p) : p;
-  std::string why = prev->supports ? prev->supports(q) : "";
+  std::string why = step_supports(*prev, q);
   if (why.empty()) try {
       fam.validate(*prev, q, &dev);
     } catch (const UsageError& e) {
@@ -162,7 +166,7 @@ struct CommonFlags {
 static void add_common_flags(ArgParser& p, CommonFlags& f) {
   p.add_flag("--check", &f.check, "compare with the previous step and the fp64 reference");
   p.add_flag("--bench", &f.bench, "time this step (and the previous one, same inputs)");
-  p.add_flag("--sweep", &f.sweep, "time the family's benchmark shapes (DESIGN §5)");
+  p.add_flag("--sweep", &f.sweep, "time the family's benchmark shapes (docs/conventions.md, \"Measurement\")");
   p.add_flag("--csv", &f.csv, "results as CSV on stdout");
   p.add_flag("--json", &f.json, "results as JSON on stdout");
   p.add_flag("--device-info", &f.device_info, "print the device and its measured ceilings, then exit");
@@ -239,7 +243,7 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     std::vector<Problem> problems;
     for (const Problem& q : f.sweep ? fam.sweep(step) : std::vector<Problem>{p}) {
       fam.validate(step, q, nullptr);  // sizes first: no device needed
-      const std::string why = step.supports ? step.supports(q) : "";
+      const std::string why = step_supports(step, q);
       if (why.empty())
         problems.push_back(q);
       else if (!f.sweep)

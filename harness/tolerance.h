@@ -34,7 +34,7 @@ constexpr double kAttnGradAtolRel = 1e-4, kAttnGradRtol = 1e-3;
 constexpr double kAttnGradAtolFloor = 1e-5;
 
 // fp16/bf16 attention (steps 09+: Q, K, V, O in 16 bits, fp32 accumulation, LSE fp32), checked
-// against the fp64 reference on the same rounded inputs. The FlashAttention rule (DESIGN §4)
+// against the fp64 reference on the same rounded inputs. The FlashAttention rule (docs/conventions.md, "Correctness")
 // allows twice the error of a simple low-precision implementation of the same math,
 // ref_lowp (ref::attention_forward_rows with rounding, as FlashAttention's
 // attention_ref(upcast=False): S = lowp(scale·Q·Kᵀ), P = lowp(softmax(S)), O = lowp(P·V), the
