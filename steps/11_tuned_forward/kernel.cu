@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(C::THREADS)
   auto load_q = [&](std::uint32_t(&a)[4], int mf, int kk) {
     ldmatrix_x4(a, Qs + swz<D>(w0 + 16 * mf + lane % 16, 2 * kk + lane / 16));
   };
-  std::uint32_t qf[C::Q_IN_REGS ? MF : 1][C::Q_IN_REGS ? D / 16 : 1][4];  // [16·MF, D] or unused
+  [[maybe_unused]] std::uint32_t qf[C::Q_IN_REGS ? MF : 1][C::Q_IN_REGS ? D / 16 : 1][4];  // [16·MF, D] or unused
   if constexpr (C::Q_IN_REGS) {
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf)
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(C::THREADS)
       for (int j = 0; j < BLOCK_N / 8; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t qa[C::Q_IN_REGS ? 1 : MF][4];  // Q not in registers: this k-step's fragments, read now
+      [[maybe_unused]] std::uint32_t qa[C::Q_IN_REGS ? 1 : MF][4];  // Q not in registers: read per k-step
       if constexpr (!C::Q_IN_REGS)
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf) load_q(qa[mf], mf, kk);
