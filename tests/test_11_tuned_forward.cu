@@ -5,6 +5,7 @@
 // and not, ragged lengths, seq_q ≠ seq_k both ways, padded head dims, what it refuses), plus what
 // is particular to this step.
 #include <cstdlib>
+#include <cstring>
 
 #include "tensor_core_checks.h"
 
@@ -15,6 +16,7 @@ namespace step11 {
 const fa::StepInfo& info();
 int candidate_count(int head_dim);
 std::string candidate_name(int head_dim, int i);
+void tune(const fa::AttnFwdArgs& a, cudaStream_t stream);
 }  // namespace step11
 
 namespace {
@@ -58,5 +60,102 @@ TEST(Step11TunedForward, TunedChoiceIsStable) {
     EXPECT_EQ(a.o, b.o);
     EXPECT_EQ(a.lse, b.lse);
   }
+}
+
+// A CUDA graph. A tuned launch is pure launches, so it can be captured: launched once directly
+// (which tunes the class), then captured on a stream, the graph replayed; O and LSE must equal the
+// direct launch's bit for bit (same instance, same inputs). A class not tuned yet cannot be timed
+// inside a capture: the launch refuses with a UsageError, and step11::tune() outside the capture
+// makes the class capturable.
+struct Graph {
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Graph() { FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~Graph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+  // Captures fn(stream) into the graph and instantiates it; rethrows what fn throws, capture ended.
+  template <class Fn>
+  void capture(Fn fn) {
+    FA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      fn(stream);
+    } catch (...) {
+      cudaGraph_t dropped = nullptr;
+      cudaStreamEndCapture(stream, &dropped);
+      if (dropped) cudaGraphDestroy(dropped);
+      throw;
+    }
+    FA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    FA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  void replay() {
+    FA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+};
+
+fa::AttnFwdArgs forward_args(Device& d) {
+  return {d.p, d.q.get(), d.k.get(), d.v.get(), d.o.get(), d.lse.get(), d.workspace.get()};
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Step11TunedForward, TunedLaunchReplaysInACudaGraphBitForBit) {
+  unsetenv("FA_STEP11_CONFIG");
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128}) {
+      const Shape s{2, 3, 700, 900, d, true, 0, t};
+      const std::uint64_t seed = fa::fresh_seed();
+      SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
+      const Inputs in = random_inputs(s, seed);
+      Device dev(kStep, s, in, false);
+      dev.forward();  // direct: tunes the class
+      const std::vector<float> o = dev.o.download(), lse = dev.lse.download();
+      const fa::AttnFwdArgs args = forward_args(dev);
+      Graph g;
+      g.capture([&](cudaStream_t st) { kStep.attn_fwd(args, st); });
+      dev.o.poison_nan();
+      dev.lse.poison_nan();
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      g.replay();
+      EXPECT_TRUE(same_bits(dev.o.download(), o)) << "O";
+      EXPECT_TRUE(same_bits(dev.lse.download(), lse)) << "LSE";
+    }
+}
+
+TEST(Step11TunedForward, UntunedClassRefusesCaptureUntilTuned) {
+  unsetenv("FA_STEP11_CONFIG");
+  // Lengths no other test uses (seq_q bucket 2^2, seq_k bucket 2^13): a class not tuned yet.
+  const Shape s{1, 2, 3, 5000, 128, false, 0, fa::DType::BF16};
+  const std::uint64_t seed = fa::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Inputs in = random_inputs(s, seed);
+  Device dev(kStep, s, in, false);
+  const fa::AttnFwdArgs args = forward_args(dev);
+  {
+    Graph g;
+    try {
+      g.capture([&](cudaStream_t st) { kStep.attn_fwd(args, st); });
+      ADD_FAILURE() << "an untuned class was captured";
+    } catch (const fa::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("launch once before the capture"), std::string::npos) << e.what();
+    }
+  }
+  step11::tune(args, nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  Graph g;
+  g.capture([&](cudaStream_t st) { kStep.attn_fwd(args, st); });
+  dev.o.poison_nan();
+  dev.lse.poison_nan();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  g.replay();
+  const LowpReference ref = lowp_reference(s, in);
+  expect_close_lowp(Outputs{dev.o.download(), dev.lse.download()}, ref.o, ref.lse, ref, s, "fp64, graph replay");
 }
 }  // namespace

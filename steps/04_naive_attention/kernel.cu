@@ -27,7 +27,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "check.h"
 #include "launch.h"
@@ -143,12 +142,6 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t s) {
   matmul(dS, q, dk, p.seq_k, p.head_dim, p.seq_q, p.scale, fa::MatmulLayout::TN, p, s);  // dK = scale·dSᵀ·Q
 }
 
-std::string supports(const fa::Problem& pr) {
-  if (pr.attn.dtype != fa::DType::F32) return "this step computes in fp32 only (--dtype f32)";
-  if (size_t(pr.attn.batch) * pr.attn.heads > 65535) return "batch·heads must be at most 65535";
-  return "";
-}
-
 const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {
     fa::StepInfo s{"04_naive_attention", "standard attention: S and P materialised, matmul + softmax + matmul",
@@ -156,7 +149,6 @@ const fa::StepInfo& info() {
     s.attn_fwd = forward;
     s.attn_bwd = backward;
     s.attn_rule.max_head_dim = 1024, s.attn_rule.head_dim_multiple = 1;  // any head_dim the CLI allows
-    s.supports = supports;
     s.fwd_workspace_bytes = fwd_workspace;
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note = "S and P, batch·heads·seq_q·seq_k fp32 each";

@@ -44,7 +44,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "check.h"
 #include "launch.h"
@@ -54,10 +53,10 @@ namespace step05 {
 
 const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 
-constexpr int kThreads = 128;  // 4 warps per block, 2 blocks per SM (shared memory and registers)
+constexpr int THREADS = 128;   // 4 warps per block, 2 blocks per SM (shared memory and registers)
 constexpr int kRows = 8;       // query rows per thread, in S and in O
 constexpr int kWarp = 32;
-constexpr int kWarps = kThreads / kWarp;
+constexpr int WARPS = THREADS / kWarp;
 
 // ---- tile configuration, per head-dim instance -------------------------------------------------
 template <int D>
@@ -67,7 +66,7 @@ struct Config {
   static constexpr int BLOCK_M = D == 64 ? 128 : 64;
   static constexpr int BLOCK_N = 64;
   static constexpr int ROW_GROUPS = BLOCK_M / kRows;        // 16 | 8
-  static constexpr int COL_GROUPS = kThreads / ROW_GROUPS;  // 8 | 16 threads share a row
+  static constexpr int COL_GROUPS = THREADS / ROW_GROUPS;   // 8 | 16 threads share a row
   static constexpr int KEYS = BLOCK_N / COL_GROUPS;         // 8 | 4 columns of S per thread
   static constexpr int COLS = D / COL_GROUPS;               // 8 | 8 columns of O per thread
   // The transposed tiles carry 4 floats of padding after every 4 rows (trow): their stores are
@@ -83,11 +82,11 @@ struct Config {
   static constexpr std::size_t SMEM_BYTES = sizeof(float) * (Q_FLOATS + K_FLOATS + V_FLOATS + P_FLOATS);
 
   static_assert(D == 64 || D == 128, "instances: head_dim padded to 64 or 128");
-  static_assert(BLOCK_M % kRows == 0 && kThreads % ROW_GROUPS == 0, "whole row groups, whole threads");
+  static_assert(BLOCK_M % kRows == 0 && THREADS % ROW_GROUPS == 0, "whole row groups, whole threads");
   static_assert(COL_GROUPS >= 2 && COL_GROUPS <= 16 && (COL_GROUPS & (COL_GROUPS - 1)) == 0,
                 "a row's threads sit in one warp at lane bits 0, 2, 3, ... (see lane_layout)");
   static_assert(KEYS % 4 == 0 && COLS % 4 == 0, "each thread owns whole float4 chunks of S and O columns");
-  static_assert(BLOCK_N * D % (4 * kThreads) == 0 && BLOCK_M * D % (4 * kThreads) == 0,
+  static_assert(BLOCK_N * D % (4 * THREADS) == 0 && BLOCK_M * D % (4 * THREADS) == 0,
                 "every thread moves the same number of float4 per tile");
   static_assert(BLOCK_M % kWarp == 0 && BLOCK_N % kWarp == 0 && D % 4 == 0, "whole groups of 4 rows (trow)");
   static_assert(2 * (SMEM_BYTES + 1024) <= 228 * 1024, "two blocks per SM on sm_90 (1 KB reserved per block)");
@@ -155,10 +154,10 @@ __device__ __forceinline__ int trow(int r) {
 //   else:      dst [ROWS, D]: each 8-lane phase of a float4 store writes 128 contiguous bytes.
 template <int ROWS, int D, bool TRANSPOSE>
 struct TileLoad {
-  static constexpr int VECS = ROWS * D / 4 / kThreads;  // float4 per thread
+  static constexpr int VECS = ROWS * D / 4 / THREADS;   // float4 per thread
   static constexpr int LINES = D / 32;                  // 128-byte blocks per row: 2 | 4
-  static constexpr int ROW_STEP = 4 * kWarps / LINES;   // rows between a thread's loads: 8 | 4
-  static_assert(kWarps % LINES == 0 && VECS * ROW_STEP == ROWS, "the warps tile the rows exactly");
+  static constexpr int ROW_STEP = 4 * WARPS / LINES;    // rows between a thread's loads: 8 | 4
+  static_assert(WARPS % LINES == 0 && VECS * ROW_STEP == ROWS, "the warps tile the rows exactly");
   float4 v[VECS];
 
   // This thread's load i: row row0() + i·ROW_STEP, columns col0() .. col0() + 3.
@@ -277,9 +276,9 @@ __device__ __forceinline__ void tile_pv(const float* Pt, const float* Vs, int rg
 }
 
 // ---- the kernel ----------------------------------------------------------------------------------------
-// grid (query blocks, batch·heads); block kThreads. D: head_dim padded up to the instance.
+// grid (query blocks, batch·heads); block THREADS. D: head_dim padded up to the instance.
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(THREADS, 2)
     flash_forward(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                   float* __restrict__ o, float* __restrict__ lse, int seq_q, int seq_k, int head_dim, float scale,
                   bool causal) {
@@ -403,38 +402,19 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // ---- launcher ---------------------------------------------------------------------------------------------
-std::string supports(const fa::Problem& pr) {
-  const fa::AttnParams& p = pr.attn;
-  if (p.dtype != fa::DType::F32) return "this step computes in fp32 only (--dtype f32)";
-  if (p.head_dim > 128 || p.head_dim % 4 != 0)
-    return "head_dim must be a multiple of 4 and at most 128 (got " + std::to_string(p.head_dim) + ")";
-  if (std::size_t(p.batch) * p.heads > 65535) return "batch·heads must be at most 65535 (grid.y)";
-  return "";
-}
-
 template <int D>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   using C = Config<D>;
   // Once per instance: opt in to more than 48 KB of dynamic shared memory, and ask for the
   // largest shared-memory carveout so that two blocks fit per SM.
   static const bool ready = [] {
-    int dev = 0, optin = 0;
-    FA_CUDA_CHECK(cudaGetDevice(&dev));
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (std::size_t(optin) < C::SMEM_BYTES)
-      throw fa::UsageError(std::string(info().name) + " needs " + std::to_string(C::SMEM_BYTES) +
-                           " bytes of shared memory per block for head_dim " + std::to_string(D) +
-                           "; this GPU allows " + std::to_string(optin));
-    FA_CUDA_CHECK(
-        cudaFuncSetAttribute(flash_forward<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::SMEM_BYTES)));
-    FA_CUDA_CHECK(cudaFuncSetAttribute(flash_forward<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       int(cudaSharedmemCarveoutMaxShared)));
+    fa::opt_in_shared_memory(flash_forward<D>, C::SMEM_BYTES, info().name);
     return true;
   }();
   (void)ready;
   const fa::AttnParams& p = a.p;
   const dim3 grid((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M, p.batch * p.heads);
-  flash_forward<D><<<grid, kThreads, C::SMEM_BYTES, stream>>>(
+  flash_forward<D><<<grid, THREADS, C::SMEM_BYTES, stream>>>(
       static_cast<const float*>(a.q), static_cast<const float*>(a.k), static_cast<const float*>(a.v),
       static_cast<float*>(a.o), a.lse, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
   FA_CHECK_LAUNCH();
@@ -457,7 +437,6 @@ const fa::StepInfo& info() {
                    "FlashAttention-2 forward: K/V tiles through shared memory, online softmax, O in registers",
                    fa::Family::Attention};
     s.attn_fwd = forward;
-    s.supports = supports;
     return s;
   }();
   return i;

@@ -47,7 +47,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 #include <type_traits>
 
 #include "check.h"
@@ -92,8 +91,9 @@ struct Config {
   static constexpr int K_FLOATS = BLOCK_N * LD;        // K, V  [BLOCK_N, LD]
   static constexpr int P_FLOATS = BLOCK_M * LD_P;      // P, dS [BLOCK_M, LD_P]   (dK/dV kernel)
   static constexpr int DST_FLOATS = BLOCK_N * LD_DST;  // dSᵀ [BLOCK_N, LD_DST] (dQ kernel)
-  static constexpr std::size_t DKDV_SMEM = sizeof(float) * (2 * Q_FLOATS + 2 * K_FLOATS + 2 * P_FLOATS + 2 * BLOCK_M);
-  static constexpr std::size_t DQ_SMEM = sizeof(float) * (2 * Q_FLOATS + 2 * K_FLOATS + DST_FLOATS + 2 * BLOCK_M);
+  static constexpr std::size_t DKDV_SMEM_BYTES =
+      sizeof(float) * (2 * Q_FLOATS + 2 * K_FLOATS + 2 * P_FLOATS + 2 * BLOCK_M);
+  static constexpr std::size_t DQ_SMEM_BYTES = sizeof(float) * (2 * Q_FLOATS + 2 * K_FLOATS + DST_FLOATS + 2 * BLOCK_M);
 
   static_assert(D == 64 || D == 128, "instances: head_dim padded to 64 or 128");
   static_assert(ROW_GROUPS * COL_GROUPS == THREADS, "one S tile per thread");
@@ -104,7 +104,8 @@ struct Config {
   static_assert(ACC_ROWS % 4 == 0 && ACC_COLS % 4 == 0, "float4 chunks of the accumulator tiles");
   static_assert(LD % 32 == 4 && LD_P % 32 == 4 && LD_DST % 32 == 8, "bank offsets of the strides, see above");
   static_assert(BLOCK_M <= THREADS, "one thread per row loads LSE");
-  static_assert(MIN_BLOCKS * (DKDV_SMEM + 1024) <= 228 * 1024, "blocks per SM on sm_90 (1 KB reserved per block)");
+  static_assert(MIN_BLOCKS * (DKDV_SMEM_BYTES + 1024) <= 228 * 1024,
+                "blocks per SM on sm_90 (1 KB reserved per block)");
 };
 
 // ---- who owns what -------------------------------------------------------------------------------
@@ -554,36 +555,12 @@ __global__ void __launch_bounds__(Config<D>::THREADS, Config<D>::MIN_BLOCKS)
 }
 
 // ---- launcher ---------------------------------------------------------------------------------------------
-std::string supports(const fa::Problem& pr) {
-  const fa::AttnParams& p = pr.attn;
-  if (p.dtype != fa::DType::F32) return "this step computes in fp32 only (--dtype f32)";
-  if (p.head_dim > 128 || p.head_dim % 4 != 0)
-    return "head_dim must be a multiple of 4 and at most 128 (got " + std::to_string(p.head_dim) + ")";
-  if (std::size_t(p.batch) * p.heads > 65535) return "batch·heads must be at most 65535 (grid.y)";
-  return "";
-}
-
-// Once per kernel: opt in to more than 48 KB of dynamic shared memory, largest carveout.
-template <class Kernel>
-void prepare(Kernel kernel, std::size_t smem, int d) {
-  int dev = 0, optin = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (std::size_t(optin) < smem)
-    throw fa::UsageError(std::string(info().name) + " needs " + std::to_string(smem) +
-                         " bytes of shared memory per block for head_dim " + std::to_string(d) + "; this GPU allows " +
-                         std::to_string(optin));
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     int(cudaSharedmemCarveoutMaxShared)));
-}
-
 template <int D>
 void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   using C = Config<D>;
-  static const bool ready = [] {
-    prepare(backward_dkdv<D>, C::DKDV_SMEM, D);
-    prepare(backward_dq<D>, C::DQ_SMEM, D);
+  static const bool ready = [] {  // once per kernel: more than 48 KB of shared memory, largest carveout
+    fa::opt_in_shared_memory(backward_dkdv<D>, C::DKDV_SMEM_BYTES, info().name);
+    fa::opt_in_shared_memory(backward_dq<D>, C::DQ_SMEM_BYTES, info().name);
     return true;
   }();
   (void)ready;
@@ -597,13 +574,13 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   // SMs idle until it ends; side by side, the second kernel's blocks fill them.
   fa::StreamFork fork(stream);
   const dim3 grid_kv((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, p.batch * p.heads);
-  backward_dkdv<D><<<grid_kv, C::THREADS, C::DKDV_SMEM, fork.side()>>>(
+  backward_dkdv<D><<<grid_kv, C::THREADS, C::DKDV_SMEM_BYTES, fork.side()>>>(
       q, k, v, o, dout, a.lse, static_cast<float*>(a.dk), static_cast<float*>(a.dv), p.seq_q, p.seq_k, p.head_dim,
       p.scale, p.causal);
   FA_CHECK_LAUNCH();
   const dim3 grid_q((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M, p.batch * p.heads);
-  backward_dq<D><<<grid_q, C::THREADS, C::DQ_SMEM, stream>>>(q, k, v, o, dout, a.lse, static_cast<float*>(a.dq),
-                                                             p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+  backward_dq<D><<<grid_q, C::THREADS, C::DQ_SMEM_BYTES, stream>>>(q, k, v, o, dout, a.lse, static_cast<float*>(a.dq),
+                                                                   p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
   FA_CHECK_LAUNCH();
   fork.join();
 }
@@ -622,12 +599,7 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 
 // The FlashAttention-2 benchmark shape at seq 2048, head_dim 64 (batch 8, 32 heads), fwd + bwd.
 fa::Problem default_problem() {
-  fa::Problem p;
-  p.family = fa::Family::Attention;
-  p.attn.batch = 8, p.attn.heads = 32, p.attn.seq_q = p.attn.seq_k = 2048, p.attn.head_dim = 64;
-  p.attn.scale = 0.125f;  // 1/sqrt(64)
-  p.attn.causal = false;
-  p.attn.dtype = fa::DType::F32;
+  fa::Problem p = fa::fa2_problem(2048, 64, /*causal=*/false, fa::DType::F32);
   p.backward = true;
   return p;
 }
@@ -640,7 +612,6 @@ const fa::StepInfo& info() {
         fa::Family::Attention};
     s.attn_fwd = step06::info().attn_fwd;
     s.attn_bwd = backward;
-    s.supports = supports;
     s.default_problem = default_problem;
     return s;
   }();

@@ -40,7 +40,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 #include <type_traits>
 
 #include "check.h"
@@ -52,9 +51,9 @@ namespace step09 {
 const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 
 constexpr int kWarp = 32;
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarp;
-constexpr int BLOCK_M = kWarps * 16;  // 16 query rows per warp: the M of one mma
+constexpr int WARPS = 4;
+constexpr int THREADS = WARPS * kWarp;
+constexpr int BLOCK_M = WARPS * 16;   // 16 query rows per warp: the M of one mma
 constexpr int BLOCK_N = 64;           // keys per tile
 
 // ---- the three PTX instructions of this step -------------------------------------------------------
@@ -127,9 +126,9 @@ __device__ __forceinline__ float quad_sum(float x) {
 template <int ROWS, int D, class T>
 __device__ __forceinline__ void load_tile(T* dst, const T* __restrict__ src, int row0, int seq, int head_dim) {
   constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
-  static_assert(ROWS * CHUNKS % kThreads == 0, "every thread moves the same number of chunks");
+  static_assert(ROWS * CHUNKS % THREADS == 0, "every thread moves the same number of chunks");
 #pragma unroll
-  for (int i = threadIdx.x; i < ROWS * CHUNKS; i += kThreads) {
+  for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
     const int r = i / CHUNKS, c = i % CHUNKS * 8;
     uint4 x = make_uint4(0, 0, 0, 0);
     if (row0 + r < seq && c < head_dim)  // head_dim % 8 == 0: a chunk is wholly in or out
@@ -139,10 +138,10 @@ __device__ __forceinline__ void load_tile(T* dst, const T* __restrict__ src, int
 }
 
 // ---- the kernel ----------------------------------------------------------------------------------------
-// grid (query blocks, batch·heads); block kThreads. T: __half or __nv_bfloat16. D: head_dim padded
+// grid (query blocks, batch·heads); block THREADS. T: __half or __nv_bfloat16. D: head_dim padded
 // up to the instance.
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(THREADS)
     tc_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                float* __restrict__ lse, int seq_q, int seq_k, int head_dim, float scale, bool causal) {
   static_assert(D % 16 == 0 && BLOCK_N % 16 == 0, "whole 16-deep mma steps over head_dim and keys");
@@ -278,28 +277,19 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- launcher ---------------------------------------------------------------------------------------------
-std::string supports(const fa::Problem& pr) {
-  const fa::AttnParams& p = pr.attn;
-  if (p.dtype == fa::DType::F32) return "this step computes on fp16/bf16 tensor cores only (--dtype f16 or bf16)";
-  if (p.head_dim > 128 || p.head_dim % 8 != 0)
-    return "head_dim must be a multiple of 8 and at most 128 (got " + std::to_string(p.head_dim) + ")";
-  if (std::size_t(p.batch) * p.heads > 65535) return "batch·heads must be at most 65535 (grid.y)";
-  return "";
-}
-
 template <class T, int D>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   constexpr std::size_t smem = sizeof(T) * (BLOCK_M + 2 * BLOCK_N) * D;  // 24 KB | 48 KB
-  static const bool ready = [] {  // once per instance: allow 48 KB of dynamic shared memory
-    FA_CUDA_CHECK(cudaFuncSetAttribute(tc_forward<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  static const bool ready = [] {                                         // once per instance
+    fa::opt_in_shared_memory(tc_forward<T, D>, smem, info().name);
     return true;
   }();
   (void)ready;
   const fa::AttnParams& p = a.p;
   const dim3 grid((p.seq_q + BLOCK_M - 1) / BLOCK_M, p.batch * p.heads);
-  tc_forward<T, D><<<grid, kThreads, smem, stream>>>(static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-                                                     static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse,
-                                                     p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+  tc_forward<T, D><<<grid, THREADS, smem, stream>>>(static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                                                    static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p.seq_q,
+                                                    p.seq_k, p.head_dim, p.scale, p.causal);
   FA_CHECK_LAUNCH();
 }
 
@@ -321,16 +311,6 @@ void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     launch_dim<__nv_bfloat16>(a, stream);
 }
 
-// The FlashAttention-2 benchmark shape at seq 2048, head_dim 64, in fp16.
-fa::Problem default_problem() {
-  fa::Problem pr;
-  pr.family = fa::Family::Attention;
-  pr.attn.batch = 8, pr.attn.heads = 32, pr.attn.seq_q = pr.attn.seq_k = 2048, pr.attn.head_dim = 64;
-  pr.attn.scale = 0.125f;
-  pr.attn.dtype = fa::DType::F16;
-  return pr;
-}
-
 const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {
     fa::StepInfo s{"09_tensor_core_forward",
@@ -338,8 +318,6 @@ const fa::StepInfo& info() {
                    fa::Family::Attention};
     s.attn_fwd = forward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
-    s.supports = supports;
-    s.default_problem = default_problem;
     return s;
   }();
   return i;

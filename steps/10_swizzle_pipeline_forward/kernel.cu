@@ -18,7 +18,7 @@
 //   3. exp2. exp(x) = 2^(x·log2 e): with log2(e) folded into the softmax scale, each score costs
 //      one FFMA (s·scale·log2e − m·scale·log2e) and one MUFU.EX2, where step 09 spent a multiply
 //      for the scale and expf's range reduction. The row max is taken on the raw scores (valid
-//      for a positive scale, which supports() now requires).
+//      for a positive scale, which the step's attn_rule now requires).
 //
 // Tiles and warps are step 09's: BLOCK_M = 64 (4 warps × 16 rows), BLOCK_N = 64, head_dim
 // instances 64 and 128; STAGES = 3 K/V buffers (d = 64: 56 KB of shared memory, room for 4 blocks
@@ -33,42 +33,28 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 #include <type_traits>
 
 #include "check.h"
 #include "launch.h"
+#include "mma_sync.cuh"
 #include "ops.h"
 
 namespace step10 {
+using namespace fa::ptx;  // step 09's ldmatrix_x4, mma_16816, pack, quad_max, quad_sum
 
 const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 
 constexpr int kWarp = 32;
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarp;
-constexpr int BLOCK_M = kWarps * 16;  // 16 query rows per warp: the M of one mma
+constexpr int WARPS = 4;
+constexpr int THREADS = WARPS * kWarp;
+constexpr int BLOCK_M = WARPS * 16;   // 16 query rows per warp: the M of one mma
 constexpr int BLOCK_N = 64;           // keys per tile
 constexpr int STAGES = 3;             // K/V tiles in flight or in use: the ring of buffers
 
-// ---- the three PTX instructions of this step -------------------------------------------------------
-// ldmatrix.x4: the warp reads four 8×8 matrices of 16-bit elements from shared memory. Lanes
-// 8i..8i+7 give the addresses of the 8 rows (16 bytes each) of matrix i; afterwards register i of
-// lane l holds row l/4, elements 2·(l%4) and 2·(l%4)+1 of matrix i, which is exactly how
-// mma.m16n8k16 wants its A and B fragments laid out. `.trans` delivers each matrix transposed.
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem) {
-  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem) {
-  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
+// ---- the two PTX instructions of this step ---------------------------------------------------------
+// (ldmatrix, mma.sync, pack and the quad reductions are step 09's, from device/mma_sync.cuh.)
+//
 // cp.async.cg: 16 bytes global -> shared memory without passing through registers (and without
 // allocating in L1: .cg). src_bytes = 0 writes 16 zero bytes and reads nothing (rows past seq).
 // Copies are grouped with commit_group; wait_group<N> waits until at most N of this thread's
@@ -90,49 +76,8 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// c [16×8, fp32] += a [16×16] · b [16×8], one warp. Fragments (g = lane/4, t = lane%4):
-//   a[0]: A[g][2t, 2t+1]   a[1]: A[g+8][2t, 2t+1]   a[2]: A[g][2t+8, +9]   a[3]: A[g+8][2t+8, +9]
-//   b0:   B[2t, 2t+1][g]   b1:   B[2t+8, 2t+9][g]
-//   c[0], c[1]: C[g][2t, 2t+1]                       c[2], c[3]: C[g+8][2t, 2t+1]
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                          std::uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two fp32 values -> one register of two fp16/bf16 (x in the low half: the lower column).
-template <class T>
-__device__ __forceinline__ std::uint32_t pack(float x, float y) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(x, y);
-    return *reinterpret_cast<const std::uint32_t*>(&h);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const std::uint32_t*>(&h);
-  }
-}
-
 // As in step 02: a row that has seen only -inf shifts by 0, so its exponentials are 0, not NaN.
 __device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }
-
-// Max / sum over the 4 lanes that hold a row of a C fragment (lanes 4g .. 4g+3).
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 // ---- the swizzled layout ---------------------------------------------------------------------------
 // Element offset of (row r, 16-byte chunk c) in a [ROWS, D] tile: the chunk moves to c ^ (r % 8)
@@ -153,9 +98,9 @@ template <int ROWS, int D, class T>
 __device__ __forceinline__ void load_tile_async(T* dst, const T* __restrict__ src, int row0, int seq,
                                                 int head_dim) {
   constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
-  static_assert(ROWS * CHUNKS % kThreads == 0, "every thread moves the same number of chunks");
+  static_assert(ROWS * CHUNKS % THREADS == 0, "every thread moves the same number of chunks");
 #pragma unroll
-  for (int i = threadIdx.x; i < ROWS * CHUNKS; i += kThreads) {
+  for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
     const int r = i / CHUNKS, c = i % CHUNKS;
     const bool in = row0 + r < seq && 8 * c < head_dim;  // head_dim % 8 == 0: a chunk is wholly in or out
     const T* from = in ? src + std::size_t(row0 + r) * head_dim + 8 * c : src;  // a valid address either way
@@ -164,10 +109,10 @@ __device__ __forceinline__ void load_tile_async(T* dst, const T* __restrict__ sr
 }
 
 // ---- the kernel ----------------------------------------------------------------------------------------
-// grid (query blocks, batch·heads); block kThreads. T: __half or __nv_bfloat16. D: head_dim padded
+// grid (query blocks, batch·heads); block THREADS. T: __half or __nv_bfloat16. D: head_dim padded
 // up to the instance.
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(THREADS)
     tc_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                float* __restrict__ lse, int seq_q, int seq_k, int head_dim, float scale, bool causal) {
   // scale·log2(e): exp(scale·(s − m)) = 2^(s·sl2 − m·sl2), one FFMA + one EX2 per score
@@ -324,31 +269,19 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- launcher ---------------------------------------------------------------------------------------------
-std::string supports(const fa::Problem& pr) {
-  const fa::AttnParams& p = pr.attn;
-  if (p.dtype == fa::DType::F32) return "this step computes on fp16/bf16 tensor cores only (--dtype f16 or bf16)";
-  if (!(p.scale > 0.f)) return "the softmax scale must be positive (the row max is taken on unscaled scores)";
-  if (p.head_dim > 128 || p.head_dim % 8 != 0)
-    return "head_dim must be a multiple of 8 and at most 128 (got " + std::to_string(p.head_dim) + ")";
-  if (std::size_t(p.batch) * p.heads > 65535) return "batch·heads must be at most 65535 (grid.y)";
-  return "";
-}
-
 template <class T, int D>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   constexpr std::size_t smem = sizeof(T) * (BLOCK_M + 2 * STAGES * BLOCK_N) * D;  // 56 KB | 112 KB
-  static const bool ready = [] {  // once per instance: allow more than 48 KB of dynamic shared memory
-    FA_CUDA_CHECK(cudaFuncSetAttribute(tc_forward<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    FA_CUDA_CHECK(cudaFuncSetAttribute(tc_forward<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       int(cudaSharedmemCarveoutMaxShared)));
+  static const bool ready = [] {  // once per instance: more than 48 KB of dynamic shared memory
+    fa::opt_in_shared_memory(tc_forward<T, D>, smem, info().name);
     return true;
   }();
   (void)ready;
   const fa::AttnParams& p = a.p;
   const dim3 grid((p.seq_q + BLOCK_M - 1) / BLOCK_M, p.batch * p.heads);
-  tc_forward<T, D><<<grid, kThreads, smem, stream>>>(static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-                                                     static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse,
-                                                     p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+  tc_forward<T, D><<<grid, THREADS, smem, stream>>>(static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                                                    static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p.seq_q,
+                                                    p.seq_k, p.head_dim, p.scale, p.causal);
   FA_CHECK_LAUNCH();
 }
 
@@ -370,16 +303,6 @@ void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     launch_dim<__nv_bfloat16>(a, stream);
 }
 
-// The FlashAttention-2 benchmark shape at seq 2048, head_dim 64, in fp16.
-fa::Problem default_problem() {
-  fa::Problem pr;
-  pr.family = fa::Family::Attention;
-  pr.attn.batch = 8, pr.attn.heads = 32, pr.attn.seq_q = pr.attn.seq_k = 2048, pr.attn.head_dim = 64;
-  pr.attn.scale = 0.125f;
-  pr.attn.dtype = fa::DType::F16;
-  return pr;
-}
-
 const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {
     fa::StepInfo s{"10_swizzle_pipeline_forward",
@@ -388,8 +311,6 @@ const fa::StepInfo& info() {
     s.attn_fwd = forward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;
-    s.supports = supports;
-    s.default_problem = default_problem;
     return s;
   }();
   return i;

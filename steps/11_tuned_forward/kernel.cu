@@ -4,7 +4,7 @@
 //          autotuner; an inner loop trimmed by reading the SASS; an epilogue through shared memory
 //
 // What changes since step 10: nothing in the math and nothing in the memory layout (swizzle,
-// cp.async ring, exp2 are step 10's). What was a constant is now a template parameter of Cfg:
+// cp.async ring, exp2 are step 10's). What was a constant is now a template parameter of Config:
 //
 //   WARPS      warps per block (4 or 8)
 //   MF         16-row mma fragments per warp (1 or 2): a warp owns 16·MF query rows. With MF = 2
@@ -19,7 +19,9 @@
 //
 // A few instances are compiled (the candidates of each head_dim, bottom of the file). The first
 // launch of a problem class (head_dim instance, causal, dtype, seq_q and seq_k bucket) times every
-// candidate on the caller's buffers and caches the fastest; later launches go straight to it.
+// candidate on the caller's buffers and caches the fastest; later launches go straight to it
+// (host/autotune.h). A class is tuned before its launches can be captured in a CUDA graph: one
+// launch outside the capture, or step11::tune().
 //
 // Trimmed from the inner loop, each measured (docs/11 has the SASS instruction counts):
 //   - the O rescale (MF·D/2 FMULs per lane per tile) runs only when some row's max moved, a
@@ -30,6 +32,26 @@
 // blocks resident together stream the same K/V tiles and L2 serves the repeats; causal blocks of
 // a head run heaviest first (step 06).
 //
+// Reading `diff steps/10_swizzle_pipeline_forward/kernel.cu steps/11_tuned_forward/kernel.cu`:
+// every hunk is one of these ideas (in file order of their first hunk).
+//   1. Config      step 10's namespace constants (WARPS, THREADS, BLOCK_M, BLOCK_N, STAGES) become
+//                  the members of `Config`; the kernel is `tc_forward<T, C>` and opens with
+//                  `constexpr int D = C::D, MF = C::MF, ...`, so the body keeps step 10's names.
+//   2. Headers     step 10's cp.async, ex2 and swz definitions are gone: device/cp_async.cuh
+//                  (and device/mma_sync.cuh for step 09's, as in step 10), host/autotune.h.
+//   3. TileCopy    `load_tile_async` becomes `TileCopy` (hoisted addresses, one chunk column
+//                  per thread); the prologue and `issue` call it.
+//   4. MF          `w0` and every `[MF]` dimension and `for (int mf ...)` loop around step 10's
+//                  fragment code: qf, acc, m, l, s, the mask's row, the P fragments, the mma.
+//   5. Q_IN_REGS   `load_q`, `qf` sized by Q_IN_REGS, and in the Q·Kᵀ loop `qa` and
+//                  `q_fragment(mf)`: the A fragment from registers or just read.
+//   6. Rescale     the online softmax splits into pass 1 (max, alpha, l), the O rescale under
+//                  `if (__any_sync(..., moved))`, and pass 2 (exponentials, row sums).
+//   7. Epilogue    after the loop, O goes into the dead Q tile (__syncwarp), then 16-byte stores.
+//   8. Autotuner   the launcher takes `C`; `candidates`, `ProblemClass`, `tuner`, `tuned_launch`
+//                  and `tune` replace step 10's `launch_dim`.
+//   Comments that explained step 10's code are shortened to "(step 10)" where the code is the same.
+//
 // Build + run:  cmake --build build --target 11_tuned_forward && build/bin/11_tuned_forward
 // Read with:    docs/11_tuned_forward.md
 // =============================================================================================
@@ -37,22 +59,22 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <map>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
+#include "autotune.h"
 #include "check.h"
+#include "cp_async.cuh"
 #include "launch.h"
+#include "mma_sync.cuh"
 #include "ops.h"
 
 namespace step11 {
+using namespace fa::ptx;  // step 09's ldmatrix_x4, mma_16816, pack, quad_*; step 10's cp_async_*, exp2_approx, swz
 
 const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 
@@ -60,7 +82,7 @@ constexpr int kWarp = 32;
 
 // ---- one instance: every tile shape of the kernel ---------------------------------------------------
 template <int D_, int WARPS_, int MF_, int BLOCK_N_, int STAGES_, bool Q_IN_REGS_>
-struct Cfg {
+struct Config {
   static constexpr int D = D_, WARPS = WARPS_, MF = MF_, BLOCK_N = BLOCK_N_, STAGES = STAGES_;
   static constexpr bool Q_IN_REGS = Q_IN_REGS_;
   static constexpr int THREADS = WARPS * kWarp;
@@ -72,109 +94,23 @@ struct Cfg {
   static_assert(SMEM_BYTES <= 227 * 1024, "fits one SM's shared memory");
 };
 
-// ---- the three PTX instructions of this step -------------------------------------------------------
-// ldmatrix.x4: the warp reads four 8×8 matrices of 16-bit elements from shared memory. Lanes
-// 8i..8i+7 give the addresses of the 8 rows (16 bytes each) of matrix i; afterwards register i of
-// lane l holds row l/4, elements 2·(l%4) and 2·(l%4)+1 of matrix i, which is exactly how
-// mma.m16n8k16 wants its A and B fragments laid out. `.trans` delivers each matrix transposed.
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem) {
-  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem) {
-  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-// cp.async.cg: 16 bytes global -> shared memory without passing through registers (and without
-// allocating in L1: .cg). src_bytes = 0 writes 16 zero bytes and reads nothing (rows past seq).
-// Copies are grouped with commit_group; wait_group<N> waits until at most N of this thread's
-// groups are still in flight.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// 2^x on the special-function unit (one MUFU.EX2; 2^-inf = 0).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// c [16×8, fp32] += a [16×16] · b [16×8], one warp. Fragments (g = lane/4, t = lane%4):
-//   a[0]: A[g][2t, 2t+1]   a[1]: A[g+8][2t, 2t+1]   a[2]: A[g][2t+8, +9]   a[3]: A[g+8][2t+8, +9]
-//   b0:   B[2t, 2t+1][g]   b1:   B[2t+8, 2t+9][g]
-//   c[0], c[1]: C[g][2t, 2t+1]                       c[2], c[3]: C[g+8][2t, 2t+1]
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                          std::uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two fp32 values -> one register of two fp16/bf16 (x in the low half: the lower column).
-template <class T>
-__device__ __forceinline__ std::uint32_t pack(float x, float y) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(x, y);
-    return *reinterpret_cast<const std::uint32_t*>(&h);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const std::uint32_t*>(&h);
-  }
-}
-
 // As in step 02: a row that has seen only -inf shifts by 0, so its exponentials are 0, not NaN.
 __device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }
-
-// Max / sum over the 4 lanes that hold a row of a C fragment (lanes 4g .. 4g+3).
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-// ---- the swizzled layout (step 10) -------------------------------------------------------------------
-template <int D>
-__device__ __forceinline__ int swz(int r, int c) {
-  return r * D + ((c ^ (r & 7)) << 3);
-}
 
 // ---- device memory -> shared memory: step 10's copies with cheaper addresses ---------------------------
 // Step 10 recomputed, for each of a thread's chunks, the row, the column, the swizzled offset and a
 // 64-bit global address: ptxas kept those per-chunk addresses live across the loop (registers) or
 // rebuilt them every tile (instructions). Here a thread owns ONE chunk column c for every tile and
-// the rows r0, r0 + RSTEP, r0 + 2·RSTEP, ...: RSTEP is a multiple of 8, so all its rows share
-// r % 8 and thus the swizzled position of c. Load i is then the same base plus i·RSTEP rows, a
+// the rows r0, r0 + ROW_STEP, r0 + 2·ROW_STEP, ...: ROW_STEP is a multiple of 8, so all its rows share
+// r % 8 and thus the swizzled position of c. Load i is then the same base plus i·ROW_STEP rows, a
 // compile-time constant that folds into the LDGSTS instruction ([R+imm]) on both sides.
 template <int ROWS, int D, int THREADS>
 struct TileCopy {
   static constexpr int CHUNKS = D / 8;             // 16-byte chunks per row
-  static constexpr int RSTEP = THREADS / CHUNKS;   // rows between a thread's chunks
-  static constexpr int N = ROWS / RSTEP;           // chunks per thread
-  static_assert(THREADS % CHUNKS == 0 && ROWS % RSTEP == 0, "every thread moves N chunks of one column");
-  static_assert(RSTEP % 8 == 0, "all of a thread's rows share r % 8: one swizzled offset");
+  static constexpr int ROW_STEP = THREADS / CHUNKS;  // rows between a thread's chunks
+  static constexpr int VECS = ROWS / ROW_STEP;       // chunks per thread
+  static_assert(THREADS % CHUNKS == 0 && ROWS % ROW_STEP == 0, "every thread moves VECS chunks of one column");
+  static_assert(ROW_STEP % 8 == 0, "all of a thread's rows share r % 8: one swizzled offset");
   int r0, c, smem_off;  // this thread's first row, its chunk column, swz(r0, c)
   __device__ TileCopy() : r0(threadIdx.x / CHUNKS), c(threadIdx.x % CHUNKS), smem_off(swz<D>(r0, c)) {}
 
@@ -182,17 +118,17 @@ struct TileCopy {
   // matrix with head_dim = D (all but the last tile, in the benchmarks) takes the branch-free path.
   template <class T>
   __device__ __forceinline__ void issue(T* dst, const T* __restrict__ src, int row0, int seq, int head_dim) const {
-    const int left = seq - row0 - r0;  // rows of this thread's column that exist: r0 + i·RSTEP < seq - row0
-    if (head_dim == D && left > (N - 1) * RSTEP) {
+    const int left = seq - row0 - r0;  // rows of this thread's column that exist: r0 + i·ROW_STEP < seq - row0
+    if (head_dim == D && left > (VECS - 1) * ROW_STEP) {
       const T* from = src + std::size_t(row0 + r0) * D + 8 * c;
 #pragma unroll
-      for (int i = 0; i < N; ++i) cp_async_16(dst + smem_off + i * RSTEP * D, from + i * RSTEP * D, 16);
+      for (int i = 0; i < VECS; ++i) cp_async_16(dst + smem_off + i * ROW_STEP * D, from + i * ROW_STEP * D, 16);
     } else {
 #pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const bool in = i * RSTEP < left && 8 * c < head_dim;  // head_dim % 8 == 0: a chunk is wholly in or out
-        const T* from = in ? src + std::size_t(row0 + r0 + i * RSTEP) * head_dim + 8 * c : src;
-        cp_async_16(dst + smem_off + i * RSTEP * D, from, in ? 16 : 0);
+      for (int i = 0; i < VECS; ++i) {
+        const bool in = i * ROW_STEP < left && 8 * c < head_dim;  // head_dim % 8 == 0: a chunk is wholly in or out
+        const T* from = in ? src + std::size_t(row0 + r0 + i * ROW_STEP) * head_dim + 8 * c : src;
+        cp_async_16(dst + smem_off + i * ROW_STEP * D, from, in ? 16 : 0);
       }
     }
   }
@@ -247,7 +183,7 @@ __global__ void __launch_bounds__(C::THREADS)
   auto load_q = [&](std::uint32_t(&a)[4], int mf, int kk) {
     ldmatrix_x4(a, Qs + swz<D>(w0 + 16 * mf + lane % 16, 2 * kk + lane / 16));
   };
-  std::uint32_t qf[C::Q_IN_REGS ? MF : 1][C::Q_IN_REGS ? D / 16 : 1][4];  // [16·MF, D] or unused
+  [[maybe_unused]] std::uint32_t qf[C::Q_IN_REGS ? MF : 1][C::Q_IN_REGS ? D / 16 : 1][4];  // [16·MF, D] or unused
   if constexpr (C::Q_IN_REGS) {
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf)
@@ -280,20 +216,25 @@ __global__ void __launch_bounds__(C::THREADS)
       for (int j = 0; j < BLOCK_N / 8; ++j) s[mf][j][0] = s[mf][j][1] = s[mf][j][2] = s[mf][j][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t qa[C::Q_IN_REGS ? 1 : MF][4];
+      [[maybe_unused]] std::uint32_t qa[C::Q_IN_REGS ? 1 : MF][4];  // Q not in registers: read per k-step
       if constexpr (!C::Q_IN_REGS)
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf) load_q(qa[mf], mf, kk);
+      // The A fragment of Q fragment mf at k-step kk, wherever it is.
+      auto q_fragment = [&](int mf) -> const std::uint32_t(&)[4] {
+        if constexpr (C::Q_IN_REGS)
+          return qf[mf][kk];
+        else
+          return qa[mf];
+      };
 #pragma unroll
       for (int jj = 0; jj < BLOCK_N / 16; ++jj) {
         std::uint32_t b[4];
         ldmatrix_x4(b, Kt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf) {
-          const std::uint32_t(&a)[4] = C::Q_IN_REGS ? qf[C::Q_IN_REGS ? mf : 0][C::Q_IN_REGS ? kk : 0]
-                                                    : qa[C::Q_IN_REGS ? 0 : mf];
-          mma_16816<T>(s[mf][2 * jj], a, b[0], b[1]);
-          mma_16816<T>(s[mf][2 * jj + 1], a, b[2], b[3]);
+          mma_16816<T>(s[mf][2 * jj], q_fragment(mf), b[0], b[1]);
+          mma_16816<T>(s[mf][2 * jj + 1], q_fragment(mf), b[2], b[3]);
         }
       }
     }
@@ -412,29 +353,10 @@ __global__ void __launch_bounds__(C::THREADS)
 }
 
 // ---- launcher, candidates and the autotuner ------------------------------------------------------------
-std::string supports(const fa::Problem& pr) {
-  const fa::AttnParams& p = pr.attn;
-  if (p.dtype == fa::DType::F32) return "this step computes on fp16/bf16 tensor cores only (--dtype f16 or bf16)";
-  if (!(p.scale > 0.f)) return "the softmax scale must be positive (the row max is taken on unscaled scores)";
-  if (p.head_dim > 128 || p.head_dim % 8 != 0)
-    return "head_dim must be a multiple of 8 and at most 128 (got " + std::to_string(p.head_dim) + ")";
-  if (std::size_t(p.batch) * p.heads > 65535) return "batch·heads must be at most 65535 (grid.y)";
-  return "";
-}
-
-using Launch = void (*)(const fa::AttnFwdArgs&, cudaStream_t);
-struct Candidate {
-  const char* name;
-  Launch launch;
-};
-
 template <class T, class C>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   static const bool ready = [] {  // once per instance: opt in to the shared memory it needs
-    FA_CUDA_CHECK(
-        cudaFuncSetAttribute(tc_forward<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::SMEM_BYTES)));
-    FA_CUDA_CHECK(cudaFuncSetAttribute(tc_forward<T, C>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       int(cudaSharedmemCarveoutMaxShared)));
+    fa::opt_in_shared_memory(tc_forward<T, C>, C::SMEM_BYTES, info().name);
     return true;
   }();
   (void)ready;
@@ -446,6 +368,8 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 }
 
+using Candidate = fa::TuneCandidate<fa::AttnFwdArgs>;
+
 // The candidates (name: w WARPS, m MF, n BLOCK_N, s STAGES, q if Q stays in registers). Each
 // head_dim keeps FA2's tile shape, a second 32-rows-per-warp shape and step 10's 64-row shape
 // (more blocks when a problem has few query rows). Dropped after the measurements of docs/11,
@@ -454,92 +378,68 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 template <class T>
 const std::vector<Candidate>& candidates(int d) {
   static const std::vector<Candidate> d64 = {
-      {"w4m2n128s2", launch<T, Cfg<64, 4, 2, 128, 2, false>>},  // FA2's shape: 128 × 128, 4 warps
-      {"w4m2n64s3q", launch<T, Cfg<64, 4, 2, 64, 3, true>>},
-      {"w4m1n64s3q", launch<T, Cfg<64, 4, 1, 64, 3, true>>},  // step 10's shape
+      {"w4m2n128s2", launch<T, Config<64, 4, 2, 128, 2, false>>},  // FA2's shape: 128 × 128, 4 warps
+      {"w4m2n64s3q", launch<T, Config<64, 4, 2, 64, 3, true>>},
+      {"w4m1n64s3q", launch<T, Config<64, 4, 1, 64, 3, true>>},  // step 10's shape
   };
   static const std::vector<Candidate> d128 = {
-      {"w4m2n64s2", launch<T, Cfg<128, 4, 2, 64, 2, false>>},  // FA2's shape: 128 × 64, 4 warps
-      {"w4m2n32s3", launch<T, Cfg<128, 4, 2, 32, 3, false>>},
-      {"w4m1n64s2q", launch<T, Cfg<128, 4, 1, 64, 2, true>>},  // step 10's shape, 2 stages
+      {"w4m2n64s2", launch<T, Config<128, 4, 2, 64, 2, false>>},  // FA2's shape: 128 × 64, 4 warps
+      {"w4m2n32s3", launch<T, Config<128, 4, 2, 32, 3, false>>},
+      {"w4m1n64s2q", launch<T, Config<128, 4, 1, 64, 2, true>>},  // step 10's shape, 2 stages
   };
   return d <= 64 ? d64 : d128;
 }
 
-// The autotuner. A problem class is (head_dim instance, causal, dtype, seq_q bucket, seq_k
-// bucket), buckets being powers of two (…, 1024, 2048, …): the best tile shape depends on how many
-// key tiles a block walks and on how many blocks fill the GPU, both set by the lengths. The first
-// launch of a class times every candidate on the caller's own buffers (one warm-up, then the
-// median of 5 launches, events on the caller's stream) and remembers the winner for the process;
-// every launch writes the same O and LSE, so tuning is invisible in the result.
-// FA_STEP11_CONFIG=<name> pins a candidate (profiling, tests).
+// The autotuner (host/autotune.h), one per element type. A problem class is (head_dim instance,
+// causal, seq_q bucket, seq_k bucket), buckets being powers of two (…, 1024, 2048, …): the best
+// tile shape depends on how many key tiles a block walks and on how many blocks fill the GPU, both
+// set by the lengths. The first launch of a class times every candidate on the caller's own
+// buffers and remembers the winner for the process. FA_STEP11_CONFIG=<name> pins a candidate
+// (profiling, tests).
+using ProblemClass = std::tuple<int, bool, int, int>;
 int bucket(int n) {
   int b = 0;
   while ((1 << b) < n) ++b;
   return b;
 }
+ProblemClass problem_class(const fa::AttnParams& p) {
+  return {p.head_dim <= 64 ? 64 : 128, p.causal, bucket(p.seq_q), bucket(p.seq_k)};
+}
+template <class T>
+fa::Autotuner<ProblemClass, fa::AttnFwdArgs>& tuner() {
+  static fa::Autotuner<ProblemClass, fa::AttnFwdArgs> t(info().name, "FA_STEP11_CONFIG");
+  return t;
+}
+const char* scope(int head_dim) { return head_dim <= 64 ? "head_dim <= 64" : "64 < head_dim <= 128"; }
 
 template <class T>
-int pick(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  const std::vector<Candidate>& cands = candidates<T>(a.p.head_dim);
-  if (const char* pin = std::getenv("FA_STEP11_CONFIG")) {
-    for (std::size_t i = 0; i < cands.size(); ++i)
-      if (pin == std::string(cands[i].name)) return int(i);
-    std::string names;
-    for (const Candidate& c : cands) names += std::string(" ") + c.name;
-    throw fa::UsageError(std::string(info().name) + ": FA_STEP11_CONFIG=" + pin + " is not a candidate for head_dim " +
-                         std::to_string(a.p.head_dim) + " (candidates:" + names + ")");
-  }
-  static std::mutex mu;
-  static std::map<std::tuple<int, bool, int, int>, int> cache;  // (head_dim instance, causal, buckets) -> index
-  const auto key = std::make_tuple(a.p.head_dim <= 64 ? 64 : 128, a.p.causal, bucket(a.p.seq_q), bucket(a.p.seq_k));
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  cudaEvent_t start, stop;
-  FA_CUDA_CHECK(cudaEventCreate(&start));
-  FA_CUDA_CHECK(cudaEventCreate(&stop));
-  int best = 0;
-  float best_ms = INFINITY;
-  for (std::size_t i = 0; i < cands.size(); ++i) {
-    cands[i].launch(a, stream);  // warm-up (and the one-time attribute setup)
-    float ms[5];
-    for (float& x : ms) {
-      FA_CUDA_CHECK(cudaEventRecord(start, stream));
-      cands[i].launch(a, stream);
-      FA_CUDA_CHECK(cudaEventRecord(stop, stream));
-      FA_CUDA_CHECK(cudaEventSynchronize(stop));
-      FA_CUDA_CHECK(cudaEventElapsedTime(&x, start, stop));
-    }
-    std::sort(ms, ms + 5);
-    if (ms[2] < best_ms) best_ms = ms[2], best = int(i);
-  }
-  FA_CUDA_CHECK(cudaEventDestroy(start));
-  FA_CUDA_CHECK(cudaEventDestroy(stop));
-  cache[key] = best;
-  return best;
+void tuned_launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  const int d = a.p.head_dim;
+  tuner<T>().pick(problem_class(a.p), candidates<T>(d), a, stream, scope(d)).launch(a, stream);
 }
 
 void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o}, "Q, K, V and O");
   if (a.p.dtype == fa::DType::F16)
-    candidates<__half>(a.p.head_dim)[pick<__half>(a, stream)].launch(a, stream);
+    tuned_launch<__half>(a, stream);
   else
-    candidates<__nv_bfloat16>(a.p.head_dim)[pick<__nv_bfloat16>(a, stream)].launch(a, stream);
+    tuned_launch<__nv_bfloat16>(a, stream);
+}
+
+// Tunes the problem class of `a` now, on its buffers (e.g. before capturing launches in a CUDA
+// graph, where the first launch of a class could not time the candidates).
+void tune(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o}, "Q, K, V and O");
+  const int d = a.p.head_dim;
+  if (a.p.dtype == fa::DType::F16)
+    tuner<__half>().tune(problem_class(a.p), candidates<__half>(d), a, stream);
+  else
+    tuner<__nv_bfloat16>().tune(problem_class(a.p), candidates<__nv_bfloat16>(d), a, stream);
 }
 
 // For the tests, which pin each candidate in turn (FA_STEP11_CONFIG).
 int candidate_count(int head_dim) { return int(candidates<__half>(head_dim).size()); }
 std::string candidate_name(int head_dim, int i) { return candidates<__half>(head_dim).at(i).name; }
-
-// The FlashAttention-2 benchmark shape at seq 2048, head_dim 64, in fp16.
-fa::Problem default_problem() {
-  fa::Problem pr;
-  pr.family = fa::Family::Attention;
-  pr.attn.batch = 8, pr.attn.heads = 32, pr.attn.seq_q = pr.attn.seq_k = 2048, pr.attn.head_dim = 64;
-  pr.attn.scale = 0.125f;
-  pr.attn.dtype = fa::DType::F16;
-  return pr;
-}
 
 const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {
@@ -549,8 +449,6 @@ const fa::StepInfo& info() {
     s.attn_fwd = forward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;
-    s.supports = supports;
-    s.default_problem = default_problem;
     return s;
   }();
   return i;
