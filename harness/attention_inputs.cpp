@@ -71,4 +71,14 @@ void Run::checked_backward() {
   FA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+Outputs run_checked(Run& r, bool backward) {
+  r.checked_forward();
+  Outputs out{r.o.download(), r.lse.download()};
+  if (backward) {
+    r.checked_backward();
+    out.dq = r.dq.download(), out.dk = r.dk.download(), out.dv = r.dv.download();
+  }
+  return out;
+}
+
 }  // namespace fa::attention

@@ -13,6 +13,7 @@
 //                  launch arguments; forward()/backward() only launch (for timing),
 //                  checked_forward()/checked_backward() NaN-poison the outputs first, launch on
 //                  the default stream, wait and raise any error (for checks).
+//   run_checked    a Run's checked forward (and backward), its outputs downloaded as float.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -71,5 +72,13 @@ struct Run {
  private:
   Run(const StepInfo& s, const AttnParams& a, bool backward, const DeviceInputs* shared, const Inputs* host);
 };
+
+// A run's outputs on the host (as float) after one checked launch of each pass; dQ, dK, dV only
+// with `backward`. grad(0, 1, 2): dQ, dK, dV.
+struct Outputs {
+  std::vector<float> o, lse, dq, dk, dv;
+  const std::vector<float>* grad(int g) const { return g == 0 ? &dq : g == 1 ? &dk : &dv; }
+};
+Outputs run_checked(Run& r, bool backward);
 
 }  // namespace fa::attention

@@ -188,21 +188,6 @@ struct Runs {
   }
 };
 
-// A run's outputs on the host (as float) after one checked launch of each pass (outputs
-// NaN-poisoned first); dQ, dK, dV only with `backward`.
-struct Outputs {
-  std::vector<float> o, lse, dq, dk, dv;
-  const std::vector<float>* grad(int g) const { return g == 0 ? &dq : g == 1 ? &dk : &dv; }
-};
-Outputs run_checked(Run& r, bool backward) {
-  r.checked_forward();
-  Outputs out{r.o.download(), r.lse.download()};
-  if (backward) {
-    r.checked_backward();
-    out.dq = r.dq.download(), out.dk = r.dk.download(), out.dv = r.dv.download();
-  }
-  return out;
-}
 // The gradients in the order of Outputs::grad: their names, and whether a row is a query row.
 constexpr const char* kGradNames[] = {"dQ", "dK", "dV"};
 bool grad_of_queries(int g) { return g == 0; }
