@@ -2,10 +2,11 @@
 // file says only which step it tests, on which shapes, and against what.
 //
 // fp32 shapes (steps 04-08): O, LSE (and dQ, dK, dV) element-wise with the fp32 tolerances.
-// fp16/bf16 shapes (Shape::dtype; steps 09+, forward only): the inputs are rounded to the type,
-// and every reference or fp32 previous step sees the same rounded values (as float); O is checked
-// per query row, max_j |O_ij - want_ij| <= 2·max_j |ref_lowp_ij - ref_ij| + 1 ulp (tolerance.h,
-// bounds from the fp64 reference and ref_lowp of every row), LSE with kAttnLseLowp.
+// fp16/bf16 shapes (Shape::dtype; steps 09+): the inputs are rounded to the type, and every
+// reference or fp32 previous step sees the same rounded values (as float); O is checked per query
+// row, max_j |O_ij - want_ij| <= 2·max_j |ref_lowp_ij - ref_ij| + 1 ulp (tolerance.h, bounds from
+// the fp64 reference and ref_lowp of every row), LSE with kAttnLseLowp; with the backward, dQ per
+// query row and dK, dV per key row by the same rule (no test runs a 16-bit backward yet).
 //   expect_matches_reference   vs fp64 on fresh inputs
 //   expect_matches_step        vs the previous step on the same inputs; a previous step that
 //                              runs only fp32 runs the fp32 problem on the rounded inputs
@@ -109,7 +110,7 @@ inline LowpReference lowp_reference(const Shape& s, const Inputs& in) {
 }
 
 // fp16/bf16: O row by row against `want` with the per-row bounds of `ref`, LSE element-wise
-// with kAttnLseLowp (forward only).
+// with kAttnLseLowp.
 template <class WantO, class WantL>
 void expect_close_lowp(const Outputs& got, const WantO& want_o, const WantL& want_lse, const LowpReference& ref,
                        const Shape& s, const std::string& what) {
@@ -122,10 +123,47 @@ void expect_close_lowp(const Outputs& got, const WantO& want_o, const WantL& wan
   EXPECT_TRUE(l.ok()) << s.str() << " LSE vs " << what << ": " << l.summary();
 }
 
-// The fp16/bf16 checks cover the forward only (steps 09-11).
-inline bool lowp_forward_only(const Shape& s, bool backward) {
-  if (fa::is_lowp(s.dtype) && backward) ADD_FAILURE() << s.str() << ": the fp16/bf16 checks cover the forward only";
-  return !(fa::is_lowp(s.dtype) && backward);
+// fp16/bf16 backward: the fp64 reference and ref_lowp of every row of dQ (query rows) and of dK,
+// dV (key rows), and the per-row bounds of each.
+struct LowpBwdReference {
+  fa::attention::BwdRowRef rows;
+  std::vector<double> bound[3];  // dQ, dK, dV
+};
+inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& in) {
+  LowpBwdReference r;
+  r.rows = fa::attention::reference_bwd_rows(s.params(), in, all_indices(s.rows()),
+                                             all_indices(std::size_t(s.batch) * s.heads * s.seq_k));
+  r.bound[0] = fa::lowp_row_bounds(r.rows.dq, r.rows.dq_lowp, s.head_dim, s.dtype);
+  r.bound[1] = fa::lowp_row_bounds(r.rows.dk, r.rows.dk_lowp, s.head_dim, s.dtype);
+  r.bound[2] = fa::lowp_row_bounds(r.rows.dv, r.rows.dv_lowp, s.head_dim, s.dtype);
+  return r;
+}
+
+// fp16/bf16: dQ, dK, dV row by row against `want` (fp64 or a previous step's) with the per-row
+// bounds of `ref`.
+template <class Want>
+void expect_close_lowp_grads(const Outputs& got, const Want& want, const LowpBwdReference& ref, const Shape& s,
+                             const std::string& what) {
+  const std::vector<std::size_t> qs{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_q),
+                                    std::size_t(s.head_dim)},
+      ks{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_k), std::size_t(s.head_dim)};
+  for (auto [name, g, w, bound, shape] :
+       {std::tuple{"dQ", &got.dq, &want.dq, &ref.bound[0], qs}, std::tuple{"dK", &got.dk, &want.dk, &ref.bound[1], ks},
+        std::tuple{"dV", &got.dv, &want.dv, &ref.bound[2], ks}}) {
+    const auto c = fa::compare_rows(*g, *w, s.head_dim, *bound, shape);
+    EXPECT_TRUE(c.ok()) << s.str() << " " << name << " vs " << what
+                        << " (per row: 2 max|ref_lowp - ref| + 1 ulp): " << c.summary();
+  }
+}
+
+// fp16/bf16: every check of the forward (and the backward) against fp64 on `in`.
+inline void expect_close_lowp_to_fp64(const Outputs& got, const Shape& s, const Inputs& in, bool backward,
+                                      const std::string& what) {
+  const LowpReference ref = lowp_reference(s, in);
+  expect_close_lowp(got, ref.o, ref.lse, ref, s, what);
+  if (!backward) return;
+  const LowpBwdReference grads = lowp_bwd_reference(s, in);
+  expect_close_lowp_grads(got, grads.rows, grads, s, what);
 }
 
 // Compares every output that both sides have, with the tolerances of harness/tolerance.h.
@@ -153,32 +191,31 @@ void expect_close(const Out& got, const Ref& want, const Shape& s, bool backward
 inline void expect_matches_reference(const fa::StepInfo& step, const Shape& s, bool backward) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  if (!lowp_forward_only(s, backward)) return;
   const Inputs in = random_inputs(s, seed);
   if (fa::is_lowp(s.dtype)) {
-    const LowpReference ref = lowp_reference(s, in);
-    expect_close_lowp(run(step, s, in, false), ref.o, ref.lse, ref, s, "fp64");
+    expect_close_lowp_to_fp64(run(step, s, in, backward), s, in, backward, "fp64");
     return;
   }
   expect_close(run(step, s, in, backward), reference(s, in, backward), s, backward, "fp64");
 }
 
 // The step against the step before it, same inputs. fp16/bf16: `prev` runs the same type if it
-// supports it, else the fp32 shape on the rounded inputs; O within the per-row bounds (the fp64
-// reference and ref_lowp of every row).
+// supports it, else the fp32 shape on the rounded inputs; O (and dQ, dK, dV) within the per-row
+// bounds (the fp64 reference and ref_lowp of every row).
 inline void expect_matches_step(const fa::StepInfo& step, const fa::StepInfo& prev, const Shape& s, bool backward) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  if (!lowp_forward_only(s, backward)) return;
   const Inputs in = random_inputs(s, seed);
   if (fa::is_lowp(s.dtype)) {
     Shape ps = s;
     auto why = [&](const Shape& x) { return fa::step_supports(prev, x.problem()); };
     if (!why(s).empty()) ps.dtype = fa::DType::F32;
     ASSERT_EQ(why(ps), "") << prev.name << " runs neither " << s.str() << " nor its fp32 version";
-    const Outputs want = run(prev, ps, in, false);
+    ASSERT_TRUE(!backward || prev.attn_bwd) << prev.name << " has no backward";
+    const Outputs want = run(prev, ps, in, backward), got = run(step, s, in, backward);
     const std::string what = std::string(prev.name) + (ps.dtype != s.dtype ? " (fp32 on the same rounded inputs)" : "");
-    expect_close_lowp(run(step, s, in, false), want.o, want.lse, lowp_reference(s, in), s, what);
+    expect_close_lowp(got, want.o, want.lse, lowp_reference(s, in), s, what);
+    if (backward) expect_close_lowp_grads(got, want, lowp_bwd_reference(s, in), s, what);
     return;
   }
   expect_close(run(step, s, in, backward), run(prev, s, in, backward), s, backward, prev.name);
@@ -202,10 +239,8 @@ inline void expect_matches_golden(const fa::StepInfo& step, bool backward, fa::D
     Inputs in{floats("q"), floats("k"), floats("v"), floats("dout")};
     SCOPED_TRACE(c.name);
     if (fa::is_lowp(dtype)) {
-      if (!lowp_forward_only(s, backward)) return;
       for (auto* t : {&in.q, &in.k, &in.v, &in.dout}) fa::round_to(dtype, *t);
-      const LowpReference ref = lowp_reference(s, in);
-      expect_close_lowp(run(step, s, in, false), ref.o, ref.lse, ref, s, "fp64 on golden " + c.name + " rounded");
+      expect_close_lowp_to_fp64(run(step, s, in, backward), s, in, backward, "fp64 on golden " + c.name + " rounded");
       continue;
     }
     const Reference want{fa::read_npy(c.path("o")).data, fa::read_npy(c.path("lse")).data,
