@@ -53,8 +53,8 @@ Run::Run(const StepInfo& s, const AttnParams& a, bool backward, const DeviceInpu
       dv(a.dtype, backward ? k_elems(a) : 0),
       workspace(workspace_bytes(s, a, backward)) {
   fwd = {a, in.q.get(), in.k.get(), in.v.get(), o.get(), lse.get(), workspace.get()};
-  bwd = {a, in.q.get(), in.k.get(), in.v.get(), o.get(), in.dout.get(), lse.get(), dq.get(), dk.get(), dv.get(),
-         workspace.get()};
+  bwd = {a,         in.q.get(), in.k.get(), in.v.get(), o.get(),        in.dout.get(),
+         lse.get(), dq.get(),   dk.get(),   dv.get(),   workspace.get()};
 }
 
 void Run::checked_forward() {

@@ -53,7 +53,8 @@ HeadRef reference_heads(const AttnParams& a, bool backward, const Inputs& in, co
 std::vector<std::size_t> spread_heads(std::size_t count, std::size_t n) {
   n = std::min(n, count);
   std::vector<std::size_t> heads;
-  for (std::size_t i = 0; i < n; ++i) heads.push_back(n == count ? i : i * (count - 1) / std::max<std::size_t>(1, n - 1));
+  for (std::size_t i = 0; i < n; ++i)
+    heads.push_back(n == count ? i : i * (count - 1) / std::max<std::size_t>(1, n - 1));
   return heads;
 }
 
@@ -118,7 +119,7 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
     std::vector<double> lse, delta, lse_lowp, delta_lowp;  // [seq_q]
   };
   std::vector<Stats> stats(heads.size(), Stats{std::vector<double>(a.seq_q), std::vector<double>(a.seq_q),
-                                                std::vector<double>(a.seq_q), std::vector<double>(a.seq_q)});
+                                               std::vector<double>(a.seq_q), std::vector<double>(a.seq_q)});
   parallel_for(heads.size() * a.seq_q, [&](std::size_t t) {
     const std::size_t s = t / a.seq_q;
     const int i = int(t % a.seq_q);

@@ -39,8 +39,8 @@ struct RowRef {
 RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& rows);
 
 struct BwdRowRef {
-  std::vector<std::size_t> q_rows, k_rows;  // query rows (of dQ) and key rows (of dK, dV)
-  std::vector<double> dq, dq_lowp;          // [q_rows, head_dim], fp64 and low precision
+  std::vector<std::size_t> q_rows, k_rows;       // query rows (of dQ) and key rows (of dK, dV)
+  std::vector<double> dq, dq_lowp;               // [q_rows, head_dim], fp64 and low precision
   std::vector<double> dk, dk_lowp, dv, dv_lowp;  // [k_rows, head_dim]
 };
 // A key row needs the statistics of every query row of its head: each head with a key row costs
@@ -49,7 +49,6 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
                              const std::vector<std::size_t>& k_rows);
 
 // The rows `ids` of a [rows, per_row] result, one after the other.
-std::vector<float> gather_rows(const std::vector<float>& all, const std::vector<std::size_t>& ids,
-                               std::size_t per_row);
+std::vector<float> gather_rows(const std::vector<float>& all, const std::vector<std::size_t>& ids, std::size_t per_row);
 
 }  // namespace fa::attention

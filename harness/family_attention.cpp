@@ -268,8 +268,8 @@ double check_lowp(const Problem& p, const Runs& runs, const Outputs& out, const 
   double err_prev = -1;
   if (theirs) {
     const CompareResult co = compare(out.o, theirs->o, Tolerance{max_bound, 0}, q_shape(a));
-    report(name + " O vs " + runs.prev_label() + ", every element, atol = the largest per-row bound of the " +
-               sampled + " checked against fp64",
+    report(name + " O vs " + runs.prev_label() + ", every element, atol = the largest per-row bound of the " + sampled +
+               " checked against fp64",
            co);
     report(name + " LSE vs " + runs.prev_label(), compare(out.lse, theirs->lse, tol::kAttnLseLowp, lse_shape(a)));
     err_prev = co.max_abs_err;
@@ -327,8 +327,8 @@ double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, co
   }
   for (int g = 0; theirs && g < 3; ++g) {
     const double max_bound = *std::max_element(bound[g].begin(), bound[g].end());
-    const CompareResult c = compare(*out.grad(g), *theirs->grad(g), Tolerance{max_bound, 0},
-                                    grad_of_queries(g) ? q_shape(a) : k_shape(a));
+    const CompareResult c =
+        compare(*out.grad(g), *theirs->grad(g), Tolerance{max_bound, 0}, grad_of_queries(g) ? q_shape(a) : k_shape(a));
     report(name + " " + kGradNames[g] + " vs " + runs.prev_label() + ", every element, atol = the largest per-row " +
                "bound of the " + sampled[g] + " checked against fp64",
            c);
@@ -420,8 +420,8 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
   std::string verdict;
   double err_prev = -1;
   if (o.check) std::tie(verdict, err_prev) = check(p, runs, o);
-  std::vector<ResultRow> out =
-      o.bench ? time_runs(step, prev, p, runs, o, dev) : std::vector<ResultRow>{make_row(step, prev, p, dev, "fwd", -1, -1, 1.0)};
+  std::vector<ResultRow> out = o.bench ? time_runs(step, prev, p, runs, o, dev)
+                                       : std::vector<ResultRow>{make_row(step, prev, p, dev, "fwd", -1, -1, 1.0)};
   for (ResultRow& r : out) r.check = verdict, r.err_vs_prev = err_prev;
   return out;
 }

@@ -97,8 +97,8 @@ int backward_row(const AttnShape& s, const float* Q, const float* K, const float
   *lse = n ? m + std::log(l) : -kInf;
   *delta = 0.0;
   for (int j = 0; j < n; ++j) {
-    p[j] = rounded(round, std::exp(p[j] - *lse));                // P_ij
-    dp[j] = rounded(round, dot(dO + i * D, V + j * D, D));       // dP_ij
+    p[j] = rounded(round, std::exp(p[j] - *lse));           // P_ij
+    dp[j] = rounded(round, dot(dO + i * D, V + j * D, D));  // dP_ij
     *delta += p[j] * dp[j];
   }
   return n;
@@ -189,15 +189,15 @@ void attention_backward(const AttnShape& s, const double* q, const double* k, co
   }
 }
 
-void attention_backward_stats(const AttnShape& s, const float* q, const float* k, const float* v,
-                              const float* dout, const int* rows, int n_rows, Rounding round, double* lse,
-                              double* delta) {
+void attention_backward_stats(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                              const int* rows, int n_rows, Rounding round, double* lse, double* delta) {
   std::vector<double> p(s.seq_k), dp(s.seq_k);
-  for (int r = 0; r < n_rows; ++r) backward_row(s, q, k, v, dout, rows[r], round, p.data(), dp.data(), &lse[r], &delta[r]);
+  for (int r = 0; r < n_rows; ++r)
+    backward_row(s, q, k, v, dout, rows[r], round, p.data(), dp.data(), &lse[r], &delta[r]);
 }
 
-void attention_backward_dq_rows(const AttnShape& s, const float* q, const float* k, const float* v,
-                                const float* dout, const int* rows, int n_rows, Rounding round, double* dq) {
+void attention_backward_dq_rows(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                                const int* rows, int n_rows, Rounding round, double* dq) {
   const long long D = s.head_dim;
   std::vector<double> p(s.seq_k), dp(s.seq_k);
   for (int r = 0; r < n_rows; ++r) {
@@ -210,9 +210,9 @@ void attention_backward_dq_rows(const AttnShape& s, const float* q, const float*
   }
 }
 
-void attention_backward_dkdv_rows(const AttnShape& s, const float* q, const float* k, const float* v,
-                                  const float* dout, const double* lse, const double* delta, const int* key_rows,
-                                  int n_rows, Rounding round, double* dk, double* dv) {
+void attention_backward_dkdv_rows(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                                  const double* lse, const double* delta, const int* key_rows, int n_rows,
+                                  Rounding round, double* dk, double* dv) {
   const long long D = s.head_dim;
   for (int r = 0; r < n_rows; ++r) {
     const int j = key_rows[r];
@@ -225,8 +225,8 @@ void attention_backward_dkdv_rows(const AttnShape& s, const float* q, const floa
       const float *Qi = q + i * D, *dOi = dout + i * D;
       const double p = rounded(round, std::exp(rounded(round, s.scale * dot(Qi, Kj, D)) - lse[i]));  // P_ij
       const double dp = rounded(round, dot(dOi, Vj, D));                                             // dP_ij
-      axpy(p, dOi, dVj, D);                                                // dV_j += P_ij dO_i
-      axpy(rounded(round, p * (dp - delta[i])), Qi, dKj, D);               // dK_j += dS_ij q_i
+      axpy(p, dOi, dVj, D);                                   // dV_j += P_ij dO_i
+      axpy(rounded(round, p * (dp - delta[i])), Qi, dKj, D);  // dK_j += dS_ij q_i
     }
     for (long long d = 0; d < D; ++d) dKj[d] = rounded(round, s.scale * dKj[d]), dVj[d] = rounded(round, dVj[d]);
   }

@@ -78,9 +78,8 @@ void attention_backward(const AttnShape&, const double* q, const double* k, cons
 //       dV_j = round(sum_i P_ij dO_i)           (the three gradient matmuls)
 //     The scale is folded into the rounding of S and of dQ, dK, as the forward folds it into S.
 // Masked keys (causal j > i) get P = dS = 0. lse, delta: [n_rows]; dq: [n_rows, head_dim].
-void attention_backward_stats(const AttnShape& shape, const float* q, const float* k, const float* v,
-                              const float* dout, const int* rows, int n_rows, Rounding round, double* lse,
-                              double* delta);
+void attention_backward_stats(const AttnShape& shape, const float* q, const float* k, const float* v, const float* dout,
+                              const int* rows, int n_rows, Rounding round, double* lse, double* delta);
 void attention_backward_dq_rows(const AttnShape& shape, const float* q, const float* k, const float* v,
                                 const float* dout, const int* rows, int n_rows, Rounding round, double* dq);
 // lse, delta: [seq_q], of every query row of the head (attention_backward_stats with the same

@@ -93,8 +93,8 @@ struct Reference {
 };
 // fp64, every head.
 inline Reference reference(const Shape& s, const Inputs& in, bool backward) {
-  fa::attention::HeadRef r = fa::attention::reference_heads(s.params(), backward, in,
-                                                            all_indices(std::size_t(s.batch) * s.heads));
+  fa::attention::HeadRef r =
+      fa::attention::reference_heads(s.params(), backward, in, all_indices(std::size_t(s.batch) * s.heads));
   return {std::move(r.o), std::move(r.lse), std::move(r.dq), std::move(r.dk), std::move(r.dv)};
 }
 

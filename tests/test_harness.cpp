@@ -237,7 +237,8 @@ fa::AttnParams attn(int batch, int heads, int seq_q, int seq_k, int d, bool caus
 
 TEST(AttentionInputs, RoundedOffsetAndOneLargeRow) {
   const fa::AttnParams a = attn(2, 3, 5, 7, 8, false, DType::BF16);
-  const fa::attention::Inputs in = fa::attention::make_inputs(a, true, 123), no_dout = fa::attention::make_inputs(a, false, 123);
+  const fa::attention::Inputs in = fa::attention::make_inputs(a, true, 123),
+                              no_dout = fa::attention::make_inputs(a, false, 123);
   ASSERT_EQ(in.q.size(), fa::attention::q_elems(a));
   ASSERT_EQ(in.k.size(), fa::attention::k_elems(a));
   ASSERT_EQ(in.dout.size(), fa::attention::q_elems(a));

@@ -458,7 +458,6 @@ INSTANTIATE_TEST_SUITE_P(Small, LowpReference,
                                   (s.causal ? "_causal" : "");
                          });
 
-
 // ---- the low-precision backward (attention_backward_*_rows with a rounding) --------------------
 
 // Every row of one head through attention_backward_stats, _dq_rows and _dkdv_rows.
@@ -473,10 +472,9 @@ struct BwdRows {
     dq.resize(q.size()), dk.resize(k.size()), dv.resize(v.size());
     ref::attention_backward_stats(s, q.data(), k.data(), v.data(), dout.data(), qi.data(), s.seq_q, round, lse.data(),
                                   delta.data());
-    ref::attention_backward_dq_rows(s, q.data(), k.data(), v.data(), dout.data(), qi.data(), s.seq_q, round,
-                                    dq.data());
-    ref::attention_backward_dkdv_rows(s, q.data(), k.data(), v.data(), dout.data(), lse.data(), delta.data(),
-                                      kj.data(), s.seq_k, round, dk.data(), dv.data());
+    ref::attention_backward_dq_rows(s, q.data(), k.data(), v.data(), dout.data(), qi.data(), s.seq_q, round, dq.data());
+    ref::attention_backward_dkdv_rows(s, q.data(), k.data(), v.data(), dout.data(), lse.data(), delta.data(), kj.data(),
+                                      s.seq_k, round, dk.data(), dv.data());
   }
 };
 
@@ -515,8 +513,8 @@ TEST_P(LowpBackward, WithoutRoundingItIsTheFp64Backward) {
       dout(r.dout.begin(), r.dout.end());
   Vec dq(q.size()), dk(k.size()), dv(v.size());
   ref::attention_backward(c.s, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
-  for (auto [name, got, want] : {std::tuple{"dq", &r.fp64.dq, &dq}, std::tuple{"dk", &r.fp64.dk, &dk},
-                                 std::tuple{"dv", &r.fp64.dv, &dv}}) {
+  for (auto [name, got, want] :
+       {std::tuple{"dq", &r.fp64.dq, &dq}, std::tuple{"dk", &r.fp64.dk, &dk}, std::tuple{"dv", &r.fp64.dv, &dv}}) {
     const double tol = 1e-13 * std::max(1.0, max_abs(*want));
     for (size_t i = 0; i < want->size(); ++i) ASSERT_NEAR((*got)[i], (*want)[i], tol) << name << "[" << i << "]";
   }
