@@ -2,34 +2,39 @@
 // of the forward, the backward and both, with the FlashAttention FLOP convention.
 //
 // fp32 steps (04-08) and fp16/bf16 steps (09+) alike: inputs are drawn in fp32 and rounded to
-// the problem's element type on the host, and every reference and every fp32 previous step sees
-// the float copies of the rounded values. A 16-bit step is checked with the per-row rule of
-// tolerance.h (fp64 reference and ref_lowp on sampled query rows); a previous step that runs
-// only fp32 runs the fp32 version of the problem on the same (rounded) inputs.
+// the problem's element type on the host (attention_inputs.h), and every reference and every
+// fp32 previous step sees the float copies of the rounded values. A 16-bit step is checked with
+// the per-row rule of tolerance.h (fp64 reference and ref_lowp on sampled query rows of O and
+// dQ, key rows of dK and dV); a previous step that runs only fp32 runs the fp32 version of the
+// problem on the same (rounded) inputs.
+//
+// run() reads top to bottom: Runs sets up the step and the previous step on the same inputs;
+// check() runs each once and compares (check_fp32, or check_lowp and check_lowp_bwd);
+// time_runs() times them interleaved, one make_row() per timed quantity.
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <memory>
-#include <set>
-#include <thread>
 #include <tuple>
 
+#include "attention_inputs.h"
+#include "attention_reference.h"
 #include "buffer.h"
 #include "check.h"
 #include "cli.h"
 #include "launch.h"
 #include "lowp.h"
-#include "random.h"
-#include "reference.h"
 #include "runner.h"
 
 namespace fa {
 namespace {
+using namespace attention;
 
 // CPU budget of the references in --check. fp32: heads are checked while the multiply-adds of
 // the checked heads stay under this; beyond it, the previous step is the only comparison.
 // fp16/bf16: query rows sampled over every head (the fp64 reference and ref_lowp of each), as
-// many as the budget allows, so every problem is checked against fp64.
+// many as the budget allows, so every problem is checked against fp64; with --bwd, the same
+// budget again for the rows of dQ and again for those of dK and dV (check_lowp_bwd).
 constexpr double kRefMacs = double(1ll << 31);
 
 struct Flags {
@@ -115,13 +120,8 @@ Problem prev_problem(const StepInfo& prev, const Problem& p) {
   q.attn.dtype = DType::F32;
   return step_supports(prev, q).empty() ? q : p;
 }
-std::size_t q_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_q * a.head_dim; }
-std::size_t k_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_k * a.head_dim; }
-std::size_t rows(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_q; }
 std::size_t workspace_bytes(const StepInfo& s, const Problem& p) {
-  std::size_t w = s.fwd_workspace_bytes ? s.fwd_workspace_bytes(p.attn) : 0;
-  if (p.backward && s.bwd_workspace_bytes) w = std::max(w, s.bwd_workspace_bytes(p.attn));
-  return w;
+  return attention::workspace_bytes(s, p.attn, p.backward);
 }
 // Device bytes one step needs: Q, K, V, O, LSE (+ dO, dQ, dK, dV) and its workspace.
 double device_bytes(const StepInfo& s, const Problem& p) {
@@ -159,373 +159,270 @@ void validate(const StepInfo& step, const Problem& p, const DeviceInfo* dev) {
   }
 }
 
-// Inputs: uniform in [-1, 1) + 0.5, so O is not near zero and relative errors mean something,
-// and one query row 20x larger (very peaked softmax: the max-subtraction must work). Rounded to
-// the problem's element type (fp16/bf16: nearest even): what the step gets is what the
-// references and an fp32 previous step get.
-struct Inputs {
-  std::vector<float> q, k, v, dout;
-};
-Inputs make_inputs(const Problem& p, std::uint64_t seed) {
-  const AttnParams& a = p.attn;
-  Inputs in{std::vector<float>(q_elems(a)), std::vector<float>(k_elems(a)), std::vector<float>(k_elems(a)),
-            std::vector<float>(p.backward ? q_elems(a) : 0)};
-  fill_uniform(in.q, seed, -0.5f, 1.5f);
-  fill_uniform(in.k, seed + 1, -0.5f, 1.5f);
-  fill_uniform(in.v, seed + 2, -0.5f, 1.5f);
-  if (p.backward) fill_uniform(in.dout, seed + 3, -1.f, 1.f);
-  const std::size_t big_row = std::min(1, a.seq_q - 1);
-  for (int d = 0; d < a.head_dim; ++d) in.q[big_row * a.head_dim + d] *= 20.f;
-  for (auto* t : {&in.q, &in.k, &in.v, &in.dout}) round_to(a.dtype, *t);
-  return in;
-}
+// ---- setting up: this step's run and the previous step's, on the same inputs ---------------------
+struct Runs {
+  const Inputs in;            // host, rounded to the problem's type
+  const DeviceInputs inputs;  // on the device, in the problem's type
+  Run me;
+  std::unique_ptr<Run> before;  // the previous step; null without one or without room for it
+  bool prev_upcast = false;     // `before` runs the fp32 problem on the rounded inputs (its own copy)
+  bool prev_bwd = false;        // `before` runs its backward too
 
-// The inputs on the device in one element type (shared by the step and a previous step that
-// runs the same type).
-struct DeviceInputs {
-  DeviceTensor q, k, v, dout;
-  DeviceInputs(DType t, const Inputs& in) : q(t, in.q), k(t, in.k), v(t, in.v), dout(t, in.dout) {}
-};
-
-// Device state of one step on one problem: its outputs in the problem's element type, and the
-// inputs it reads (`shared`, or its own copy of `host` in its type).
-struct Run {
-  const StepInfo& step;
-  std::unique_ptr<DeviceInputs> own;  // set when the inputs are this run's own copy
-  const DeviceInputs& in;
-  DeviceTensor o;
-  DeviceBuffer<float> lse;
-  DeviceTensor dq, dk, dv;
-  DeviceBuffer<char> workspace;
-  AttnFwdArgs fwd{};
-  AttnBwdArgs bwd{};
-  Run(const StepInfo& s, const Problem& p, const DeviceInputs& shared) : Run(s, p, &shared, nullptr) {}
-  Run(const StepInfo& s, const Problem& p, const Inputs& host) : Run(s, p, nullptr, &host) {}
-  void forward(cudaStream_t s) { step.attn_fwd(fwd, s); }
-  void backward(cudaStream_t s) { step.attn_bwd(bwd, s); }
-
- private:
-  Run(const StepInfo& s, const Problem& p, const DeviceInputs* shared, const Inputs* host)
-      : step(s),
-        own(shared ? nullptr : std::make_unique<DeviceInputs>(p.attn.dtype, *host)),
-        in(shared ? *shared : *own),
-        o(p.attn.dtype, q_elems(p.attn)),
-        lse(rows(p.attn)),
-        dq(p.attn.dtype, p.backward ? q_elems(p.attn) : 0),
-        dk(p.attn.dtype, p.backward ? k_elems(p.attn) : 0),
-        dv(p.attn.dtype, p.backward ? k_elems(p.attn) : 0),
-        workspace(workspace_bytes(s, p)) {
-    fwd = {p.attn, in.q.get(), in.k.get(), in.v.get(), o.get(), lse.get(), workspace.get()};
-    bwd = {p.attn,    in.q.get(), in.k.get(), in.v.get(), o.get(),        in.dout.get(),
-           lse.get(), dq.get(),   dk.get(),   dv.get(),   workspace.get()};
+  Runs(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o)
+      : in(make_inputs(p.attn, p.backward, o.seed)), inputs(p.attn.dtype, in), me(step, p.attn, p.backward, inputs) {
+    if (!prev) return;
+    const Problem pp = prev_problem(*prev, p);  // what the previous step runs
+    prev_upcast = pp.attn.dtype != p.attn.dtype;
+    std::size_t free_b = 0, total_b = 0;
+    FA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (device_bytes(*prev, pp) < 0.92 * double(free_b))
+      before = prev_upcast ? std::make_unique<Run>(*prev, pp.attn, p.backward, in)
+                           : std::make_unique<Run>(*prev, p.attn, p.backward, inputs);
+    else
+      say(o, std::string("  note: not enough device memory left to run ") + prev->name + " beside " + step.name);
+    prev_bwd = before && p.backward && prev->attn_bwd;
+  }
+  // The previous step's name, and what it runs when that is not the problem itself.
+  std::string prev_label() const {
+    return std::string(before->step.name) + (prev_upcast ? " (fp32 on the same rounded inputs)" : "");
   }
 };
 
-void sync_check() {
-  FA_CHECK_LAUNCH();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-}
+// The gradients in the order of Outputs::grad: their names, and whether a row is a query row.
+constexpr const char* kGradNames[] = {"dQ", "dK", "dV"};
+bool grad_of_queries(int g) { return g == 0; }
 
-// ---- the fp64 reference on a budget of heads ------------------------------------------------
-struct HeadRef {
-  std::vector<int> heads;  // flattened b*H + h
-  std::vector<std::vector<double>> o, lse, dq, dk, dv;
+// Prints each check's line and remembers whether all passed.
+struct Report {
+  const RunOptions& o;
+  bool ok = true;
+  template <class Result>  // a CompareResult or a RowCompareResult
+  void operator()(const std::string& what, const Result& c) {
+    say(o, "  check " + what + ": " + c.summary());
+    ok &= c.ok();
+  }
 };
-HeadRef reference_heads(const Problem& p, const Inputs& in) {
+
+// ---- check_fp32: O, LSE (and dQ, dK, dV) against the previous step and fp64 ----------------------
+// Every element against the previous step (same problem); fp64 on as many whole heads as
+// kRefMacs allows, spread over batch and heads (none: skipped, said so). Returns
+// max |mine - previous step| over every output compared, or -1 without a previous step.
+double check_fp32(const Problem& p, Runs& runs, const Outputs& out, Report& report) {
   const AttnParams& a = p.attn;
-  const double macs = double(a.seq_q) * a.seq_k * a.head_dim * (p.backward ? 3.5 : 1.0);
-  const int bh = a.batch * a.heads;
-  const int n = int(std::min<double>(bh, std::floor(kRefMacs / macs)));
-  HeadRef r;
-  for (int i = 0; i < n; ++i) r.heads.push_back(n == bh ? i : int((long long)i * (bh - 1) / std::max(1, n - 1)));
-  r.o.resize(n), r.lse.resize(n), r.dq.resize(n), r.dk.resize(n), r.dv.resize(n);
-  const std::size_t qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
-  const ref::AttnShape shape{1, 1, a.seq_q, a.seq_k, a.head_dim, double(a.scale), a.causal};
-  auto one = [&](int i) {
-    const std::size_t h = r.heads[i];
-    const std::vector<double> q(in.q.begin() + h * qs, in.q.begin() + (h + 1) * qs),
-        k(in.k.begin() + h * ks, in.k.begin() + (h + 1) * ks), v(in.v.begin() + h * ks, in.v.begin() + (h + 1) * ks);
-    r.o[i].resize(qs), r.lse[i].resize(a.seq_q);
-    ref::attention_forward(shape, q.data(), k.data(), v.data(), r.o[i].data(), r.lse[i].data());
-    if (!p.backward) return;
-    const std::vector<double> dout(in.dout.begin() + h * qs, in.dout.begin() + (h + 1) * qs);
-    r.dq[i].resize(qs), r.dk[i].resize(ks), r.dv[i].resize(ks);
-    ref::attention_backward(shape, q.data(), k.data(), v.data(), dout.data(), r.dq[i].data(), r.dk[i].data(),
-                            r.dv[i].data());
+  const std::string name = runs.me.step.name;
+  auto grad_tol = [](const auto& want) {
+    return scaled_tolerance(tol::kAttnGradAtolRel, tol::kAttnGradRtol, want, tol::kAttnGradAtolFloor);
   };
-  std::vector<std::thread> pool;
-  for (int i = 0; i < n; ++i) pool.emplace_back(one, i);
-  for (auto& t : pool) t.join();
-  return r;
-}
-
-// Gathers the heads of a [B*H, per_head] device result that the reference computed.
-std::vector<float> gather(const std::vector<float>& all, const std::vector<int>& heads, std::size_t per_head) {
-  std::vector<float> out;
-  for (int h : heads) out.insert(out.end(), all.begin() + h * per_head, all.begin() + (h + 1) * per_head);
-  return out;
-}
-std::vector<double> concat(const std::vector<std::vector<double>>& parts) {
-  std::vector<double> out;
-  for (const auto& x : parts) out.insert(out.end(), x.begin(), x.end());
-  return out;
-}
-
-// ---- fp16/bf16: the fp64 reference and ref_lowp on a budget of query rows ---------------------
-// n of the rows [0, total) of the flattened [batch·heads·seq_q] queries, spread over all heads:
-// row 0 and row 1 (row 1 of head 0 is the large-magnitude query row) and the last one, then a
-// golden-ratio sequence (evenly spread, and at every offset within a head, unlike a fixed
-// stride). All rows when n is more than half of them.
-std::vector<std::size_t> sample_rows(std::size_t total, std::size_t n) {
-  std::vector<std::size_t> all;
-  if (2 * n > total) {
-    for (std::size_t i = 0; i < total; ++i) all.push_back(i);
-    return all;
-  }
-  std::set<std::size_t> pick{0, std::min<std::size_t>(1, total - 1), total - 1};
-  double x = 0;
-  while (pick.size() < n) {
-    x += 0.6180339887498949;
-    x -= std::floor(x);
-    pick.insert(std::min(total - 1, std::size_t(x * double(total))));
-  }
-  return {pick.begin(), pick.end()};
-}
-
-struct RowRef {
-  std::vector<std::size_t> rows;       // flattened (b·H + h)·seq_q + i, ascending
-  std::vector<double> o, o_lowp, lse;  // [rows, head_dim] fp64 and low precision; [rows] fp64
-};
-RowRef reference_rows(const Problem& p, const Inputs& in) {
-  const AttnParams& a = p.attn;
-  const double macs = 4.0 * a.seq_k * a.head_dim;  // S and P·V, for the fp64 and the lowp reference
-  RowRef r;
-  r.rows = sample_rows(rows(a), std::size_t(std::max(1.0, std::floor(kRefMacs / macs))));
-  const std::size_t n = r.rows.size(), D = a.head_dim;
-  r.o.resize(n * D), r.o_lowp.resize(n * D), r.lse.resize(n);
-  const ref::AttnShape shape{1, 1, a.seq_q, a.seq_k, a.head_dim, double(a.scale), a.causal};
-  const std::size_t qs = std::size_t(a.seq_q) * D, ks = std::size_t(a.seq_k) * D;
-  auto part = [&](std::size_t begin, std::size_t end) {
-    for (std::size_t t = begin; t < end; ++t) {
-      const std::size_t h = r.rows[t] / a.seq_q;
-      const int i = int(r.rows[t] % a.seq_q);
-      const float *q = in.q.data() + h * qs, *k = in.k.data() + h * ks, *v = in.v.data() + h * ks;
-      double lse_lowp;
-      ref::attention_forward_rows(shape, q, k, v, &i, 1, nullptr, &r.o[t * D], &r.lse[t]);
-      ref::attention_forward_rows(shape, q, k, v, &i, 1, rounding(a.dtype), &r.o_lowp[t * D], &lse_lowp);
+  double err_prev = -1;
+  if (runs.before) {
+    const std::string prev = runs.before->step.name;
+    const Outputs theirs = run_checked(*runs.before, runs.prev_bwd);
+    const CompareResult co =
+        compare(out.o, theirs.o, scaled_tolerance(tol::kAttnOutAtolRel, tol::kAttnOutRtol, theirs.o), q_shape(a));
+    report(name + " O vs " + prev, co);
+    report(name + " LSE vs " + prev, compare(out.lse, theirs.lse, tol::kAttnLse, lse_shape(a)));
+    err_prev = co.max_abs_err;
+    for (int g = 0; runs.prev_bwd && g < 3; ++g) {
+      const CompareResult c = compare(*out.grad(g), *theirs.grad(g), grad_tol(*theirs.grad(g)),
+                                      grad_of_queries(g) ? q_shape(a) : k_shape(a));
+      report(name + " " + kGradNames[g] + " vs " + prev, c);
+      err_prev = std::max(err_prev, c.max_abs_err);
     }
-  };
-  const std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (std::size_t w = 0; w < workers; ++w) pool.emplace_back(part, n * w / workers, n * (w + 1) / workers);
-  for (auto& t : pool) t.join();
-  return r;
+  }
+  const double macs = double(a.seq_q) * a.seq_k * a.head_dim * (p.backward ? 3.5 : 1.0);  // one head
+  const std::size_t bh = std::size_t(a.batch) * a.heads;
+  const HeadRef ref = reference_heads(a, p.backward, runs.in, spread_heads(bh, std::size_t(kRefMacs / macs)));
+  if (ref.heads.empty()) {
+    say(report.o,
+        "  check vs fp64 reference: skipped (one head is beyond the CPU budget of --check; the tests cover the "
+        "reference on smaller shapes)");
+    return err_prev;
+  }
+  const std::string heads = " (" + std::to_string(ref.heads.size()) + " of " + std::to_string(bh) + " heads)";
+  const std::size_t qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
+  report(name + " O vs fp64" + heads, compare(gather_rows(out.o, ref.heads, qs), ref.o,
+                                              scaled_tolerance(tol::kAttnOutAtolRel, tol::kAttnOutRtol, ref.o)));
+  report(name + " LSE vs fp64" + heads, compare(gather_rows(out.lse, ref.heads, a.seq_q), ref.lse, tol::kAttnLse));
+  const std::vector<double>* want[] = {&ref.dq, &ref.dk, &ref.dv};
+  for (int g = 0; p.backward && g < 3; ++g)
+    report(name + " " + kGradNames[g] + " vs fp64" + heads,
+           compare(gather_rows(*out.grad(g), ref.heads, grad_of_queries(g) ? qs : ks), *want[g], grad_tol(*want[g])));
+  return err_prev;
 }
 
-// The rows of a [rows, per_row] result that `ids` names.
-std::vector<float> gather_rows(const std::vector<float>& all, const std::vector<std::size_t>& ids,
-                               std::size_t per_row) {
-  std::vector<float> out;
-  for (std::size_t i : ids) out.insert(out.end(), all.begin() + i * per_row, all.begin() + (i + 1) * per_row);
-  return out;
-}
-
-// The --check of a fp16/bf16 forward whose O and L (as float) are downloaded: the fp64
-// reference and ref_lowp on sampled query rows; those rows of O against fp64 with the per-row
-// rule (tolerance.h), every element of O against the previous step (same type, or fp32 on the
-// same rounded inputs) with the largest per-row bound of the sampled rows; LSE with kAttnLseLowp.
-// Returns max |O - O_prev|, or -1 without a previous step.
-template <class Report>
-double check_lowp(const RunOptions& o, const StepInfo& step, const Problem& p, const Inputs& in,
-                  const std::vector<float>& O, const std::vector<float>& L, Run* before, bool prev_upcast,
-                  Report&& report) {
+// ---- check_lowp: the fp16/bf16 forward, per query row ---------------------------------------------
+// The fp64 reference and ref_lowp on query rows sampled within kRefMacs (every problem is checked
+// against fp64); those rows of O against fp64 with the per-row rule (tolerance.h), every element
+// of O against the previous step (same type, or fp32 on the same rounded inputs) with the
+// largest per-row bound of the sampled rows; LSE with kAttnLseLowp. `theirs`: the previous
+// step's outputs (null without one). Returns max |O - O_prev|, or -1 without a previous step.
+double check_lowp(const Problem& p, const Runs& runs, const Outputs& out, const Outputs* theirs, Report& report) {
   const AttnParams& a = p.attn;
   const std::size_t D = a.head_dim;
-  const std::vector<std::size_t> q_shape{std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q), D},
-      lse_shape{std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q)};
-  const RowRef ref = reference_rows(p, in);
+  const double macs = 4.0 * a.seq_k * a.head_dim;  // S and P·V, for the fp64 and the lowp reference
+  const RowRef ref = reference_rows(a, runs.in, sample_rows(rows(a), std::size_t(std::max(1.0, kRefMacs / macs))));
   const std::vector<double> bound = lowp_row_bounds(ref.o, ref.o_lowp, D, a.dtype);
   const double max_bound = *std::max_element(bound.begin(), bound.end());
-  const std::string name = step.name,
+  const std::string name = runs.me.step.name,
                     sampled = std::to_string(ref.rows.size()) + " of " + std::to_string(rows(a)) + " query rows";
   double err_prev = -1;
-  if (before) {
-    before->o.poison_nan(), before->lse.poison_nan();
-    before->forward(nullptr);
-    sync_check();
-    const std::string vs = std::string(before->step.name) + (prev_upcast ? " (fp32 on the same rounded inputs)" : "");
-    const CompareResult co = compare(O, before->o.download(), Tolerance{max_bound, 0}, q_shape);
-    report(name + " O vs " + vs + ", every element, atol = the largest per-row bound of the " + sampled +
+  if (theirs) {
+    const CompareResult co = compare(out.o, theirs->o, Tolerance{max_bound, 0}, q_shape(a));
+    report(name + " O vs " + runs.prev_label() + ", every element, atol = the largest per-row bound of the " + sampled +
                " checked against fp64",
            co);
-    report(name + " LSE vs " + vs, compare(L, before->lse.download(), tol::kAttnLseLowp, lse_shape));
+    report(name + " LSE vs " + runs.prev_label(), compare(out.lse, theirs->lse, tol::kAttnLseLowp, lse_shape(a)));
     err_prev = co.max_abs_err;
   }
-  say(o, "  (" + std::string(dtype_name(a.dtype)) + " rule, per query row: max|O - ref| <= " +
-             std::to_string(int(tol::kLowpErrFactor)) + " max|ref_lowp - ref| + 1 ulp of max|ref|)");
+  say(report.o, "  (" + std::string(dtype_name(a.dtype)) + " rule, per query row: max|O - ref| <= " +
+                    std::to_string(int(tol::kLowpErrFactor)) + " max|ref_lowp - ref| + 1 ulp of max|ref|)");
   report(name + " O vs fp64 (" + sampled + ")",
-         compare_rows(gather_rows(O, ref.rows, D), ref.o, D, bound, q_shape, ref.rows));
+         compare_rows(gather_rows(out.o, ref.rows, D), ref.o, D, bound, q_shape(a), ref.rows));
   // LSE: the element rule of kAttnLseLowp as one bound per row, so a mismatch names its real row
   std::vector<double> lse_bound(ref.lse.size());
   for (std::size_t i = 0; i < lse_bound.size(); ++i)
     lse_bound[i] = tol::kAttnLseLowp.atol + tol::kAttnLseLowp.rtol * std::fabs(ref.lse[i]);
   char rule[64];
   std::snprintf(rule, sizeof rule, "atol %g + rtol %g |ref|", tol::kAttnLseLowp.atol, tol::kAttnLseLowp.rtol);
+  std::vector<std::size_t> lse_rows = lse_shape(a);
+  lse_rows.push_back(1);
   report(name + " LSE vs fp64 (" + sampled + ", " + rule + ")",
-         compare_rows(gather_rows(L, ref.rows, 1), ref.lse, 1, lse_bound, {lse_shape[0], lse_shape[1], lse_shape[2], 1},
-                      ref.rows));
+         compare_rows(gather_rows(out.lse, ref.rows, 1), ref.lse, 1, lse_bound, lse_rows, ref.rows));
   return err_prev;
 }
 
-// ---- run --------------------------------------------------------------------------------------
-std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o,
-                           const DeviceInfo& dev) {
+// ---- check_lowp_bwd: the fp16/bf16 backward, per query row of dQ and per key row of dK, dV --------
+// The same rule as the forward's (tolerance.h), with ref_lowp the backward of
+// ref::attention_backward_*_rows with rounding. Rows sampled within kRefMacs each:
+//   dQ      query rows over every head: ~6·seq_k·d multiply-adds each (the S, dP and dQ rows, in
+//           fp64 and in low precision), so every problem is checked against fp64;
+//   dK, dV  key rows in heads spread over batch and heads: a head first needs the statistics of
+//           all its query rows, ~4·seq_q·seq_k·d (one head whatever that costs: some seconds on
+//           16 cores at seq 16384, d 128), then ~8·seq_q·d per key row.
+// Every element of each gradient against the previous step's (when it runs the backward) with
+// the largest per-row bound of its sampled rows. Returns max |mine - previous step| over the
+// gradients, or -1 without them.
+double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, const Outputs* theirs, Report& report) {
   const AttnParams& a = p.attn;
-  const bool lowp = is_lowp(a.dtype);
-  if (lowp && p.backward && o.check)
-    throw UsageError("--check of a fp16/bf16 backward is not implemented (the fp16/bf16 checks cover the forward)");
-  const Inputs in = make_inputs(p, o.seed);
-  const DeviceInputs inputs(a.dtype, in);
-  Run me(step, p, inputs);
-  std::unique_ptr<Run> before;
-  const Problem pp = prev ? prev_problem(*prev, p) : p;  // what the previous step runs
-  const bool prev_upcast = pp.attn.dtype != a.dtype;     // fp32 on the rounded inputs
-  if (prev) {
-    std::size_t free_b = 0, total_b = 0;
-    FA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (device_bytes(*prev, pp) < 0.92 * double(free_b))
-      before = prev_upcast ? std::make_unique<Run>(*prev, pp, in) : std::make_unique<Run>(*prev, p, inputs);
-    else
-      say(o, std::string("  note: not enough device memory left to run ") + prev->name + " beside " + step.name);
-  }
-  const bool prev_bwd = before && p.backward && prev->attn_bwd;
-  const std::vector<std::size_t> q_shape{std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q),
-                                         std::size_t(a.head_dim)},
-      k_shape{std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_k), std::size_t(a.head_dim)},
-      lse_shape{std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q)};
+  const std::size_t D = a.head_dim, bh = std::size_t(a.batch) * a.heads;
+  const double sq = a.seq_q, sk = a.seq_k, d = a.head_dim;
+  const std::vector<std::size_t> q_rows = sample_rows(rows(a), std::size_t(std::max(1.0, kRefMacs / (6 * sk * d))));
+  const std::vector<std::size_t> heads = spread_heads(bh, std::size_t(std::max(1.0, kRefMacs / (4 * sq * sk * d))));
+  std::vector<std::size_t> k_rows;  // sampled over the key rows of `heads`, then named in the whole problem
+  for (std::size_t t : sample_rows(heads.size() * a.seq_k, std::size_t(std::max(1.0, kRefMacs / (8 * sq * d)))))
+    k_rows.push_back(heads[t / a.seq_k] * a.seq_k + t % a.seq_k);
+  const BwdRowRef ref = reference_bwd_rows(a, runs.in, q_rows, k_rows);
 
-  if (o.profile) {
-    if (p.backward) {  // the backward reads the forward's O and LSE: make them real first
-      me.forward(nullptr);
-      sync_check();
-    }
-    profile_one_launch([&](cudaStream_t s) { p.backward ? me.backward(s) : me.forward(s); });
-    return {};
-  }
-  std::string check;
+  const std::string name = runs.me.step.name, n_heads = std::to_string(bh);
+  const std::vector<double>* fp64[] = {&ref.dq, &ref.dk, &ref.dv};
+  const std::vector<double>* lowp[] = {&ref.dq_lowp, &ref.dk_lowp, &ref.dv_lowp};
   double err_prev = -1;
-  if (o.check) {
-    bool ok = true;
-    auto report = [&](const std::string& what, const auto& c) {  // a CompareResult or RowCompareResult
-      say(o, "  check " + what + ": " + c.summary());
-      ok &= c.ok();
-    };
-    me.o.poison_nan(), me.lse.poison_nan();
-    me.forward(nullptr);
-    sync_check();
-    std::vector<float> O = me.o.download(), L = me.lse.download(), dQ, dK, dV;
-    if (p.backward) {
-      me.dq.poison_nan(), me.dk.poison_nan(), me.dv.poison_nan();
-      me.backward(nullptr);
-      sync_check();
-      dQ = me.dq.download(), dK = me.dk.download(), dV = me.dv.download();
-    }
-    const std::string name = step.name;
-    if (lowp) {
-      err_prev = check_lowp(o, step, p, in, O, L, before.get(), prev_upcast, report);
-    } else {
-      if (before) {
-        before->o.poison_nan(), before->lse.poison_nan();
-        before->forward(nullptr);
-        sync_check();
-        const std::vector<float> O2 = before->o.download(), L2 = before->lse.download();
-        const CompareResult co = compare(O, O2, scaled_tolerance(tol::kAttnOutAtolRel, tol::kAttnOutRtol, O2), q_shape);
-        report(name + " O vs " + prev->name, co);
-        report(name + " LSE vs " + prev->name, compare(L, L2, tol::kAttnLse, lse_shape));
-        err_prev = co.max_abs_err;
-        if (prev_bwd) {
-          before->dq.poison_nan(), before->dk.poison_nan(), before->dv.poison_nan();
-          before->backward(nullptr);
-          sync_check();
-          for (auto [label, mine, theirs, shape] : {std::tuple{"dQ", &dQ, before->dq.download(), q_shape},
-                                                    std::tuple{"dK", &dK, before->dk.download(), k_shape},
-                                                    std::tuple{"dV", &dV, before->dv.download(), k_shape}}) {
-            const CompareResult c = compare(
-                *mine, theirs,
-                scaled_tolerance(tol::kAttnGradAtolRel, tol::kAttnGradRtol, theirs, tol::kAttnGradAtolFloor), shape);
-            report(name + " " + label + " vs " + prev->name, c);
-            err_prev = std::max(err_prev, c.max_abs_err);
-          }
-        }
-      }
-      const HeadRef ref = reference_heads(p, in);
-      if (ref.heads.empty()) {
-        say(o,
-            "  check vs fp64 reference: skipped (one head is beyond the CPU budget of --check; the tests cover the "
-            "reference on smaller shapes)");
-      } else {
-        const std::string heads =
-            " (" + std::to_string(ref.heads.size()) + " of " + std::to_string(a.batch * a.heads) + " heads)";
-        const std::size_t qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
-        const std::vector<double> ro = concat(ref.o);
-        report(name + " O vs fp64" + heads,
-               compare(gather(O, ref.heads, qs), ro, scaled_tolerance(tol::kAttnOutAtolRel, tol::kAttnOutRtol, ro)));
-        report(name + " LSE vs fp64" + heads, compare(gather(L, ref.heads, a.seq_q), concat(ref.lse), tol::kAttnLse));
-        if (p.backward) {
-          for (auto [label, mine, theirs, per] :
-               {std::tuple{"dQ", &dQ, concat(ref.dq), qs}, std::tuple{"dK", &dK, concat(ref.dk), ks},
-                std::tuple{"dV", &dV, concat(ref.dv), ks}})
-            report(
-                name + " " + label + " vs fp64" + heads,
-                compare(gather(*mine, ref.heads, per), theirs,
-                        scaled_tolerance(tol::kAttnGradAtolRel, tol::kAttnGradRtol, theirs, tol::kAttnGradAtolFloor)));
-        }
-      }
-    }
-    check = ok ? "PASS" : "FAIL";
+  std::vector<double> bound[3];
+  std::string sampled[3];
+  for (int g = 0; g < 3; ++g) {
+    bound[g] = lowp_row_bounds(*fp64[g], *lowp[g], D, a.dtype);
+    sampled[g] = grad_of_queries(g) ? std::to_string(q_rows.size()) + " of " + std::to_string(rows(a)) + " query rows"
+                                    : std::to_string(k_rows.size()) + " key rows of " + std::to_string(heads.size()) +
+                                          " of " + n_heads + " heads";
   }
+  for (int g = 0; theirs && g < 3; ++g) {
+    const double max_bound = *std::max_element(bound[g].begin(), bound[g].end());
+    const CompareResult c =
+        compare(*out.grad(g), *theirs->grad(g), Tolerance{max_bound, 0}, grad_of_queries(g) ? q_shape(a) : k_shape(a));
+    report(name + " " + kGradNames[g] + " vs " + runs.prev_label() + ", every element, atol = the largest per-row " +
+               "bound of the " + sampled[g] + " checked against fp64",
+           c);
+    err_prev = std::max(err_prev, c.max_abs_err);
+  }
+  say(report.o, "  (" + std::string(dtype_name(a.dtype)) + " rule, per query row of dQ and key row of dK, dV: " +
+                    "max|g - ref| <= " + std::to_string(int(tol::kLowpErrFactor)) +
+                    " max|ref_lowp - ref| + 1 ulp of max|ref|)");
+  for (int g = 0; g < 3; ++g) {
+    const std::vector<std::size_t>& ids = grad_of_queries(g) ? ref.q_rows : ref.k_rows;
+    report(name + " " + kGradNames[g] + " vs fp64 (" + sampled[g] + ")",
+           compare_rows(gather_rows(*out.grad(g), ids, D), *fp64[g], D, bound[g],
+                        grad_of_queries(g) ? q_shape(a) : k_shape(a), ids));
+  }
+  return err_prev;
+}
 
-  std::vector<ResultRow> out;
-  auto row = [&](const std::string& mode, double ms, double prev_ms, double flop_factor) {
-    ResultRow r;
-    r.step = step.name;
-    r.idea = step.idea;
-    r.problem = p.describe();
+// ---- check: every check of --check, in order; "PASS" or "FAIL" and the error vs the previous step --
+std::pair<std::string, double> check(const Problem& p, Runs& runs, const RunOptions& o) {
+  Report report{o};
+  const Outputs out = run_checked(runs.me, p.backward);
+  double err_prev;
+  if (!is_lowp(p.attn.dtype)) {
+    err_prev = check_fp32(p, runs, out, report);
+  } else {
+    std::unique_ptr<Outputs> theirs;  // the previous step's forward (and backward where it has one)
+    if (runs.before) theirs = std::make_unique<Outputs>(run_checked(*runs.before, runs.prev_bwd));
+    err_prev = check_lowp(p, runs, out, theirs.get(), report);
     if (p.backward)
-      r.problem = make(a.batch, a.heads, a.seq_q, a.seq_k, a.head_dim, a.causal, a.dtype).describe() + " " + mode;
-    r.check = check;
-    r.err_vs_prev = err_prev;
-    if (prev) r.prev_step = prev->name;
-    if (ms > 0) {
-      // FlashAttention's convention: forward 4·B·H·Sq·Sk·d, halved when causal; bwd 2.5x.
-      const double flop =
-          flop_factor * 4.0 * a.batch * a.heads * double(a.seq_q) * a.seq_k * a.head_dim / (a.causal ? 2.0 : 1.0);
-      const bool f32 = a.dtype == DType::F32;
-      set_rate(r, ms, flop, 1e-12, "TFLOP/s", f32 ? "fp32" : "tensor",
-               f32 ? dev.fp32_peak_tflops : dev.tensor16_peak_tflops);
-      if (prev_ms > 0) r.prev_time_ms = prev_ms, r.speedup_vs_prev = prev_ms / ms;
-    }
-    out.push_back(r);
-  };
-  if (!o.bench) {
-    row("fwd", -1, -1, 1.0);
-    return out;
+      err_prev = std::max(err_prev, check_lowp_bwd(p, runs, out, runs.prev_bwd ? theirs.get() : nullptr, report));
   }
+  return {report.ok ? "PASS" : "FAIL", err_prev};
+}
+
+// ---- time_runs: the step and the previous step interleaved; rows fwd (bwd, fwd+bwd) --------------
+// One result row of a timed (ms > 0) or untimed quantity; `flop_factor` in units of the forward's
+// FLOPs (FlashAttention's convention: forward 4·B·H·Sq·Sk·d, halved when causal; bwd 2.5x).
+ResultRow make_row(const StepInfo& step, const StepInfo* prev, const Problem& p, const DeviceInfo& dev,
+                   const std::string& mode, double ms, double prev_ms, double flop_factor) {
+  const AttnParams& a = p.attn;
+  ResultRow r;
+  r.step = step.name;
+  r.idea = step.idea;
+  r.problem = p.describe();
+  if (p.backward)
+    r.problem = make(a.batch, a.heads, a.seq_q, a.seq_k, a.head_dim, a.causal, a.dtype).describe() + " " + mode;
+  if (prev) r.prev_step = prev->name;
+  if (ms > 0) {
+    const double flop =
+        flop_factor * 4.0 * a.batch * a.heads * double(a.seq_q) * a.seq_k * a.head_dim / (a.causal ? 2.0 : 1.0);
+    const bool f32 = a.dtype == DType::F32;
+    set_rate(r, ms, flop, 1e-12, "TFLOP/s", f32 ? "fp32" : "tensor",
+             f32 ? dev.fp32_peak_tflops : dev.tensor16_peak_tflops);
+    if (prev_ms > 0) r.prev_time_ms = prev_ms, r.speedup_vs_prev = prev_ms / ms;
+  }
+  return r;
+}
+
+std::vector<ResultRow> time_runs(const StepInfo& step, const StepInfo* prev, const Problem& p, Runs& runs,
+                                 const RunOptions& o, const DeviceInfo& dev) {
+  Run &me = runs.me, *before = runs.before.get();
   std::vector<Launch> fwd{[&](cudaStream_t s) { me.forward(s); }};
   if (before) fwd.push_back([&](cudaStream_t s) { before->forward(s); });
   const std::vector<Timing> tf = time_interleaved(fwd, o.timing);
   FA_CHECK_LAUNCH();
   const double f_prev = before ? tf[1].median_ms : -1;
-  row("fwd", tf[0].median_ms, f_prev, 1.0);
-  if (p.backward) {
-    std::vector<Launch> bwd{[&](cudaStream_t s) { me.backward(s); }};
-    if (prev_bwd) bwd.push_back([&](cudaStream_t s) { before->backward(s); });
-    const std::vector<Timing> tb = time_interleaved(bwd, o.timing);
-    FA_CHECK_LAUNCH();
-    const double b_prev = prev_bwd ? tb[1].median_ms : -1;
-    row("bwd", tb[0].median_ms, b_prev, 2.5);
-    row("fwd+bwd", tf[0].median_ms + tb[0].median_ms, prev_bwd ? f_prev + b_prev : -1, 3.5);
+  std::vector<ResultRow> out{make_row(step, prev, p, dev, "fwd", tf[0].median_ms, f_prev, 1.0)};
+  if (!p.backward) return out;
+  std::vector<Launch> bwd{[&](cudaStream_t s) { me.backward(s); }};
+  if (runs.prev_bwd) bwd.push_back([&](cudaStream_t s) { before->backward(s); });
+  const std::vector<Timing> tb = time_interleaved(bwd, o.timing);
+  FA_CHECK_LAUNCH();
+  const double b_prev = runs.prev_bwd ? tb[1].median_ms : -1;
+  out.push_back(make_row(step, prev, p, dev, "bwd", tb[0].median_ms, b_prev, 2.5));
+  out.push_back(make_row(step, prev, p, dev, "fwd+bwd", tf[0].median_ms + tb[0].median_ms,
+                         runs.prev_bwd ? f_prev + b_prev : -1, 3.5));
+  return out;
+}
+
+// ---- run: --profile, or --check and/or --bench ---------------------------------------------------
+std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o,
+                           const DeviceInfo& dev) {
+  Runs runs(step, prev, p, o);
+  if (o.profile) {
+    if (p.backward) runs.me.checked_forward();  // the backward reads the forward's O and LSE: make them real first
+    profile_one_launch([&](cudaStream_t s) { p.backward ? runs.me.backward(s) : runs.me.forward(s); });
+    return {};
   }
+  std::string verdict;
+  double err_prev = -1;
+  if (o.check) std::tie(verdict, err_prev) = check(p, runs, o);
+  std::vector<ResultRow> out = o.bench ? time_runs(step, prev, p, runs, o, dev)
+                                       : std::vector<ResultRow>{make_row(step, prev, p, dev, "fwd", -1, -1, 1.0)};
+  for (ResultRow& r : out) r.check = verdict, r.err_vs_prev = err_prev;
   return out;
 }
 

@@ -2,16 +2,14 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <thread>
 
 #include "buffer.h"
 #include "check.h"
 #include "cli.h"
 #include "compare.h"
 #include "npy.h"
-#include "random.h"
-#include "reference.h"
 #include "runner.h"
+#include "softmax_inputs.h"
 
 namespace fa {
 namespace {
@@ -68,36 +66,19 @@ void validate(const StepInfo&, const Problem& p, const DeviceInfo* dev) {
 // row 1 huge magnitudes, row 2 sprinkled with -inf, row 3 entirely -inf (-> all zeros).
 std::vector<float> make_input(const Problem& p, const RunOptions& o) {
   const std::size_t rows = p.rows, cols = p.cols;
-  std::vector<float> x(rows * cols);
   if (!o.input_path.empty()) {
     const NpyArray a = load_input(o.input_path);
+    std::vector<float> x(rows * cols);
     std::transform(a.data.begin(), a.data.end(), x.begin(), [](double v) { return float(v); });
     return x;
   }
-  fill_uniform(x, o.seed, -4.0f, 4.0f);
+  std::vector<float> x = softmax_random_rows(rows, cols, o.seed);
   if (rows >= 4) {
     for (std::size_t c = 0; c < cols; ++c) x[1 * cols + c] *= 2.5e37f;  // |x| up to 1e38
     for (std::size_t c = 0; c < cols; c += 3) x[2 * cols + c] = -INFINITY;
     for (std::size_t c = 0; c < cols; ++c) x[3 * cols + c] = -INFINITY;
   }
   return x;
-}
-
-// The fp64 reference, one slice of rows per thread (the CPU side of --check at 16384^2).
-std::vector<double> reference(const std::vector<float>& x, std::size_t rows, std::size_t cols) {
-  std::vector<double> y(rows * cols);
-  auto work = [&](std::size_t r0, std::size_t r1) {
-    std::vector<double> row(cols);
-    for (std::size_t r = r0; r < r1; ++r) {
-      std::copy(x.begin() + r * cols, x.begin() + (r + 1) * cols, row.begin());
-      ref::softmax(row.data(), y.data() + r * cols, 1, (long long)cols);
-    }
-  };
-  const std::size_t t = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
-  std::vector<std::thread> pool;
-  for (std::size_t i = 0; i < t; ++i) pool.emplace_back(work, rows * i / t, rows * (i + 1) / t);
-  for (auto& th : pool) th.join();
-  return y;
 }
 
 std::vector<float> launch_once(const StepInfo& s, const SoftmaxArgs& a, DeviceBuffer<float>& y) {
@@ -134,7 +115,7 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
       r.err_vs_prev = c.max_abs_err;
       ok &= c.ok();
     }
-    const CompareResult c = compare(y, reference(x, rows, cols), tol::kSoftmax, shape);
+    const CompareResult c = compare(y, softmax_reference(x, rows, cols), tol::kSoftmax, shape);
     say(o, std::string("  check ") + step.name + " vs fp64 reference: " + c.summary());
     ok &= c.ok();
     r.check = ok ? "PASS" : "FAIL";

@@ -2,8 +2,9 @@
 // --check and the GoogleTest suites use the same numbers. Element i passes when
 //   |out_i - ref_i| <= atol + rtol * |ref_i|       (compare.h)
 // For outputs whose magnitude depends on the shape (matmul, gradients), atol is a fraction of
-// the largest |ref| of that output (scaled_tolerance below). fp16/bf16 attention outputs are
-// checked row by row against a bound of their own (lowp_row_bounds below, compare_rows).
+// the largest |ref| of that output (scaled_tolerance below). fp16/bf16 attention outputs and
+// gradients are checked row by row against a bound of their own (lowp_row_bounds below,
+// compare_rows).
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -45,6 +46,15 @@ constexpr double kAttnGradAtolFloor = 1e-5;
 //                                               + ulp_dtype(max_j |ref_ij|)
 // The one-ulp floor: rounding the output to the dtype alone costs half an ulp, and some rows
 // have ref_lowp exact (one visible key: O = V exactly), where the factor alone would allow 0.
+//
+// The backward (dQ, dK, dV in 16 bits) follows the same rule with the same factor, ref_lowp the
+// backward of the same simple implementation differentiated as autograd does
+// (ref::attention_backward_*_rows with rounding): the inputs (Q, K, V, dO) are 16-bit values,
+// every matmul output is rounded (S, dP = dO·Vᵀ, dQ = dS·K·scale, dK = dSᵀ·Q·scale,
+// dV = Pᵀ·dO), and so is every softmax output (P, and the softmax backward's
+// dS = P∘(dP − rowsum(P∘dP))); the dot products, the softmax and the row sums in fp64. Rows are
+// those of each gradient: a query row of dQ, a key row of dK and of dV (the large query row moves
+// every key row of its head, but one query row's dQ alone).
 constexpr double kLowpErrFactor = 2.0;
 // LSE stays fp32 in every step and is computed from fp32 sums of exact products (a product of
 // two fp16 or two bf16 values is exact in fp32): it carries no 16-bit rounding, so it keeps the

@@ -78,6 +78,32 @@ double forward_row(const AttnShape& s, const T* Q, const T* K, const T* V, int i
   return lse;
 }
 
+// x rounded by `round`, or x itself (fp64) without one.
+double rounded(Rounding round, double x) { return round ? round(x) : x; }
+
+// Row i of S (rounded), then P_ij = round(exp(S_ij - lse_i)) and dP_ij = round(dO_i·v_j) over its
+// n visible keys into p[0, n) and dp[0, n); returns n and sets lse_i and delta_i (see
+// attention_backward_stats). Inputs are finite (a rounded input is), so the row's max is finite.
+int backward_row(const AttnShape& s, const float* Q, const float* K, const float* V, const float* dO, int i,
+                 Rounding round, double* p, double* dp, double* lse, double* delta) {
+  const long long D = s.head_dim;
+  const int n = visible_keys(s, i);
+  double m = -kInf, l = 0.0;
+  for (int j = 0; j < n; ++j) {
+    p[j] = rounded(round, s.scale * dot(Q + i * D, K + j * D, D));  // S_ij
+    m = std::max(m, p[j]);
+  }
+  for (int j = 0; j < n; ++j) l += std::exp(p[j] - m);
+  *lse = n ? m + std::log(l) : -kInf;
+  *delta = 0.0;
+  for (int j = 0; j < n; ++j) {
+    p[j] = rounded(round, std::exp(p[j] - *lse));           // P_ij
+    dp[j] = rounded(round, dot(dO + i * D, V + j * D, D));  // dP_ij
+    *delta += p[j] * dp[j];
+  }
+  return n;
+}
+
 }  // namespace
 
 void softmax(const double* x, double* y, long long rows, long long cols) {
@@ -160,6 +186,49 @@ void attention_backward(const AttnShape& s, const double* q, const double* k, co
         axpy(ds * s.scale, Qi, dk + ko + j * D, D);                   // dK_j += dS_ij Q_i scale
       }
     }
+  }
+}
+
+void attention_backward_stats(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                              const int* rows, int n_rows, Rounding round, double* lse, double* delta) {
+  std::vector<double> p(s.seq_k), dp(s.seq_k);
+  for (int r = 0; r < n_rows; ++r)
+    backward_row(s, q, k, v, dout, rows[r], round, p.data(), dp.data(), &lse[r], &delta[r]);
+}
+
+void attention_backward_dq_rows(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                                const int* rows, int n_rows, Rounding round, double* dq) {
+  const long long D = s.head_dim;
+  std::vector<double> p(s.seq_k), dp(s.seq_k);
+  for (int r = 0; r < n_rows; ++r) {
+    double lse, delta;
+    const int n = backward_row(s, q, k, v, dout, rows[r], round, p.data(), dp.data(), &lse, &delta);
+    double* dQi = dq + r * D;
+    std::fill(dQi, dQi + D, 0.0);
+    for (int j = 0; j < n; ++j) axpy(rounded(round, p[j] * (dp[j] - delta)), k + j * D, dQi, D);  // dS_ij k_j
+    for (long long d = 0; d < D; ++d) dQi[d] = rounded(round, s.scale * dQi[d]);
+  }
+}
+
+void attention_backward_dkdv_rows(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                                  const double* lse, const double* delta, const int* key_rows, int n_rows,
+                                  Rounding round, double* dk, double* dv) {
+  const long long D = s.head_dim;
+  for (int r = 0; r < n_rows; ++r) {
+    const int j = key_rows[r];
+    const float *Kj = k + j * D, *Vj = v + j * D;
+    double *dKj = dk + r * D, *dVj = dv + r * D;
+    std::fill(dKj, dKj + D, 0.0);
+    std::fill(dVj, dVj + D, 0.0);
+    for (int i = 0; i < s.seq_q; ++i) {
+      if (j >= visible_keys(s, i) || lse[i] == -kInf) continue;  // key j is masked for query i
+      const float *Qi = q + i * D, *dOi = dout + i * D;
+      const double p = rounded(round, std::exp(rounded(round, s.scale * dot(Qi, Kj, D)) - lse[i]));  // P_ij
+      const double dp = rounded(round, dot(dOi, Vj, D));                                             // dP_ij
+      axpy(p, dOi, dVj, D);                                   // dV_j += P_ij dO_i
+      axpy(rounded(round, p * (dp - delta[i])), Qi, dKj, D);  // dK_j += dS_ij q_i
+    }
+    for (long long d = 0; d < D; ++d) dKj[d] = rounded(round, s.scale * dKj[d]), dVj[d] = rounded(round, dVj[d]);
   }
 }
 

@@ -15,9 +15,10 @@
 //              is_causal); P = softmax(S) (convention above); O = P·V;
 //              LSE [batch, heads, seq_q] = log(sum_j exp(S_ij)) (natural log), -inf for a row
 //              with no visible key (its O row is 0 and it gets no gradient).
-//   low precision  attention_forward_rows with a rounding function: the same math done by a
-//              simple fp16/bf16 implementation (the ref_lowp of the fp16/bf16 tolerance,
-//              harness/tolerance.h). The rounding is passed in, so this library stays pure C++.
+//   low precision  attention_forward_rows and attention_backward_*_rows with a rounding
+//              function: the same math done by a simple fp16/bf16 implementation (the ref_lowp
+//              of the fp16/bf16 tolerance, harness/tolerance.h). The rounding is passed in, so
+//              this library stays pure C++.
 #pragma once
 
 namespace ref {
@@ -56,5 +57,35 @@ void attention_forward_rows(const AttnShape& shape, const float* q, const float*
 // itself. dq like q, dk like k, dv like v.
 void attention_backward(const AttnShape&, const double* q, const double* k, const double* v, const double* dout,
                         double* dq, double* dk, double* dv);
+
+// The backward for some rows of one head, in fp64 or in low precision: `shape` describes the
+// head (batch and heads ignored); q, dout [seq_q, head_dim], k, v [seq_k, head_dim] (float, as
+// attention_forward_rows). dQ_i needs only query row i; dK_j and dV_j need every query row that
+// sees key j, and of each its lse_i and delta_i, so the key rows take those statistics of every
+// query row of the head (attention_backward_stats, computed once per head).
+//   round == nullptr: fp64, attention_backward's values up to fp64 roundoff (the sums run in
+//     another order, and delta is the sum below rather than dO_i·O_i, equal in exact math).
+//   round != nullptr: low precision, as FlashAttention's attention_ref(upcast=False) on 16-bit
+//     tensors differentiated by autograd: each matmul output and each softmax (backward) output
+//     rounded to the type, the dot products, sums and the softmax itself in fp64:
+//       S_ij  = round(scale·(q_i·k_j))          (as the forward)
+//       lse_i = log(sum_j exp(S_ij))            (fp64, of the rounded S)
+//       P_ij  = round(exp(S_ij - lse_i))        (the forward's P)
+//       dP_ij = round(dO_i·v_j)                 (dP = dO·Vᵀ)
+//       delta_i = sum_j P_ij dP_ij              (fp64: the softmax backward's row sum)
+//       dS_ij = round(P_ij (dP_ij - delta_i))   (the softmax backward's output)
+//       dQ_i = round(scale·sum_j dS_ij k_j),  dK_j = round(scale·sum_i dS_ij q_i),
+//       dV_j = round(sum_i P_ij dO_i)           (the three gradient matmuls)
+//     The scale is folded into the rounding of S and of dQ, dK, as the forward folds it into S.
+// Masked keys (causal j > i) get P = dS = 0. lse, delta: [n_rows]; dq: [n_rows, head_dim].
+void attention_backward_stats(const AttnShape& shape, const float* q, const float* k, const float* v, const float* dout,
+                              const int* rows, int n_rows, Rounding round, double* lse, double* delta);
+void attention_backward_dq_rows(const AttnShape& shape, const float* q, const float* k, const float* v,
+                                const float* dout, const int* rows, int n_rows, Rounding round, double* dq);
+// lse, delta: [seq_q], of every query row of the head (attention_backward_stats with the same
+// `round`); key_rows[0, n_rows) the key rows to compute; dk, dv: [n_rows, head_dim].
+void attention_backward_dkdv_rows(const AttnShape& shape, const float* q, const float* k, const float* v,
+                                  const float* dout, const double* lse, const double* delta, const int* key_rows,
+                                  int n_rows, Rounding round, double* dk, double* dv);
 
 }  // namespace ref

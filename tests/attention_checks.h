@@ -2,10 +2,11 @@
 // file says only which step it tests, on which shapes, and against what.
 //
 // fp32 shapes (steps 04-08): O, LSE (and dQ, dK, dV) element-wise with the fp32 tolerances.
-// fp16/bf16 shapes (Shape::dtype; steps 09+, forward only): the inputs are rounded to the type,
-// and every reference or fp32 previous step sees the same rounded values (as float); O is checked
-// per query row, max_j |O_ij - want_ij| <= 2·max_j |ref_lowp_ij - ref_ij| + 1 ulp (tolerance.h,
-// bounds from the fp64 reference and ref_lowp of every row), LSE with kAttnLseLowp.
+// fp16/bf16 shapes (Shape::dtype; steps 09+): the inputs are rounded to the type, and every
+// reference or fp32 previous step sees the same rounded values (as float); O is checked per query
+// row, max_j |O_ij - want_ij| <= 2·max_j |ref_lowp_ij - ref_ij| + 1 ulp (tolerance.h, bounds from
+// the fp64 reference and ref_lowp of every row), LSE with kAttnLseLowp; with the backward, dQ per
+// query row and dK, dV per key row by the same rule (no test runs a 16-bit backward yet).
 //   expect_matches_reference   vs fp64 on fresh inputs
 //   expect_matches_step        vs the previous step on the same inputs; a previous step that
 //                              runs only fp32 runs the fp32 problem on the rounded inputs
@@ -18,10 +19,11 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <thread>
+#include <tuple>
 #include <vector>
 
-#include "buffer.h"
+#include "attention_inputs.h"
+#include "attention_reference.h"
 #include "compare.h"
 #include "golden.h"
 #include "launch.h"
@@ -29,7 +31,6 @@
 #include "npy.h"
 #include "ops.h"
 #include "random.h"
-#include "reference.h"
 #include "tolerance.h"
 
 namespace attention_checks {
@@ -63,135 +64,53 @@ struct Shape {
   }
 };
 
-struct Inputs {
-  std::vector<float> q, k, v, dout;
-};
+// Inputs, the device run and the references are the attention family's (harness/attention_inputs.h,
+// harness/attention_reference.h), so a test and --check draw and launch the same way.
+using Inputs = fa::attention::Inputs;
+using Outputs = fa::attention::Outputs;
+
 // Uniform in [-0.5, 1.5) (the +0.5 offset keeps O away from zero), dO in [-1, 1), and one
 // query row 20x larger: a very peaked softmax. Rounded to the shape's type (nearest even).
 inline Inputs random_inputs(const Shape& s, std::uint64_t seed) {
-  Inputs in{std::vector<float>(s.q_elems()), std::vector<float>(s.k_elems()), std::vector<float>(s.k_elems()),
-            std::vector<float>(s.q_elems())};
-  fa::fill_uniform(in.q, seed, -0.5f, 1.5f);
-  fa::fill_uniform(in.k, seed + 1, -0.5f, 1.5f);
-  fa::fill_uniform(in.v, seed + 2, -0.5f, 1.5f);
-  fa::fill_uniform(in.dout, seed + 3, -1.f, 1.f);
-  const std::size_t big = std::min(1, s.seq_q - 1);
-  for (int d = 0; d < s.head_dim; ++d) in.q[big * s.head_dim + d] *= 20.f;
-  for (auto* t : {&in.q, &in.k, &in.v, &in.dout}) fa::round_to(s.dtype, *t);
-  return in;
+  return fa::attention::make_inputs(s.params(), /*with_dout=*/true, seed);
 }
-
-struct Outputs {
-  std::vector<float> o, lse, dq, dk, dv;
-};
-
-// A step's device buffers for one shape, Q, K, V, O (dO, dQ, dK, dV) in the shape's type.
-// forward() and backward() NaN-poison their outputs, launch and wait.
-struct Device {
-  const fa::StepInfo& step;
-  const fa::AttnParams p;
-  fa::DeviceTensor q, k, v, dout, o;
-  fa::DeviceBuffer<float> lse;
-  fa::DeviceTensor dq, dk, dv;
-  fa::DeviceBuffer<char> workspace;
-  Device(const fa::StepInfo& st, const Shape& s, const Inputs& in, bool backward)
-      : step(st),
-        p(s.params()),
-        q(s.dtype, in.q),
-        k(s.dtype, in.k),
-        v(s.dtype, in.v),
-        dout(s.dtype, in.dout),
-        o(s.dtype, s.q_elems()),
-        lse(s.rows()),
-        dq(s.dtype, backward ? s.q_elems() : 0),
-        dk(s.dtype, backward ? s.k_elems() : 0),
-        dv(s.dtype, backward ? s.k_elems() : 0),
-        workspace(std::max(step.fwd_workspace_bytes ? step.fwd_workspace_bytes(p) : 0,
-                           backward && step.bwd_workspace_bytes ? step.bwd_workspace_bytes(p) : 0)) {}
-  void forward() {
-    o.poison_nan();
-    lse.poison_nan();
-    step.attn_fwd({p, q.get(), k.get(), v.get(), o.get(), lse.get(), workspace.get()}, nullptr);
-    FA_CHECK_LAUNCH();
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  void backward() {
-    dq.poison_nan(), dk.poison_nan(), dv.poison_nan();
-    step.attn_bwd(
-        {p, q.get(), k.get(), v.get(), o.get(), dout.get(), lse.get(), dq.get(), dk.get(), dv.get(), workspace.get()},
-        nullptr);
-    FA_CHECK_LAUNCH();
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-};
 
 // Runs a step's forward (and, with `backward`, its backward on the forward's O and LSE), every
 // output NaN-poisoned first; outputs as float whatever the shape's type.
 inline Outputs run(const fa::StepInfo& step, const Shape& s, const Inputs& in, bool backward) {
-  Device d(step, s, in, backward);
-  d.forward();
-  Outputs out{d.o.download(), d.lse.download()};
-  if (backward) {
-    d.backward();
-    out.dq = d.dq.download(), out.dk = d.dk.download(), out.dv = d.dv.download();
-  }
-  return out;
+  fa::attention::Run r(step, s.params(), backward, in);
+  return fa::attention::run_checked(r, backward);
+}
+
+inline std::vector<std::size_t> all_indices(std::size_t n) {
+  std::vector<std::size_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = i;
+  return v;
 }
 
 struct Reference {
   std::vector<double> o, lse, dq, dk, dv;
 };
-// fp64, every head (one thread per head).
+// fp64, every head.
 inline Reference reference(const Shape& s, const Inputs& in, bool backward) {
-  Reference r{std::vector<double>(s.q_elems()), std::vector<double>(s.rows())};
-  if (backward) r.dq.resize(s.q_elems()), r.dk.resize(s.k_elems()), r.dv.resize(s.k_elems());
-  const std::size_t qs = std::size_t(s.seq_q) * s.head_dim, ks = std::size_t(s.seq_k) * s.head_dim;
-  const fa::AttnParams p = s.params();
-  const ref::AttnShape one{1, 1, s.seq_q, s.seq_k, s.head_dim, double(p.scale), s.causal};
-  auto head = [&](std::size_t h) {
-    const std::vector<double> q(in.q.begin() + h * qs, in.q.begin() + (h + 1) * qs),
-        k(in.k.begin() + h * ks, in.k.begin() + (h + 1) * ks), v(in.v.begin() + h * ks, in.v.begin() + (h + 1) * ks),
-        dout(in.dout.begin() + h * qs, in.dout.begin() + (h + 1) * qs);
-    ref::attention_forward(one, q.data(), k.data(), v.data(), r.o.data() + h * qs, r.lse.data() + h * s.seq_q);
-    if (backward)
-      ref::attention_backward(one, q.data(), k.data(), v.data(), dout.data(), r.dq.data() + h * qs,
-                              r.dk.data() + h * ks, r.dv.data() + h * ks);
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t h = 0; h < std::size_t(s.batch) * s.heads; ++h) pool.emplace_back(head, h);
-  for (auto& t : pool) t.join();
-  return r;
+  fa::attention::HeadRef r =
+      fa::attention::reference_heads(s.params(), backward, in, all_indices(std::size_t(s.batch) * s.heads));
+  return {std::move(r.o), std::move(r.lse), std::move(r.dq), std::move(r.dk), std::move(r.dv)};
 }
 
 // fp16/bf16: the fp64 reference and ref_lowp (the same math in low precision; tolerance.h) of
-// every query row, on the (rounded) inputs, one thread per head; and the per-row bounds of O.
+// every query row, on the (rounded) inputs; and the per-row bounds of O.
 struct LowpReference {
   std::vector<double> o, o_lowp, lse, bound;  // [rows, head_dim] x2, [rows], [rows]
 };
 inline LowpReference lowp_reference(const Shape& s, const Inputs& in) {
-  LowpReference r{std::vector<double>(s.q_elems()), std::vector<double>(s.q_elems()), std::vector<double>(s.rows())};
-  const std::size_t qs = std::size_t(s.seq_q) * s.head_dim, ks = std::size_t(s.seq_k) * s.head_dim;
-  const fa::AttnParams p = s.params();
-  const ref::AttnShape one{1, 1, s.seq_q, s.seq_k, s.head_dim, double(p.scale), s.causal};
-  std::vector<int> all_rows(s.seq_q);
-  for (int i = 0; i < s.seq_q; ++i) all_rows[i] = i;
-  auto head = [&](std::size_t h) {
-    const float *q = in.q.data() + h * qs, *k = in.k.data() + h * ks, *v = in.v.data() + h * ks;
-    std::vector<double> lse_lowp(s.seq_q);
-    ref::attention_forward_rows(one, q, k, v, all_rows.data(), s.seq_q, nullptr, r.o.data() + h * qs,
-                                r.lse.data() + h * s.seq_q);
-    ref::attention_forward_rows(one, q, k, v, all_rows.data(), s.seq_q, fa::rounding(s.dtype), r.o_lowp.data() + h * qs,
-                                lse_lowp.data());
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t h = 0; h < std::size_t(s.batch) * s.heads; ++h) pool.emplace_back(head, h);
-  for (auto& t : pool) t.join();
-  r.bound = fa::lowp_row_bounds(r.o, r.o_lowp, s.head_dim, s.dtype);
-  return r;
+  fa::attention::RowRef r = fa::attention::reference_rows(s.params(), in, all_indices(s.rows()));
+  const std::vector<double> bound = fa::lowp_row_bounds(r.o, r.o_lowp, s.head_dim, s.dtype);
+  return {std::move(r.o), std::move(r.o_lowp), std::move(r.lse), bound};
 }
 
 // fp16/bf16: O row by row against `want` with the per-row bounds of `ref`, LSE element-wise
-// with kAttnLseLowp (forward only).
+// with kAttnLseLowp.
 template <class WantO, class WantL>
 void expect_close_lowp(const Outputs& got, const WantO& want_o, const WantL& want_lse, const LowpReference& ref,
                        const Shape& s, const std::string& what) {
@@ -204,10 +123,47 @@ void expect_close_lowp(const Outputs& got, const WantO& want_o, const WantL& wan
   EXPECT_TRUE(l.ok()) << s.str() << " LSE vs " << what << ": " << l.summary();
 }
 
-// The fp16/bf16 checks cover the forward only (steps 09-11).
-inline bool lowp_forward_only(const Shape& s, bool backward) {
-  if (fa::is_lowp(s.dtype) && backward) ADD_FAILURE() << s.str() << ": the fp16/bf16 checks cover the forward only";
-  return !(fa::is_lowp(s.dtype) && backward);
+// fp16/bf16 backward: the fp64 reference and ref_lowp of every row of dQ (query rows) and of dK,
+// dV (key rows), and the per-row bounds of each.
+struct LowpBwdReference {
+  fa::attention::BwdRowRef rows;
+  std::vector<double> bound[3];  // dQ, dK, dV
+};
+inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& in) {
+  LowpBwdReference r;
+  r.rows = fa::attention::reference_bwd_rows(s.params(), in, all_indices(s.rows()),
+                                             all_indices(std::size_t(s.batch) * s.heads * s.seq_k));
+  r.bound[0] = fa::lowp_row_bounds(r.rows.dq, r.rows.dq_lowp, s.head_dim, s.dtype);
+  r.bound[1] = fa::lowp_row_bounds(r.rows.dk, r.rows.dk_lowp, s.head_dim, s.dtype);
+  r.bound[2] = fa::lowp_row_bounds(r.rows.dv, r.rows.dv_lowp, s.head_dim, s.dtype);
+  return r;
+}
+
+// fp16/bf16: dQ, dK, dV row by row against `want` (fp64 or a previous step's) with the per-row
+// bounds of `ref`.
+template <class Want>
+void expect_close_lowp_grads(const Outputs& got, const Want& want, const LowpBwdReference& ref, const Shape& s,
+                             const std::string& what) {
+  const std::vector<std::size_t> qs{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_q),
+                                    std::size_t(s.head_dim)},
+      ks{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_k), std::size_t(s.head_dim)};
+  for (auto [name, g, w, bound, shape] :
+       {std::tuple{"dQ", &got.dq, &want.dq, &ref.bound[0], qs}, std::tuple{"dK", &got.dk, &want.dk, &ref.bound[1], ks},
+        std::tuple{"dV", &got.dv, &want.dv, &ref.bound[2], ks}}) {
+    const auto c = fa::compare_rows(*g, *w, s.head_dim, *bound, shape);
+    EXPECT_TRUE(c.ok()) << s.str() << " " << name << " vs " << what
+                        << " (per row: 2 max|ref_lowp - ref| + 1 ulp): " << c.summary();
+  }
+}
+
+// fp16/bf16: every check of the forward (and the backward) against fp64 on `in`.
+inline void expect_close_lowp_to_fp64(const Outputs& got, const Shape& s, const Inputs& in, bool backward,
+                                      const std::string& what) {
+  const LowpReference ref = lowp_reference(s, in);
+  expect_close_lowp(got, ref.o, ref.lse, ref, s, what);
+  if (!backward) return;
+  const LowpBwdReference grads = lowp_bwd_reference(s, in);
+  expect_close_lowp_grads(got, grads.rows, grads, s, what);
 }
 
 // Compares every output that both sides have, with the tolerances of harness/tolerance.h.
@@ -235,32 +191,31 @@ void expect_close(const Out& got, const Ref& want, const Shape& s, bool backward
 inline void expect_matches_reference(const fa::StepInfo& step, const Shape& s, bool backward) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  if (!lowp_forward_only(s, backward)) return;
   const Inputs in = random_inputs(s, seed);
   if (fa::is_lowp(s.dtype)) {
-    const LowpReference ref = lowp_reference(s, in);
-    expect_close_lowp(run(step, s, in, false), ref.o, ref.lse, ref, s, "fp64");
+    expect_close_lowp_to_fp64(run(step, s, in, backward), s, in, backward, "fp64");
     return;
   }
   expect_close(run(step, s, in, backward), reference(s, in, backward), s, backward, "fp64");
 }
 
 // The step against the step before it, same inputs. fp16/bf16: `prev` runs the same type if it
-// supports it, else the fp32 shape on the rounded inputs; O within the per-row bounds (the fp64
-// reference and ref_lowp of every row).
+// supports it, else the fp32 shape on the rounded inputs; O (and dQ, dK, dV) within the per-row
+// bounds (the fp64 reference and ref_lowp of every row).
 inline void expect_matches_step(const fa::StepInfo& step, const fa::StepInfo& prev, const Shape& s, bool backward) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  if (!lowp_forward_only(s, backward)) return;
   const Inputs in = random_inputs(s, seed);
   if (fa::is_lowp(s.dtype)) {
     Shape ps = s;
     auto why = [&](const Shape& x) { return fa::step_supports(prev, x.problem()); };
     if (!why(s).empty()) ps.dtype = fa::DType::F32;
     ASSERT_EQ(why(ps), "") << prev.name << " runs neither " << s.str() << " nor its fp32 version";
-    const Outputs want = run(prev, ps, in, false);
+    ASSERT_TRUE(!backward || prev.attn_bwd) << prev.name << " has no backward";
+    const Outputs want = run(prev, ps, in, backward), got = run(step, s, in, backward);
     const std::string what = std::string(prev.name) + (ps.dtype != s.dtype ? " (fp32 on the same rounded inputs)" : "");
-    expect_close_lowp(run(step, s, in, false), want.o, want.lse, lowp_reference(s, in), s, what);
+    expect_close_lowp(got, want.o, want.lse, lowp_reference(s, in), s, what);
+    if (backward) expect_close_lowp_grads(got, want, lowp_bwd_reference(s, in), s, what);
     return;
   }
   expect_close(run(step, s, in, backward), run(prev, s, in, backward), s, backward, prev.name);
@@ -284,10 +239,8 @@ inline void expect_matches_golden(const fa::StepInfo& step, bool backward, fa::D
     Inputs in{floats("q"), floats("k"), floats("v"), floats("dout")};
     SCOPED_TRACE(c.name);
     if (fa::is_lowp(dtype)) {
-      if (!lowp_forward_only(s, backward)) return;
       for (auto* t : {&in.q, &in.k, &in.v, &in.dout}) fa::round_to(dtype, *t);
-      const LowpReference ref = lowp_reference(s, in);
-      expect_close_lowp(run(step, s, in, false), ref.o, ref.lse, ref, s, "fp64 on golden " + c.name + " rounded");
+      expect_close_lowp_to_fp64(run(step, s, in, backward), s, in, backward, "fp64 on golden " + c.name + " rounded");
       continue;
     }
     const Reference want{fa::read_npy(c.path("o")).data, fa::read_npy(c.path("lse")).data,
@@ -305,13 +258,13 @@ inline void expect_row_without_keys_gets_no_gradient(const fa::StepInfo& step, c
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + ", row " + std::to_string(row) + " without keys, " + s.str());
   Inputs in = random_inputs(s, seed);
-  Device d(step, s, in, true);
-  d.forward();
+  fa::attention::Run d(step, s.params(), true, in);
+  d.checked_forward();
   std::vector<float> O = d.o.download(), L = d.lse.download();
   L[row] = -INFINITY;
   std::fill(O.begin() + std::size_t(row) * s.head_dim, O.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
   d.o.upload(O), d.lse.upload(L);
-  d.backward();
+  d.checked_backward();
   std::fill(in.dout.begin() + std::size_t(row) * s.head_dim, in.dout.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
   const Reference want = reference(s, in, true);
   using namespace fa::tol;

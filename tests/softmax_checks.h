@@ -14,7 +14,7 @@
 #include "npy.h"
 #include "ops.h"
 #include "random.h"
-#include "reference.h"
+#include "softmax_inputs.h"
 #include "tolerance.h"
 
 namespace softmax_checks {
@@ -62,18 +62,14 @@ inline std::vector<double> reference_lse(const std::vector<float>& x, int rows, 
 
 constexpr fa::Tolerance kLseTol = fa::tol::kSoftmaxLse;
 
+// The family's fp64 reference and random rows (harness/softmax_inputs.h).
 inline std::vector<double> reference(const std::vector<float>& x, int rows, int cols) {
-  const std::vector<double> xd(x.begin(), x.end());
-  std::vector<double> y(xd.size());
-  ref::softmax(xd.data(), y.data(), rows, cols);
-  return y;
+  return fa::softmax_reference(x, rows, cols);
 }
 
 // Fresh uniform rows in [-4, 4) (a new seed every run, printed on failure).
 inline std::vector<float> random_rows(int rows, int cols, std::uint64_t seed) {
-  std::vector<float> x(std::size_t(rows) * cols);
-  fa::fill_uniform(x, seed, -4.0f, 4.0f);
-  return x;
+  return fa::softmax_random_rows(rows, cols, seed);
 }
 
 inline void expect_matches_reference(fa::SoftmaxLauncher launch, int rows, int cols, int offset = 0) {

@@ -1,16 +1,22 @@
 // CPU tests of the harness in harness/: compare (element-wise and per row), the fp16/bf16
-// rounding helpers and the per-row bounds, the CLI parser, the seeded random fill.
+// rounding helpers and the per-row bounds, the attention family's inputs and its references on
+// sampled rows (attention_inputs.h, attention_reference.h), the CLI parser, the seeded random fill.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <vector>
 
+#include "attention_inputs.h"
+#include "attention_reference.h"
 #include "check.h"
 #include "cli.h"
 #include "compare.h"
 #include "lowp.h"
 #include "random.h"
+#include "reference.h"
 #include "tolerance.h"
 
 namespace {
@@ -219,6 +225,83 @@ TEST(LowpTolerance, RowBoundIsTwiceTheLowpErrorPlusOneUlp) {
   EXPECT_DOUBLE_EQ(b[0], 2 * 0.002 + 0x1p-10);  // ulp at 1.5
   EXPECT_DOUBLE_EQ(b[1], 0x1p-12);              // ulp at 0.3: the floor alone
   EXPECT_EQ(fa::tol::kLowpErrFactor, 2.0);
+}
+
+// ---- attention inputs and sampled references ---------------------------------------------------
+fa::AttnParams attn(int batch, int heads, int seq_q, int seq_k, int d, bool causal, DType t) {
+  fa::AttnParams a;
+  a.batch = batch, a.heads = heads, a.seq_q = seq_q, a.seq_k = seq_k, a.head_dim = d;
+  a.scale = float(1 / std::sqrt(double(d))), a.causal = causal, a.dtype = t;
+  return a;
+}
+
+TEST(AttentionInputs, RoundedOffsetAndOneLargeRow) {
+  const fa::AttnParams a = attn(2, 3, 5, 7, 8, false, DType::BF16);
+  const fa::attention::Inputs in = fa::attention::make_inputs(a, true, 123),
+                              no_dout = fa::attention::make_inputs(a, false, 123);
+  ASSERT_EQ(in.q.size(), fa::attention::q_elems(a));
+  ASSERT_EQ(in.k.size(), fa::attention::k_elems(a));
+  ASSERT_EQ(in.dout.size(), fa::attention::q_elems(a));
+  EXPECT_TRUE(no_dout.dout.empty());
+  EXPECT_EQ(no_dout.q, in.q);  // dO drawn or not, Q, K, V are the same
+  for (const auto* t : {&in.q, &in.k, &in.v, &in.dout})
+    for (float x : *t) ASSERT_EQ(fa::round_to(DType::BF16, x), x);
+  for (std::size_t i = 0; i < in.k.size(); ++i) ASSERT_TRUE(in.k[i] >= -0.5f && in.k[i] <= 1.5f) << i;
+  double row1 = 0, row2 = 0;  // row 1 of head 0 is 20x larger
+  for (int d = 0; d < a.head_dim; ++d) row1 += std::fabs(in.q[8 + d]), row2 += std::fabs(in.q[16 + d]);
+  EXPECT_GT(row1, 5 * row2);
+}
+
+TEST(AttentionReference, SampleRowsKeepsTheEndsAndTheLargeRow) {
+  const std::vector<std::size_t> s = fa::attention::sample_rows(1000, 40);
+  ASSERT_EQ(s.size(), 40u);
+  EXPECT_EQ(s[0], 0u);
+  EXPECT_EQ(s[1], 1u);
+  EXPECT_EQ(s.back(), 999u);
+  EXPECT_TRUE(std::is_sorted(s.begin(), s.end()));
+  EXPECT_EQ(std::set<std::size_t>(s.begin(), s.end()).size(), s.size());
+  EXPECT_EQ(fa::attention::sample_rows(10, 6).size(), 10u);  // more than half: all
+  EXPECT_EQ(fa::attention::spread_heads(8, 3), (std::vector<std::size_t>{0, 3, 7}));
+  EXPECT_EQ(fa::attention::spread_heads(3, 5), (std::vector<std::size_t>{0, 1, 2}));
+}
+
+// The backward reference on sampled rows names rows over every head correctly: each sampled row
+// equals that row of the whole head's backward (reference/ on the head alone), in fp64 and in
+// low precision; key rows from several heads share no statistics.
+TEST(AttentionReference, BackwardRowsAreTheRowsOfTheirHeads) {
+  for (bool causal : {false, true}) {
+    const fa::AttnParams a = attn(2, 2, 9, 13, 16, causal, DType::F16);
+    const fa::attention::Inputs in = fa::attention::make_inputs(a, true, 7);
+    const std::vector<std::size_t> q_rows{0, 1, 10, 20, 35}, k_rows{2, 14, 25, 51};  // heads 0..3
+    const fa::attention::BwdRowRef r = fa::attention::reference_bwd_rows(a, in, q_rows, k_rows);
+    const ref::AttnShape one{1, 1, a.seq_q, a.seq_k, a.head_dim, double(a.scale), a.causal};
+    const std::size_t D = a.head_dim, qs = a.seq_q * D, ks = a.seq_k * D;
+    for (ref::Rounding round : {ref::Rounding(nullptr), fa::rounding(a.dtype)}) {
+      const auto& dq = round ? r.dq_lowp : r.dq;
+      const auto& dk = round ? r.dk_lowp : r.dk;
+      const auto& dv = round ? r.dv_lowp : r.dv;
+      for (std::size_t t = 0; t < q_rows.size(); ++t) {
+        const std::size_t h = q_rows[t] / a.seq_q;
+        const int i = int(q_rows[t] % a.seq_q);
+        std::vector<double> want(D);
+        ref::attention_backward_dq_rows(one, &in.q[h * qs], &in.k[h * ks], &in.v[h * ks], &in.dout[h * qs], &i, 1,
+                                        round, want.data());
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), dq.begin() + t * D)) << "dQ row " << q_rows[t];
+      }
+      for (std::size_t t = 0; t < k_rows.size(); ++t) {
+        const std::size_t h = k_rows[t] / a.seq_k;
+        std::vector<int> all(a.seq_q), j{int(k_rows[t] % a.seq_k)};
+        for (int i = 0; i < a.seq_q; ++i) all[i] = i;
+        std::vector<double> lse(a.seq_q), delta(a.seq_q), wk(D), wv(D);
+        const float *q = &in.q[h * qs], *k = &in.k[h * ks], *v = &in.v[h * ks], *dout = &in.dout[h * qs];
+        ref::attention_backward_stats(one, q, k, v, dout, all.data(), a.seq_q, round, lse.data(), delta.data());
+        ref::attention_backward_dkdv_rows(one, q, k, v, dout, lse.data(), delta.data(), j.data(), 1, round, wk.data(),
+                                          wv.data());
+        EXPECT_TRUE(std::equal(wk.begin(), wk.end(), dk.begin() + t * D)) << "dK row " << k_rows[t];
+        EXPECT_TRUE(std::equal(wv.begin(), wv.end(), dv.begin() + t * D)) << "dV row " << k_rows[t];
+      }
+    }
+  }
 }
 
 // ---- CLI ------------------------------------------------------------------------------------

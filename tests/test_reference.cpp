@@ -2,7 +2,8 @@
 // (tests/data/, written by reference/make_reference.py), plus properties that need no
 // golden data: softmax sums to 1, the -inf/NaN conventions, NT == NN, the LSE definition, and
 // the attention backward against finite differences of the forward; the low-precision
-// reference (ref_lowp of the fp16/bf16 tolerance) against the fp64 one. CPU only.
+// references of the forward and the backward (ref_lowp of the fp16/bf16 tolerance) against the
+// fp64 ones, and the per-row rule on the backward. CPU only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,12 +16,14 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "golden.h"
 #include "lowp.h"
 #include "npy.h"
 #include "reference.h"
+#include "tolerance.h"
 
 #ifndef FA_DATA_DIR
 #error "compile with -DFA_DATA_DIR=\"<path of tests/data>\""
@@ -448,6 +451,137 @@ INSTANTIATE_TEST_SUITE_P(Small, LowpReference,
                                            LowpCase{{1, 1, 33, 20, 64, 0.125, true}, fa::DType::BF16},
                                            LowpCase{{1, 1, 5, 40, 128, 0.08838834764831845, false}, fa::DType::F16},
                                            LowpCase{{1, 1, 5, 40, 128, 0.08838834764831845, true}, fa::DType::BF16}),
+                         [](const ::testing::TestParamInfo<LowpCase>& info) {
+                           const ref::AttnShape& s = info.param.s;
+                           return std::string(fa::dtype_name(info.param.t)) + "_q" + std::to_string(s.seq_q) + "_k" +
+                                  std::to_string(s.seq_k) + "_d" + std::to_string(s.head_dim) +
+                                  (s.causal ? "_causal" : "");
+                         });
+
+// ---- the low-precision backward (attention_backward_*_rows with a rounding) --------------------
+
+// Every row of one head through attention_backward_stats, _dq_rows and _dkdv_rows.
+struct BwdRows {
+  Vec dq, dk, dv;
+  BwdRows(const ref::AttnShape& s, const std::vector<float>& q, const std::vector<float>& k,
+          const std::vector<float>& v, const std::vector<float>& dout, ref::Rounding round) {
+    std::vector<int> qi(s.seq_q), kj(s.seq_k);
+    for (int i = 0; i < s.seq_q; ++i) qi[i] = i;
+    for (int j = 0; j < s.seq_k; ++j) kj[j] = j;
+    Vec lse(s.seq_q), delta(s.seq_q);
+    dq.resize(q.size()), dk.resize(k.size()), dv.resize(v.size());
+    ref::attention_backward_stats(s, q.data(), k.data(), v.data(), dout.data(), qi.data(), s.seq_q, round, lse.data(),
+                                  delta.data());
+    ref::attention_backward_dq_rows(s, q.data(), k.data(), v.data(), dout.data(), qi.data(), s.seq_q, round, dq.data());
+    ref::attention_backward_dkdv_rows(s, q.data(), k.data(), v.data(), dout.data(), lse.data(), delta.data(), kj.data(),
+                                      s.seq_k, round, dk.data(), dv.data());
+  }
+};
+
+// One head's 16-bit inputs (dO without the offset) and its backward in fp64 and in low precision.
+struct LowpBwdCase {
+  std::vector<float> q, k, v, dout;
+  BwdRows fp64, lowp;
+  LowpBwdCase(const LowpCase& c, unsigned seed)
+      : q(lowp_vec(size_t(c.s.seq_q) * c.s.head_dim, seed, 0.5, c.t)),
+        k(lowp_vec(size_t(c.s.seq_k) * c.s.head_dim, seed + 1, 0.5, c.t)),
+        v(lowp_vec(size_t(c.s.seq_k) * c.s.head_dim, seed + 2, 0.5, c.t)),
+        dout(lowp_vec(size_t(c.s.seq_q) * c.s.head_dim, seed + 3, 0.0, c.t)),
+        fp64(c.s, q, k, v, dout, nullptr),
+        lowp(c.s, q, k, v, dout, fa::rounding(c.t)) {}
+};
+
+double identity(double x) { return x; }
+double max_abs(const Vec& x) {
+  double m = 0;
+  for (double e : x) m = std::max(m, std::abs(e));
+  return m;
+}
+
+class LowpBackward : public ::testing::TestWithParam<LowpCase> {};
+
+// Without rounding (null, or a rounding that changes nothing) the rows are attention_backward's
+// gradients up to fp64 roundoff (another summation order; delta as sum_j P_ij dP_ij, not dO_i·O_i).
+TEST_P(LowpBackward, WithoutRoundingItIsTheFp64Backward) {
+  const LowpCase c = GetParam();
+  const LowpBwdCase r(c, 70);
+  const BwdRows same(c.s, r.q, r.k, r.v, r.dout, identity);
+  EXPECT_EQ(same.dq, r.fp64.dq);
+  EXPECT_EQ(same.dk, r.fp64.dk);
+  EXPECT_EQ(same.dv, r.fp64.dv);
+  const Vec q(r.q.begin(), r.q.end()), k(r.k.begin(), r.k.end()), v(r.v.begin(), r.v.end()),
+      dout(r.dout.begin(), r.dout.end());
+  Vec dq(q.size()), dk(k.size()), dv(v.size());
+  ref::attention_backward(c.s, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
+  for (auto [name, got, want] :
+       {std::tuple{"dq", &r.fp64.dq, &dq}, std::tuple{"dk", &r.fp64.dk, &dk}, std::tuple{"dv", &r.fp64.dv, &dv}}) {
+    const double tol = 1e-13 * std::max(1.0, max_abs(*want));
+    for (size_t i = 0; i < want->size(); ++i) ASSERT_NEAR((*got)[i], (*want)[i], tol) << name << "[" << i << "]";
+  }
+}
+
+// The low-precision gradients: every element a value of the type, and an error vs fp64 of the
+// size the roundings make, with u the unit roundoff (2^-11 f16, 2^-8 bf16). Each rounded quantity
+// moves by a relative u, and a rounded score moves P by a relative ~u·max|S|; these reach a
+// gradient through sums whose terms partly cancel, so its error is a few u·(1 + max|S|) of the
+// gradient's scale. Bounds, against max|ref| of each gradient: above an eighth of its ulp (the
+// roundings happened), below 8·u·(1 + max|S|)·max|ref| (measured: 0.7u to 3u on these cases,
+// where a rounding in a wrong place, e.g. of an unscaled sum, errs by far more).
+TEST_P(LowpBackward, ErrorIsThatOfTheRoundings) {
+  const LowpCase c = GetParam();
+  const ref::AttnShape& s = c.s;
+  const LowpBwdCase r(c, 80);
+  const double u = fa::ulp(c.t, 1.0) / 2;
+  double smax = 0;
+  for (int i = 0; i < s.seq_q; ++i)
+    for (int j = 0; j < s.seq_k && !(s.causal && j > i); ++j) {
+      double dot = 0;
+      for (int d = 0; d < s.head_dim; ++d) dot += double(r.q[i * s.head_dim + d]) * double(r.k[j * s.head_dim + d]);
+      smax = std::max(smax, std::abs(s.scale * dot));
+    }
+  for (auto [name, lo, hi] : {std::tuple{"dq", &r.lowp.dq, &r.fp64.dq}, std::tuple{"dk", &r.lowp.dk, &r.fp64.dk},
+                              std::tuple{"dv", &r.lowp.dv, &r.fp64.dv}}) {
+    double err = 0;
+    for (size_t i = 0; i < hi->size(); ++i) {
+      ASSERT_EQ(fa::round_to(c.t, (*lo)[i]), (*lo)[i])
+          << name << "[" << i << "] is not a " << fa::dtype_name(c.t) << " value";
+      err = std::max(err, std::abs((*lo)[i] - (*hi)[i]));
+    }
+    const double scale = max_abs(*hi);
+    EXPECT_GT(err, fa::ulp(c.t, scale) / 8) << name << ": no rounding happened?";
+    EXPECT_LE(err, 8 * u * (1 + smax) * scale) << name << ", max|S| " << smax;
+  }
+}
+
+// The per-row rule of tolerance.h on the backward: ref_lowp itself passes (its error is half its
+// bound); a copy of the fp64 gradient with one row moved by 3x that row's bound fails, and only in
+// that row. Rows: query rows of dQ, key rows of dK and dV.
+TEST_P(LowpBackward, PerRowBoundAcceptsRefLowpAndRejectsARowOffByThreeBounds) {
+  const LowpCase c = GetParam();
+  const LowpBwdCase r(c, 90);
+  const size_t D = c.s.head_dim;
+  for (auto [name, lo, hi] : {std::tuple{"dq", &r.lowp.dq, &r.fp64.dq}, std::tuple{"dk", &r.lowp.dk, &r.fp64.dk},
+                              std::tuple{"dv", &r.lowp.dv, &r.fp64.dv}}) {
+    const std::vector<double> bound = fa::lowp_row_bounds(*hi, *lo, D, c.t);
+    const auto pass = fa::compare_rows(*lo, *hi, D, bound);
+    EXPECT_TRUE(pass.ok()) << name << ": " << pass.summary();
+    const size_t row = bound.size() / 2;
+    Vec off = *hi;
+    off[row * D + D / 2] += 3 * bound[row];
+    const auto fail = fa::compare_rows(off, *hi, D, bound);
+    EXPECT_FALSE(fail.ok()) << name;
+    EXPECT_EQ(fail.failed_rows, 1u) << name;
+    EXPECT_EQ(fail.worst_row, row) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Small, LowpBackward,
+                         ::testing::Values(LowpCase{{1, 1, 9, 13, 16, 0.25, false}, fa::DType::F16},
+                                           LowpCase{{1, 1, 9, 13, 16, 0.25, false}, fa::DType::BF16},
+                                           LowpCase{{1, 1, 33, 20, 64, 0.125, true}, fa::DType::F16},
+                                           LowpCase{{1, 1, 33, 20, 64, 0.125, true}, fa::DType::BF16},
+                                           LowpCase{{1, 1, 40, 40, 128, 0.08838834764831845, true}, fa::DType::F16},
+                                           LowpCase{{1, 1, 17, 70, 128, 0.08838834764831845, false}, fa::DType::BF16}),
                          [](const ::testing::TestParamInfo<LowpCase>& info) {
                            const ref::AttnShape& s = info.param.s;
                            return std::string(fa::dtype_name(info.param.t)) + "_q" + std::to_string(s.seq_q) + "_k" +

@@ -1,0 +1,84 @@
+// attention_inputs.cpp: see attention_inputs.h.
+#include "attention_inputs.h"
+
+#include <algorithm>
+
+#include "check.h"
+#include "random.h"
+
+namespace fa::attention {
+
+std::vector<std::size_t> q_shape(const AttnParams& a) {
+  return {std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q), std::size_t(a.head_dim)};
+}
+std::vector<std::size_t> k_shape(const AttnParams& a) {
+  return {std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_k), std::size_t(a.head_dim)};
+}
+std::vector<std::size_t> lse_shape(const AttnParams& a) {
+  return {std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q)};
+}
+
+std::size_t workspace_bytes(const StepInfo& s, const AttnParams& a, bool backward) {
+  std::size_t w = s.fwd_workspace_bytes ? s.fwd_workspace_bytes(a) : 0;
+  if (backward && s.bwd_workspace_bytes) w = std::max(w, s.bwd_workspace_bytes(a));
+  return w;
+}
+
+Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed) {
+  Inputs in{std::vector<float>(q_elems(a)), std::vector<float>(k_elems(a)), std::vector<float>(k_elems(a)),
+            std::vector<float>(with_dout ? q_elems(a) : 0)};
+  fill_uniform(in.q, seed, -0.5f, 1.5f);
+  fill_uniform(in.k, seed + 1, -0.5f, 1.5f);
+  fill_uniform(in.v, seed + 2, -0.5f, 1.5f);
+  if (with_dout) fill_uniform(in.dout, seed + 3, -1.f, 1.f);
+  const std::size_t big_row = std::min(1, a.seq_q - 1);
+  for (int d = 0; d < a.head_dim; ++d) in.q[big_row * a.head_dim + d] *= 20.f;
+  for (auto* t : {&in.q, &in.k, &in.v, &in.dout}) round_to(a.dtype, *t);
+  return in;
+}
+
+Run::Run(const StepInfo& s, const AttnParams& a, bool backward, const DeviceInputs& shared)
+    : Run(s, a, backward, &shared, nullptr) {}
+Run::Run(const StepInfo& s, const AttnParams& a, bool backward, const Inputs& host)
+    : Run(s, a, backward, nullptr, &host) {}
+
+Run::Run(const StepInfo& s, const AttnParams& a, bool backward, const DeviceInputs* shared, const Inputs* host)
+    : step(s),
+      own(shared ? nullptr : std::make_unique<DeviceInputs>(a.dtype, *host)),
+      in(shared ? *shared : *own),
+      o(a.dtype, q_elems(a)),
+      lse(rows(a)),
+      dq(a.dtype, backward ? q_elems(a) : 0),
+      dk(a.dtype, backward ? k_elems(a) : 0),
+      dv(a.dtype, backward ? k_elems(a) : 0),
+      workspace(workspace_bytes(s, a, backward)) {
+  fwd = {a, in.q.get(), in.k.get(), in.v.get(), o.get(), lse.get(), workspace.get()};
+  bwd = {a,         in.q.get(), in.k.get(), in.v.get(), o.get(),        in.dout.get(),
+         lse.get(), dq.get(),   dk.get(),   dv.get(),   workspace.get()};
+}
+
+void Run::checked_forward() {
+  o.poison_nan(), lse.poison_nan();
+  forward(nullptr);
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void Run::checked_backward() {
+  dq.poison_nan(), dk.poison_nan(), dv.poison_nan();
+  backward(nullptr);
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+Outputs run_checked(Run& r, bool backward) {
+  r.checked_forward();
+  Outputs out{r.o.download(), r.lse.download()};
+  if (backward) {
+    r.checked_backward();
+    out.dq = r.dq.download(), out.dk = r.dk.download(), out.dv = r.dv.download();
+  }
+  return out;
+}
+
+}  // namespace fa::attention

@@ -1,0 +1,84 @@
+// attention_inputs.h: the inputs of an attention problem and one step's device run on them,
+// shared by the attention family's --check/--bench (family_attention.cpp) and the GPU tests
+// (tests/attention_checks.h), so both draw the same inputs and launch a step the same way.
+//
+//   make_inputs    Q, K, V uniform in [-0.5, 1.5) (the +0.5 offset keeps O away from zero, so
+//                  relative errors mean something), dO in [-1, 1), and query row 1 of head 0
+//                  20x larger (a very peaked softmax: the max-subtraction must work); all rounded
+//                  to the problem's element type (fp16/bf16: nearest even), so that what a step
+//                  gets is what the references and an fp32 previous step get (as float).
+//   DeviceInputs   those inputs on the device in one element type (a step and a previous step
+//                  that runs the same type share one copy).
+//   Run            one step's device state on one problem: its outputs, its workspace and the
+//                  launch arguments; forward()/backward() only launch (for timing),
+//                  checked_forward()/checked_backward() NaN-poison the outputs first, launch on
+//                  the default stream, wait and raise any error (for checks).
+//   run_checked    a Run's checked forward (and backward), its outputs downloaded as float.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "buffer.h"
+#include "lowp.h"
+#include "ops.h"
+
+namespace fa::attention {
+
+// Elements of Q (and O, dO, dQ); of K (and V, dK, dV); query rows (LSE), over all heads.
+inline std::size_t q_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_q * a.head_dim; }
+inline std::size_t k_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_k * a.head_dim; }
+inline std::size_t rows(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_q; }
+// Shapes for compare(): [B, H, seq_q, d], [B, H, seq_k, d], [B, H, seq_q].
+std::vector<std::size_t> q_shape(const AttnParams& a);
+std::vector<std::size_t> k_shape(const AttnParams& a);
+std::vector<std::size_t> lse_shape(const AttnParams& a);
+
+// The step's workspace: the larger of its forward's and (with `backward`) its backward's.
+std::size_t workspace_bytes(const StepInfo& s, const AttnParams& a, bool backward);
+
+// Host inputs as float (values of a.dtype). dout is drawn only `with_dout` (else empty).
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+};
+Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed);
+
+struct DeviceInputs {
+  DeviceTensor q, k, v, dout;
+  DeviceInputs(DType t, const Inputs& in) : q(t, in.q), k(t, in.k), v(t, in.v), dout(t, in.dout) {}
+};
+
+struct Run {
+  // On inputs already on the device (in a.dtype), or on its own copy of `host` in a.dtype.
+  Run(const StepInfo& s, const AttnParams& a, bool backward, const DeviceInputs& shared);
+  Run(const StepInfo& s, const AttnParams& a, bool backward, const Inputs& host);
+
+  void forward(cudaStream_t s) { step.attn_fwd(fwd, s); }
+  void backward(cudaStream_t s) { step.attn_bwd(bwd, s); }
+  void checked_forward();   // O and LSE poisoned, then forward(default stream), synchronized
+  void checked_backward();  // dQ, dK and dV poisoned, then backward(default stream), synchronized
+
+  const StepInfo& step;
+  std::unique_ptr<DeviceInputs> own;  // set when the inputs are this run's own copy
+  const DeviceInputs& in;
+  DeviceTensor o;
+  DeviceBuffer<float> lse;
+  DeviceTensor dq, dk, dv;  // empty without the backward
+  DeviceBuffer<char> workspace;
+  AttnFwdArgs fwd{};
+  AttnBwdArgs bwd{};
+
+ private:
+  Run(const StepInfo& s, const AttnParams& a, bool backward, const DeviceInputs* shared, const Inputs* host);
+};
+
+// A run's outputs on the host (as float) after one checked launch of each pass; dQ, dK, dV only
+// with `backward`. grad(0, 1, 2): dQ, dK, dV.
+struct Outputs {
+  std::vector<float> o, lse, dq, dk, dv;
+  const std::vector<float>* grad(int g) const { return g == 0 ? &dq : g == 1 ? &dk : &dv; }
+};
+Outputs run_checked(Run& r, bool backward);
+
+}  // namespace fa::attention

@@ -1,0 +1,153 @@
+// attention_reference.cpp: see attention_reference.h.
+#include "attention_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include "reference.h"
+
+namespace fa::attention {
+namespace {
+
+// f(i) for i in [0, n), in contiguous slices, one thread per core.
+template <class F>
+void parallel_for(std::size_t n, F&& f) {
+  const std::size_t workers = std::min<std::size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (std::size_t w = 0; w < workers; ++w)
+    pool.emplace_back([&, w] {
+      for (std::size_t i = n * w / workers; i < n * (w + 1) / workers; ++i) f(i);
+    });
+  for (auto& t : pool) t.join();
+}
+
+// One head (batch and heads 1) of the problem, for the per-head references.
+ref::AttnShape head_shape(const AttnParams& a) {
+  return {1, 1, a.seq_q, a.seq_k, a.head_dim, double(a.scale), a.causal};
+}
+
+}  // namespace
+
+HeadRef reference_heads(const AttnParams& a, bool backward, const Inputs& in, const std::vector<std::size_t>& heads) {
+  const std::size_t n = heads.size(), qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
+  HeadRef r{heads, std::vector<double>(n * qs), std::vector<double>(n * a.seq_q)};
+  if (backward) r.dq.resize(n * qs), r.dk.resize(n * ks), r.dv.resize(n * ks);
+  const ref::AttnShape shape = head_shape(a);
+  parallel_for(n, [&](std::size_t i) {
+    const std::size_t h = heads[i];
+    const std::vector<double> q(in.q.begin() + h * qs, in.q.begin() + (h + 1) * qs),
+        k(in.k.begin() + h * ks, in.k.begin() + (h + 1) * ks), v(in.v.begin() + h * ks, in.v.begin() + (h + 1) * ks);
+    ref::attention_forward(shape, q.data(), k.data(), v.data(), &r.o[i * qs], &r.lse[i * a.seq_q]);
+    if (!backward) return;
+    const std::vector<double> dout(in.dout.begin() + h * qs, in.dout.begin() + (h + 1) * qs);
+    ref::attention_backward(shape, q.data(), k.data(), v.data(), dout.data(), &r.dq[i * qs], &r.dk[i * ks],
+                            &r.dv[i * ks]);
+  });
+  return r;
+}
+
+std::vector<std::size_t> spread_heads(std::size_t count, std::size_t n) {
+  n = std::min(n, count);
+  std::vector<std::size_t> heads;
+  for (std::size_t i = 0; i < n; ++i)
+    heads.push_back(n == count ? i : i * (count - 1) / std::max<std::size_t>(1, n - 1));
+  return heads;
+}
+
+std::vector<std::size_t> sample_rows(std::size_t total, std::size_t n) {
+  std::vector<std::size_t> all;
+  if (2 * n > total) {
+    for (std::size_t i = 0; i < total; ++i) all.push_back(i);
+    return all;
+  }
+  std::set<std::size_t> pick{0, std::min<std::size_t>(1, total - 1), total - 1};
+  double x = 0;
+  while (pick.size() < n) {
+    x += 0.6180339887498949;
+    x -= std::floor(x);
+    pick.insert(std::min(total - 1, std::size_t(x * double(total))));
+  }
+  return {pick.begin(), pick.end()};
+}
+
+RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& rows) {
+  const std::size_t n = rows.size(), D = a.head_dim;
+  RowRef r{rows, std::vector<double>(n * D), std::vector<double>(n * D), std::vector<double>(n)};
+  const ref::AttnShape shape = head_shape(a);
+  const std::size_t qs = std::size_t(a.seq_q) * D, ks = std::size_t(a.seq_k) * D;
+  parallel_for(n, [&](std::size_t t) {
+    const std::size_t h = rows[t] / a.seq_q;
+    const int i = int(rows[t] % a.seq_q);
+    const float *q = in.q.data() + h * qs, *k = in.k.data() + h * ks, *v = in.v.data() + h * ks;
+    double lse_lowp;
+    ref::attention_forward_rows(shape, q, k, v, &i, 1, nullptr, &r.o[t * D], &r.lse[t]);
+    ref::attention_forward_rows(shape, q, k, v, &i, 1, rounding(a.dtype), &r.o_lowp[t * D], &lse_lowp);
+  });
+  return r;
+}
+
+BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
+                             const std::vector<std::size_t>& k_rows) {
+  const std::size_t D = a.head_dim, qs = std::size_t(a.seq_q) * D, ks = std::size_t(a.seq_k) * D;
+  const ref::AttnShape shape = head_shape(a);
+  const ref::Rounding lowp = rounding(a.dtype);
+  BwdRowRef r{q_rows, k_rows};
+  r.dq.resize(q_rows.size() * D), r.dq_lowp.resize(q_rows.size() * D);
+  for (auto* x : {&r.dk, &r.dk_lowp, &r.dv, &r.dv_lowp}) x->resize(k_rows.size() * D);
+  auto head = [&](std::size_t h) {  // pointers to one head's Q, K, V, dO
+    return std::tuple{in.q.data() + h * qs, in.k.data() + h * ks, in.v.data() + h * ks, in.dout.data() + h * qs};
+  };
+
+  parallel_for(q_rows.size(), [&](std::size_t t) {
+    const auto [q, k, v, dout] = head(q_rows[t] / a.seq_q);
+    const int i = int(q_rows[t] % a.seq_q);
+    ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, nullptr, &r.dq[t * D]);
+    ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, lowp, &r.dq_lowp[t * D]);
+  });
+
+  // The statistics (lse, delta; fp64 and low precision) of every query row of each head that
+  // has a key row, one query row per task.
+  std::map<std::size_t, std::size_t> slot;  // head -> its place in `stats`
+  for (std::size_t id : k_rows) slot.emplace(id / a.seq_k, slot.size());
+  std::vector<std::size_t> heads(slot.size());
+  for (auto [h, s] : slot) heads[s] = h;
+  struct Stats {
+    std::vector<double> lse, delta, lse_lowp, delta_lowp;  // [seq_q]
+  };
+  std::vector<Stats> stats(heads.size(), Stats{std::vector<double>(a.seq_q), std::vector<double>(a.seq_q),
+                                               std::vector<double>(a.seq_q), std::vector<double>(a.seq_q)});
+  parallel_for(heads.size() * a.seq_q, [&](std::size_t t) {
+    const std::size_t s = t / a.seq_q;
+    const int i = int(t % a.seq_q);
+    const auto [q, k, v, dout] = head(heads[s]);
+    Stats& st = stats[s];
+    ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, nullptr, &st.lse[i], &st.delta[i]);
+    ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, lowp, &st.lse_lowp[i], &st.delta_lowp[i]);
+  });
+
+  parallel_for(k_rows.size(), [&](std::size_t t) {
+    const std::size_t h = k_rows[t] / a.seq_k;
+    const auto [q, k, v, dout] = head(h);
+    const Stats& st = stats[slot.at(h)];
+    const int j = int(k_rows[t] % a.seq_k);
+    ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse.data(), st.delta.data(), &j, 1, nullptr,
+                                      &r.dk[t * D], &r.dv[t * D]);
+    ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_lowp.data(), st.delta_lowp.data(), &j, 1, lowp,
+                                      &r.dk_lowp[t * D], &r.dv_lowp[t * D]);
+  });
+  return r;
+}
+
+std::vector<float> gather_rows(const std::vector<float>& all, const std::vector<std::size_t>& ids,
+                               std::size_t per_row) {
+  std::vector<float> out;
+  out.reserve(ids.size() * per_row);
+  for (std::size_t i : ids) out.insert(out.end(), all.begin() + i * per_row, all.begin() + (i + 1) * per_row);
+  return out;
+}
+
+}  // namespace fa::attention
