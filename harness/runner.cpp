@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "cli.h"
+#include "device_check.h"
 #include "launch.h"
 #include "lowp.h"
 #include "random.h"
@@ -68,7 +69,8 @@ static const StepInfo* usable_prev(const StepInfo* prev, const Problem& p, const
   if (!prev) return nullptr;
   const FamilyOps& fam = family_ops(prev->family);
   const Problem q = fam.prev_problem ? fam.prev_problem(*prev, p) : p;
-  std::string why = step_supports(*prev, q);
+  std::string why = wrong_device(*prev, dev.id);
+  if (why.empty()) why = step_supports(*prev, q);
   if (why.empty()) try {
       fam.validate(*prev, q, &dev);
     } catch (const UsageError& e) {
@@ -253,6 +255,11 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     }
     if (problems.empty()) throw UsageError(std::string(step.name) + " supports none of the --sweep problems");
 
+    // A step built for one architecture (needs_cc) on another GPU: say so plainly, exit 4.
+    if (const std::string why = wrong_device(step, int(f.device)); !why.empty()) {
+      std::fprintf(stderr, "error: %s\n", why.c_str());
+      return int(kExitWrongDevice);
+    }
     const DeviceInfo dev = open_device(int(f.device), o, f.bench || f.sweep || f.device_info);
     if (f.device_info) return int(kExitOk);
     say(o, "seed " + std::to_string(o.seed) + " (replay with --seed " + std::to_string(o.seed) + ")");
@@ -311,6 +318,10 @@ int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& step
       const StepInfo* same_family_prev = prev && prev->family == s->family ? prev : nullptr;
       prev = s;
       if (!selected(s)) continue;
+      if (const std::string why = wrong_device(*s, dev.id); !why.empty()) {  // needs_cc: another GPU
+        say(o, std::string("== skip ") + s->name + ": " + why);
+        continue;
+      }
       const FamilyOps& fam = family_ops(s->family);
       const Problem p = default_problem(*s);
       fam.validate(*s, p, &dev);

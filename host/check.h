@@ -13,6 +13,8 @@ enum ExitCode : int {
   kExitCheckFailed = 1,  // a correctness check failed, or a CUDA call failed at run time
   kExitUsage = 2,        // bad flag, bad value, unsupported shape, unreadable input file
   kExitNoDevice = 3,     // no usable CUDA device
+  kExitWrongDevice = 4,  // the GPU is not the one the step is built for (StepInfo::needs_cc), e.g. a
+                         // Hopper-only step (sm_90a) on an A100; run_all skips such a step instead
 };
 
 // Any harness error: the message is what the user sees after "error: ".

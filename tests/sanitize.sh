@@ -1,18 +1,86 @@
 #!/usr/bin/env bash
-# sanitize.sh TOOL EXE ARGS...: EXE ARGS under compute-sanitizer --tool TOOL; any finding fails.
-# Exits 77 (ctest: skipped) with a message where there is no sanitizer or no CUDA device.
+# sanitize.sh TOOL FAMILY EXE: EXE --check on each small shape of its kind under
+# compute-sanitizer --tool TOOL; any finding fails. The kind comes from the family and from what
+# the step accepts (asked of EXE without a device: element types, a backward):
+#   softmax    odd rows (scalar path), float4 rows, split long rows (float4 and scalar)
+#   matmul     scalar and float4 loads, both tile shapes, batched, more tiles than SMs
+#   attention  both head-dim instances and a padded one, causal with seq_q > seq_k and < seq_k
+#              (unmasked, diagonal and skipped tiles), ragged tails; with --bwd where the step has
+#              a backward (key blocks past the last query: dK = dV = 0); shapes alternate over
+#              the element types the step runs (fp32, or f16 then bf16)
+# A shape the step refuses ("does not support") is noted and skipped; at least one must run.
+# Exits 77 (ctest: skipped) with a message where there is no sanitizer, no CUDA device, or a GPU
+# the step is not built for.
 set -u
-tool=$1
-shift
+tool=$1 family=$2 exe=$3
 san=$(command -v compute-sanitizer || true)
 [[ -z $san && -x /usr/local/cuda/bin/compute-sanitizer ]] && san=/usr/local/cuda/bin/compute-sanitizer
 if [[ -z $san ]]; then
   echo "SKIPPED: compute-sanitizer not found (it ships with the CUDA toolkit)"
   exit 77
 fi
-"$1" --device-info >/dev/null 2>&1
-if [[ $? -eq 3 ]]; then
-  echo "SKIPPED: no CUDA device"
-  exit 77
+out=$("$exe" --device-info 2>&1)
+case $? in
+  3) echo "SKIPPED: no CUDA device"; exit 77 ;;
+  4) echo "SKIPPED: $(grep -m1 'needs a compute capability' <<< "$out")"; exit 77 ;;
+esac
+
+# Accepted without a device (validation runs first, then "no CUDA device", exit 3)?
+accepts() { CUDA_VISIBLE_DEVICES=-1 "$exe" "$@" >/dev/null 2>&1; [[ $? == 3 ]]; }
+
+case $family in
+  softmax)
+    shapes=("--rows 37 --cols 3001" "--rows 64 --cols 4096" "--rows 3 --cols 40000" "--rows 2 --cols 40001") ;;
+  matmul)
+    # 128×64 tiles with odd K and N (scalar loads and stores); float4 everywhere, batched; scalar
+    # A with float4 B and C on 128×128 tiles (2·2·40 tiles); float4 on 128×128 tiles
+    shapes=("--m 100 --n 70 --k 33 --layout nt" "--m 256 --n 64 --k 128 --layout nn --batch 3"
+            "--m 129 --n 132 --k 20 --layout tn --batch 40" "--m 256 --n 256 --k 64 --layout nt --batch 40") ;;
+  attention)
+    small=(--batch 1 --heads 1 --seq 64)
+    dtypes=()
+    for t in f32 f16 bf16; do accepts "${small[@]}" --dtype $t && dtypes+=("$t"); done
+    if [[ ${#dtypes[@]} == 0 ]]; then
+      echo "FAIL: $(basename "$exe") accepts none of --dtype f32, f16, bf16 on ${small[*]}"
+      exit 1
+    fi
+    if accepts "${small[@]}" --bwd --dtype "${dtypes[0]}"; then
+      shapes=("--batch 1 --heads 2 --seq-q 70 --seq-k 45 --head-dim 64 --causal --bwd"
+              "--batch 1 --heads 2 --seq-q 130 --seq-k 200 --head-dim 64 --causal --bwd"
+              "--batch 1 --heads 2 --seq-q 200 --seq-k 150 --head-dim 128 --causal --bwd"
+              "--batch 1 --heads 2 --seq-q 100 --seq-k 230 --head-dim 128 --causal --bwd"
+              "--batch 2 --heads 1 --seq-q 100 --seq-k 130 --head-dim 40 --bwd"
+              "--batch 2 --heads 1 --seq-q 33 --seq-k 100 --head-dim 128 --bwd")
+    else
+      shapes=("--batch 1 --heads 2 --seq-q 70 --seq-k 45 --head-dim 64 --causal"
+              "--batch 1 --heads 2 --seq-q 200 --seq-k 300 --head-dim 64 --causal"
+              "--batch 1 --heads 2 --seq-q 200 --seq-k 150 --head-dim 128 --causal"
+              "--batch 2 --heads 1 --seq-q 100 --seq-k 130 --head-dim 96"
+              "--batch 1 --heads 2 --seq-q 100 --seq-k 130 --head-dim 128")
+    fi
+    for i in "${!shapes[@]}"; do shapes[i]+=" --dtype ${dtypes[i % ${#dtypes[@]}]}"; done ;;
+  *) echo "sanitize.sh: unknown family '$family'"; exit 1 ;;
+esac
+
+ran=0
+for shape in "${shapes[@]}"; do
+  echo "== $tool: $(basename "$exe") --check $shape"
+  # shellcheck disable=SC2086  # the shape is a list of flags
+  out=$("$san" --tool "$tool" --error-exitcode 99 "$exe" --check $shape 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | tail -n 30
+  if [[ $rc == 2 ]] && grep -q "does not support" <<< "$out"; then
+    echo "   (shape not supported by this step: skipped)"
+    continue
+  fi
+  if [[ $rc != 0 ]]; then
+    echo "FAIL: exit code $rc on --check $shape"
+    exit 1
+  fi
+  ran=$((ran + 1))
+done
+if [[ $ran == 0 ]]; then
+  echo "FAIL: the step supports none of the $family shapes"
+  exit 1
 fi
-exec "$san" --tool "$tool" --error-exitcode 99 "$@"
+echo "ok: $ran of ${#shapes[@]} shapes clean under $tool"
