@@ -52,7 +52,6 @@ foreach(step 09_tensor_core_forward 10_swizzle_pipeline_forward 11_tuned_forward
   add_cli_test(${step}.help_dtypes 0 "--dtype S .*[(]f16[|]bf16[)]$" ${exe} --help)
   add_cli_test(${step}.help_no_f32 0 "^f32 not in --help$"
                sh -c "${exe} --help | grep -q f32 && echo 'f32 in --help' || echo 'f32 not in --help'")
-  add_cli_test(${step}.dtype_f32 2 "--dtype: 'f32' is not one of: f16, bf16" ${exe} --dtype f32)
 endforeach()
 foreach(step 05_flash_forward 06_causal_stages 09_tensor_core_forward 10_swizzle_pipeline_forward 11_tuned_forward)
   set(exe $<TARGET_FILE:${step}>)
