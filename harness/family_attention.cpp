@@ -89,7 +89,12 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
   parser.add_int("--seq", &flags.seq, 1, INT_MAX, "sequence length: sets --seq-q and --seq-k");
   parser.add_int("--seq-q", &flags.seq_q, 1, INT_MAX, "query length");
   parser.add_int("--seq-k", &flags.seq_k, 1, INT_MAX, "key/value length");
-  parser.add_int("--head-dim", &flags.head_dim, 1, 1024, "head dimension d");
+  const AttnRule& rule = step.attn_rule;
+  parser.add_int(
+      "--head-dim", &flags.head_dim, 1, 1024,
+      "head dimension d (this step: " +
+          (rule.head_dim_multiple > 1 ? "a multiple of " + std::to_string(rule.head_dim_multiple) + ", " : "") +
+          "at most " + std::to_string(rule.max_head_dim) + ")");
   parser.add_double("--scale", &flags.scale, 1e-6, 1e6, "softmax scale (default 1/sqrt(head_dim))");
   parser.add_flag("--causal", &flags.causal, "mask key j > query i (top-left aligned)");
   if (step.attn_bwd)
@@ -99,7 +104,7 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
   // --dtype offers the element types the step runs (attn_rule.dtypes).
   std::vector<std::string> types;
   bool f16 = false, bf16 = false;
-  for (DType t : step.attn_rule.dtypes) {
+  for (DType t : rule.dtypes) {
     types.push_back(dtype_name(t));
     f16 |= t == DType::F16, bf16 |= t == DType::BF16;
   }

@@ -148,7 +148,7 @@ std::string format_table(const std::vector<ResultRow>& rows) {
       if (c + 1 == ncol)
         text += line[c];
       else
-        text += (c < 2 ? line[c] + pad : pad + line[c]) + (c + 2 == ncol ? "  " : " ");
+        text += (c < 2 ? line[c] + pad : pad + line[c]) + "  ";
     }
     while (!text.empty() && text.back() == ' ') text.pop_back();
     out += text + "\n";
@@ -267,12 +267,15 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     const std::size_t first_shape_flag = parser.flag_count();
     fam.add_shape_flags(parser, step, p);
     // --sweep runs the family's shapes: a shape flag beside it would be silently ignored.
+    std::vector<std::string> shape_flags = parser.flag_names(first_shape_flag), kept;
+    for (const std::string& name : shape_flags)
+      if (std::find(fam.sweep_flags.begin(), fam.sweep_flags.end(), name) != fam.sweep_flags.end())
+        kept.push_back(name);
     std::string sweep_note = std::string("--sweep runs the ") + fam.name + " benchmark shapes";
-    for (std::size_t i = 0; i < fam.sweep_flags.size(); ++i)
-      sweep_note += (i ? ", " : "; of the shape flags it takes only ") + fam.sweep_flags[i];
-    for (const std::string& name : parser.flag_names(first_shape_flag))
-      if (std::find(fam.sweep_flags.begin(), fam.sweep_flags.end(), name) == fam.sweep_flags.end())
-        parser.conflicts("--sweep", name, sweep_note);
+    for (std::size_t i = 0; i < kept.size(); ++i)
+      sweep_note += (i ? ", " : "; of the shape flags it takes only ") + kept[i];
+    for (const std::string& name : shape_flags)
+      if (std::find(kept.begin(), kept.end(), name) == kept.end()) parser.conflicts("--sweep", name, sweep_note);
     if (!parser.parse(argc, const_cast<const char* const*>(argv))) return int(kExitOk);
     if (!f.check && !f.bench && !f.sweep && !f.device_info && !f.profile) f.check = f.bench = true;
     RunOptions o = run_options(f);
@@ -292,7 +295,10 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
 
     const DeviceInfo dev = open_device(int(f.device), o, f.bench || f.sweep || f.device_info);
     if (f.device_info) return int(kExitOk);
-    say(o, "seed " + std::to_string(o.seed) + " (replay with --seed " + std::to_string(o.seed) + ")");
+    if (o.inputs.empty())
+      say(o, "seed " + std::to_string(o.seed) + " (replay with --seed " + std::to_string(o.seed) + ")");
+    else
+      say(o, "inputs from --input " + o.input_path);
     if (f.sweep) o.bench = true;
 
     std::vector<ResultRow> rows;

@@ -25,7 +25,7 @@ struct RunOptions {
   // --input: what the family's resolve() read before any device work, as float in the family's
   // order (softmax: x; matmul: A, B; attention: Q, K, V and, with --bwd, dO, already rounded to
   // the problem's element type). Empty: random inputs from `seed`.
-  std::string input_path;
+  std::string input_path;  // the --input value those came from (a file or a prefix)
   std::vector<std::vector<float>> inputs;
 };
 

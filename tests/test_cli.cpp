@@ -66,7 +66,8 @@ TEST(Cli, DeclaredConflictsAreErrorsInEitherOrder) {
 }
 
 TEST(Cli, NumbersTooLargeToRepresentAreOutOfRange) {
-  EXPECT_EQ(error_of({"--rows", "99999999999999999999999"}), "--rows: 99999999999999999999999 is out of range [1, 100]");
+  EXPECT_EQ(error_of({"--rows", "99999999999999999999999"}),
+            "--rows: 99999999999999999999999 is out of range [1, 100]");
   EXPECT_EQ(error_of({"--cols", "-99999999999999999999999"}),
             "--cols: -99999999999999999999999 is out of range [-5, 5]");
   EXPECT_EQ(error_of({"--scale", "1e999"}), "--scale: 1e999 is out of range [-10, 10]");
@@ -90,8 +91,8 @@ TEST(Cli, RefusedFlagSaysWhyAndIsNotInHelp) {
 TEST(Cli, HelpListsFlagsAlignedAndTheConflicts) {
   Cli c;
   const std::string h = c.p.help();
-  for (const char* f : {"usage: prog", "--rows N", "--scale X", "--check", "--help", "--rows", "not with --cols",
-                        "not with --bench"})
+  for (const char* f :
+       {"usage: prog", "--rows N", "--scale X", "--check", "--help", "--rows", "not with --cols", "not with --bench"})
     EXPECT_NE(h.find(f), std::string::npos) << f << "\n" << h;
   // Every flag's text starts in the same column.
   auto column = [&](const std::string& text) {
@@ -131,6 +132,14 @@ TEST(StepFlags, DtypeOffersTheStepsTypesDefaultFirst) {
   EXPECT_EQ(fp32.find("f16"), std::string::npos) << fp32;
 }
 
+TEST(StepFlags, HeadDimStatesTheStepsRule) {
+  fa::StepInfo s = attention_step({fa::DType::F16}, false);
+  s.attn_rule.max_head_dim = 96, s.attn_rule.head_dim_multiple = 8;
+  EXPECT_NE(step_help(s).find("(this step: a multiple of 8, at most 96)"), std::string::npos) << step_help(s);
+  s.attn_rule.head_dim_multiple = 1;
+  EXPECT_NE(step_help(s).find("(this step: at most 96)"), std::string::npos) << step_help(s);
+}
+
 TEST(StepFlags, BwdOnlyForAStepWithABackward) {
   EXPECT_EQ(step_help(attention_step({fa::DType::F32}, false)).find("--bwd"), std::string::npos);
   EXPECT_NE(step_help(attention_step({fa::DType::F32}, true)).find("--bwd"), std::string::npos);
@@ -168,8 +177,10 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 TEST(StepFlags, SeqConflictsWithSeqQAndSeqK) {
   const fa::StepInfo s = attention_step({fa::DType::F32}, false);
-  EXPECT_EQ(resolve(s, {"--seq", "64", "--seq-q", "32"}).error, "--seq conflicts with --seq-q (--seq sets both lengths)");
-  EXPECT_EQ(resolve(s, {"--seq-k", "32", "--seq", "64"}).error, "--seq conflicts with --seq-k (--seq sets both lengths)");
+  EXPECT_EQ(resolve(s, {"--seq", "64", "--seq-q", "32"}).error,
+            "--seq conflicts with --seq-q (--seq sets both lengths)");
+  EXPECT_EQ(resolve(s, {"--seq-k", "32", "--seq", "64"}).error,
+            "--seq conflicts with --seq-k (--seq sets both lengths)");
   EXPECT_EQ(resolve(s, {"--seq-q", "32", "--seq-k", "64"}).error, "");
 }
 
@@ -210,7 +221,8 @@ TEST(Input, AttentionShapeMismatchAndMissingFiles) {
   const Resolved seq = resolve(s, {"--input", prefix.c_str(), "--seq", "64"});
   EXPECT_TRUE(contains(seq.error, "--seq 64 does not match the --input files")) << seq.error;
   EXPECT_TRUE(contains(seq.error, "at_q100_k100_d128_b1h2.q.npy' is [1, 2, 100, 128]")) << seq.error;
-  EXPECT_TRUE(contains(resolve(s, {"--input", prefix.c_str(), "--head-dim", "64"}).error, "--head-dim 64 does not match"));
+  EXPECT_TRUE(
+      contains(resolve(s, {"--input", prefix.c_str(), "--head-dim", "64"}).error, "--head-dim 64 does not match"));
   EXPECT_TRUE(contains(resolve(s, {"--input", "/nonexistent/x"}).error, "cannot open '/nonexistent/x.q.npy'"));
 }
 
@@ -230,7 +242,8 @@ TEST(Input, MatmulReadsAAndBPerLayout) {
   const std::string wrong = resolve(s, {"--input", nt.c_str()}).error;
   EXPECT_TRUE(contains(wrong, "A has K = 31, B has K = 23")) << wrong;
   EXPECT_TRUE(contains(wrong, "--layout nn: A [M, K], B [K, N]")) << wrong;
-  EXPECT_TRUE(contains(resolve(s, {"--input", nn.c_str(), "--n", "24"}).error, "--n 24 does not match the --input files"));
+  EXPECT_TRUE(
+      contains(resolve(s, {"--input", nn.c_str(), "--n", "24"}).error, "--n 24 does not match the --input files"));
   EXPECT_TRUE(contains(resolve(s, {"--input", nn.c_str(), "--size", "17"}).error, "--size 17 does not match"));
   EXPECT_TRUE(contains(resolve(s, {"--input", "/nonexistent/x"}).error, "cannot open '/nonexistent/x.a.npy'"));
 }
@@ -262,7 +275,12 @@ TEST(StepMain, SweepConflictsWithShapeFlagsButNotDtypeOrBwd) {
   std::string err;
   EXPECT_EQ(run_step(s, {"--sweep", "--seq", "64"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err, "--sweep conflicts with --seq (--sweep runs the attention benchmark shapes")) << err;
-  EXPECT_TRUE(contains(err, "only --dtype, --bwd")) << err;
+  EXPECT_TRUE(contains(err, "; of the shape flags it takes only --bwd, --dtype)")) << err;
+  EXPECT_EQ(run_step(attention_step({fa::DType::F32}, false), {"--causal", "--sweep"}, &err), fa::kExitUsage);
+  EXPECT_TRUE(contains(err,
+                       "--sweep conflicts with --causal (--sweep runs the attention benchmark shapes; of the "
+                       "shape flags it takes only --dtype)"))
+      << err;
   EXPECT_EQ(run_step(s, {"--input", "x", "--sweep"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err, "--sweep conflicts with --input")) << err;
   // --dtype and --bwd pick the sweep's variant: past the parser (the stand-in has no forward).
