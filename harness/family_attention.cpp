@@ -24,6 +24,9 @@
 #include "cli.h"
 #include "launch.h"
 #include "lowp.h"
+#include "npy.h"
+#include "random.h"
+#include "reference.h"
 #include "runner.h"
 
 namespace fa {
@@ -42,6 +45,7 @@ struct Flags {
   double scale = 0;
   bool causal = false, bwd = false;
   std::string dtype;  // "" (not given): the step's default problem's
+  std::string input;  // --input PREFIX
 } flags;
 
 DType parse_dtype(const std::string& s) { return s == "f32" ? DType::F32 : s == "f16" ? DType::F16 : DType::BF16; }
@@ -83,25 +87,88 @@ std::vector<Problem> sweep(const StepInfo& step) {
   return out;
 }
 
-void add_flags(ArgParser& parser, Problem& p) {
+void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
+  flags = Flags{};
   flags.batch = p.attn.batch, flags.heads = p.attn.heads, flags.seq_q = p.attn.seq_q, flags.seq_k = p.attn.seq_k;
-  flags.head_dim = p.attn.head_dim, flags.causal = p.attn.causal, flags.bwd = p.backward, flags.dtype.clear();
+  flags.head_dim = p.attn.head_dim, flags.causal = p.attn.causal, flags.bwd = p.backward;
   parser.add_int("--batch", &flags.batch, 1, 1 << 20, "batch size B");
   parser.add_int("--heads", &flags.heads, 1, 1 << 20, "heads H");
   parser.add_int("--seq", &flags.seq, 1, INT_MAX, "sequence length: sets --seq-q and --seq-k");
   parser.add_int("--seq-q", &flags.seq_q, 1, INT_MAX, "query length");
   parser.add_int("--seq-k", &flags.seq_k, 1, INT_MAX, "key/value length");
-  parser.add_int("--head-dim", &flags.head_dim, 1, 1024, "head dimension d");
+  const AttnRule& rule = step.attn_rule;
+  parser.add_int(
+      "--head-dim", &flags.head_dim, 1, 1024,
+      "head dimension d (this step: " +
+          (rule.head_dim_multiple > 1 ? "a multiple of " + std::to_string(rule.head_dim_multiple) + ", " : "") +
+          "at most " + std::to_string(rule.max_head_dim) + ")");
   parser.add_double("--scale", &flags.scale, 1e-6, 1e6, "softmax scale (default 1/sqrt(head_dim))");
   parser.add_flag("--causal", &flags.causal, "mask key j > query i (top-left aligned)");
-  parser.add_flag("--bwd", &flags.bwd, "also check and time the backward (fwd, bwd, fwd+bwd)");
+  if (step.attn_bwd)
+    parser.add_flag("--bwd", &flags.bwd, "also check and time the backward (fwd, bwd, fwd+bwd)");
+  else
+    parser.refuse("--bwd", std::string(step.name) + " has no backward pass");
+  // --dtype offers the element types the step runs (attn_rule.dtypes).
+  std::vector<std::string> types;
+  bool f16 = false, bf16 = false;
+  for (DType t : rule.dtypes) {
+    types.push_back(dtype_name(t));
+    f16 |= t == DType::F16, bf16 |= t == DType::BF16;
+  }
   parser.add_string("--dtype", &flags.dtype,
                     std::string("element type of Q, K, V, O (default ") + dtype_name(p.attn.dtype) +
-                        "; --sweep: f16 and bf16 for a step that runs both)",
-                    {"f32", "f16", "bf16"});
+                        (f16 && bf16 ? "; --sweep: f16 and bf16" : "") + ")",
+                    types);
+  parser.add_string("--input", &flags.input,
+                    std::string("read Q, K, V") + (step.attn_bwd ? " (and dO with --bwd)" : "") +
+                        " from PREFIX.q.npy, PREFIX.k.npy, PREFIX.v.npy" + (step.attn_bwd ? " (PREFIX.dout.npy)" : "") +
+                        ": 4-D [batch, heads, seq, head_dim], rounded to --dtype; the shape flags given must match");
+  parser.conflicts("--seq", "--seq-q", "--seq sets both lengths");
+  parser.conflicts("--seq", "--seq-k", "--seq sets both lengths");
 }
 
-void resolve(Problem& p, const RunOptions&) {
+// Reads --input's Q, K, V (and dO) and sets the shape from them, checking the shape flags
+// given against them; the values are rounded to the problem's element type, as random ones are.
+void read_input(const ArgParser& parser, Problem& p, RunOptions& o) {
+  std::vector<std::string> names{"q", "k", "v"};
+  if (p.backward) names.push_back("dout");
+  std::vector<NpyArray> arrays;
+  std::string shapes;
+  for (const std::string& n : names) {
+    const std::string path = flags.input + "." + n + ".npy";
+    arrays.push_back(read_npy(path));
+    const std::vector<std::size_t>& sh = arrays.back().shape;
+    shapes += (shapes.empty() ? "'" : ", '") + path + "' is " + shape_string(sh);
+    if (sh.size() != 4)
+      throw UsageError("'" + path + "' is " + shape_string(sh) + ": expected 4-D [batch, heads, seq, head_dim]");
+    for (std::size_t d : sh)
+      if (d == 0 || d > std::size_t(INT_MAX))
+        throw UsageError("'" + path + "' is " + shape_string(sh) + ": a dimension is 0 or too large");
+  }
+  const std::vector<std::size_t>&q = arrays[0].shape, &k = arrays[1].shape;
+  const std::string rule = " (Q and dO [batch, heads, seq_q, head_dim], K and V [batch, heads, seq_k, head_dim])";
+  if (arrays[2].shape != k || (p.backward && arrays[3].shape != q) || q[0] != k[0] || q[1] != k[1] || q[3] != k[3])
+    throw UsageError("--input: " + shapes + ": the shapes do not agree" + rule);
+  const long long B = q[0], H = q[1], Sq = q[2], Sk = k[2], D = q[3];
+  for (auto [flag, value, file] :
+       {std::tuple{"--batch", flags.batch, B}, std::tuple{"--heads", flags.heads, H},
+        std::tuple{"--seq", flags.seq, Sq}, std::tuple{"--seq", flags.seq, Sk}, std::tuple{"--seq-q", flags.seq_q, Sq},
+        std::tuple{"--seq-k", flags.seq_k, Sk}, std::tuple{"--head-dim", flags.head_dim, D}})
+    if (parser.given(flag) && value != file)
+      throw UsageError(std::string(flag) + " " + std::to_string(value) +
+                       " does not match the --input files: " + shapes + rule);
+  p.attn.batch = int(B), p.attn.heads = int(H), p.attn.seq_q = int(Sq), p.attn.seq_k = int(Sk),
+  p.attn.head_dim = int(D);
+  if (!parser.given("--scale")) p.attn.scale = float(1.0 / std::sqrt(double(D)));
+  o.input_path = flags.input;
+  o.inputs.clear();
+  for (const NpyArray& a : arrays) {
+    o.inputs.emplace_back(a.data.begin(), a.data.end());
+    round_to(p.attn.dtype, o.inputs.back());
+  }
+}
+
+void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
   p.attn.batch = int(flags.batch), p.attn.heads = int(flags.heads);
   p.attn.seq_q = int(flags.seq ? flags.seq : flags.seq_q);
   p.attn.seq_k = int(flags.seq ? flags.seq : flags.seq_k);
@@ -110,6 +177,7 @@ void resolve(Problem& p, const RunOptions&) {
   p.attn.causal = flags.causal;
   if (!flags.dtype.empty()) p.attn.dtype = parse_dtype(flags.dtype);  // else the default problem's
   p.backward = flags.bwd;
+  if (!flags.input.empty()) read_input(parser, p, o);
 }
 
 // The problem a previous step runs beside `p`: `p`, or, for a fp16/bf16 problem that the
@@ -169,7 +237,10 @@ struct Runs {
   bool prev_bwd = false;        // `before` runs its backward too
 
   Runs(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o)
-      : in(make_inputs(p.attn, p.backward, o.seed)), inputs(p.attn.dtype, in), me(step, p.attn, p.backward, inputs) {
+      : in(o.inputs.empty() ? make_inputs(p.attn, p.backward, o.seed)  // else --input, read and rounded by resolve()
+                            : Inputs{o.inputs[0], o.inputs[1], o.inputs[2], p.backward ? o.inputs[3] : std::vector<float>{}}),
+        inputs(p.attn.dtype, in),
+        me(step, p.attn, p.backward, inputs) {
     if (!prev) return;
     const Problem pp = prev_problem(*prev, p);  // what the previous step runs
     prev_upcast = pp.attn.dtype != p.attn.dtype;
@@ -428,6 +499,7 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
 
 }  // namespace
 
-const FamilyOps kAttentionFamily{"attention", add_flags, default_problem, sweep, resolve, validate, prev_problem, run};
+const FamilyOps kAttentionFamily{"attention",  add_flags, default_problem,     sweep, resolve, validate,
+                                 prev_problem, run,       {"--dtype", "--bwd"}};
 
 }  // namespace fa

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <climits>
 #include <thread>
+#include <tuple>
 
 #include "buffer.h"
 #include "check.h"
 #include "cli.h"
+#include "npy.h"
 #include "random.h"
 #include "reference.h"
 #include "runner.h"
@@ -25,7 +27,7 @@ namespace {
 
 struct Flags {
   long long m = 4096, n = 4096, k = 4096, size = 0, batch = 1;
-  std::string layout = "nn";
+  std::string layout = "nn", input;
 } flags;
 
 Problem make(long long m, long long n, long long k, MatmulLayout layout, long long batch = 1) {
@@ -35,9 +37,16 @@ Problem make(long long m, long long n, long long k, MatmulLayout layout, long lo
   return p;
 }
 
-void add_flags(ArgParser& parser, Problem& p) {
-  flags.m = p.M, flags.n = p.N, flags.k = p.K, flags.batch = p.batch;
-  flags.layout = p.layout == MatmulLayout::NT ? "nt" : p.layout == MatmulLayout::NN ? "nn" : "tn";
+const char* layout_name(MatmulLayout l) { return l == MatmulLayout::NT ? "nt" : l == MatmulLayout::NN ? "nn" : "tn"; }
+// The shapes of A and B in a layout, for messages.
+const char* operand_shapes(MatmulLayout l) {
+  return l == MatmulLayout::NT   ? "A [M, K], B [N, K]"
+         : l == MatmulLayout::NN ? "A [M, K], B [K, N]"
+                                 : "A [K, M], B [K, N]";
+}
+
+void add_flags(ArgParser& parser, const StepInfo&, Problem& p) {
+  flags = Flags{p.M, p.N, p.K, 0, p.batch, layout_name(p.layout), ""};
   parser.add_int("--m", &flags.m, 1, INT_MAX, "rows of C");
   parser.add_int("--n", &flags.n, 1, INT_MAX, "columns of C");
   parser.add_int("--k", &flags.k, 1, INT_MAX, "the reduction length");
@@ -45,14 +54,51 @@ void add_flags(ArgParser& parser, Problem& p) {
   parser.add_int("--batch", &flags.batch, 1, 65535, "independent products (strided batch)");
   parser.add_string("--layout", &flags.layout, "nt: C = A·Bᵀ, nn: C = A·B, tn: C = Aᵀ·B (row-major)",
                     {"nt", "nn", "tn"});
+  parser.add_string("--input", &flags.input,
+                    "read A and B from PREFIX.a.npy and PREFIX.b.npy (2-D, or 3-D [batch, ...]; shapes per "
+                    "--layout); the shape flags given must match");
+  for (const char* f : {"--m", "--n", "--k"}) parser.conflicts("--size", f, "--size sets all three");
 }
 
-void resolve(Problem& p, const RunOptions&) {
+// Reads --input's A and B, and sets M, N, K and batch from their shapes, checking the shape
+// flags given against them.
+void read_input(const ArgParser& parser, Problem& p, RunOptions& o) {
+  const std::string pa = flags.input + ".a.npy", pb = flags.input + ".b.npy";
+  const NpyArray A = read_npy(pa), B = read_npy(pb);
+  const std::string shapes = "'" + pa + "' is " + shape_string(A.shape) + ", '" + pb + "' is " + shape_string(B.shape);
+  const std::string rule = std::string(" (--layout ") + layout_name(p.layout) + ": " + operand_shapes(p.layout) +
+                           ", optionally with a leading batch dimension)";
+  const std::size_t rank = A.shape.size();
+  if (rank < 2 || rank > 3 || B.shape.size() != rank)
+    throw UsageError(shapes + ": expected two 2-D or two 3-D arrays" + rule);
+  const std::size_t batch = rank == 3 ? A.shape[0] : 1, o0 = rank - 2;
+  const bool a_km = p.layout == MatmulLayout::TN, b_nk = p.layout == MatmulLayout::NT;
+  const std::size_t M = A.shape[o0 + (a_km ? 1 : 0)], Ka = A.shape[o0 + (a_km ? 0 : 1)];
+  const std::size_t N = B.shape[o0 + (b_nk ? 0 : 1)], Kb = B.shape[o0 + (b_nk ? 1 : 0)];
+  if (rank == 3 && B.shape[0] != batch) throw UsageError(shapes + ": the batch dimensions differ");
+  if (Ka != Kb)
+    throw UsageError(shapes + ": A has K = " + std::to_string(Ka) + ", B has K = " + std::to_string(Kb) + rule);
+  if (M == 0 || N == 0 || Ka == 0 || batch == 0) throw UsageError(shapes + ": an array is empty");
+  const std::string from = " does not match the --input files: " + shapes + ", so M = " + std::to_string(M) +
+                           ", N = " + std::to_string(N) + ", K = " + std::to_string(Ka) +
+                           ", batch = " + std::to_string(batch) + rule;
+  for (auto [flag, value, file] :
+       {std::tuple{"--m", p.M, M}, std::tuple{"--n", p.N, N}, std::tuple{"--k", p.K, Ka}, std::tuple{"--size", p.M, M},
+        std::tuple{"--size", p.N, N}, std::tuple{"--size", p.K, Ka}, std::tuple{"--batch", p.batch, batch}})
+    if (parser.given(flag) && std::size_t(value) != file)
+      throw UsageError(std::string(flag) + " " + std::to_string(value) + from);
+  p.M = (long long)M, p.N = (long long)N, p.K = (long long)Ka, p.batch = (long long)batch;
+  o.input_path = flags.input;
+  o.inputs = {std::vector<float>(A.data.begin(), A.data.end()), std::vector<float>(B.data.begin(), B.data.end())};
+}
+
+void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
   p.M = flags.size ? flags.size : flags.m;
   p.N = flags.size ? flags.size : flags.n;
   p.K = flags.size ? flags.size : flags.k;
   p.batch = flags.batch;
   p.layout = flags.layout == "nt" ? MatmulLayout::NT : flags.layout == "nn" ? MatmulLayout::NN : MatmulLayout::TN;
+  if (!flags.input.empty()) read_input(parser, p, o);
 }
 
 Problem default_problem() { return make(4096, 4096, 4096, MatmulLayout::NN); }
@@ -134,8 +180,12 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo*, const Problem&
                            const DeviceInfo& dev) {
   const std::size_t na = p.batch * a_elems(p), nb = p.batch * b_elems(p), nc = p.batch * c_elems(p);
   std::vector<float> A(na), B(nb);
-  fill_uniform(A, o.seed, -1.f, 1.f);
-  fill_uniform(B, o.seed + 1, -1.f, 1.f);
+  if (!o.inputs.empty()) {  // --input, read by resolve()
+    A = o.inputs[0], B = o.inputs[1];
+  } else {
+    fill_uniform(A, o.seed, -1.f, 1.f);
+    fill_uniform(B, o.seed + 1, -1.f, 1.f);
+  }
   DeviceBuffer<float> dA(A), dB(B), dC(nc), dC_blas(nc);
   MatmulArgs args{dA.get(),
                   dB.get(),
@@ -203,6 +253,6 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo*, const Problem&
 
 }  // namespace
 
-const FamilyOps kMatmulFamily{"matmul", add_flags, default_problem, sweep, resolve, validate, nullptr, run};
+const FamilyOps kMatmulFamily{"matmul", add_flags, default_problem, sweep, resolve, validate, nullptr, run, {}};
 
 }  // namespace fa

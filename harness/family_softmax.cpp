@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <thread>
+#include <tuple>
 
 #include "buffer.h"
 #include "check.h"
@@ -14,9 +16,16 @@
 namespace fa {
 namespace {
 
-void add_flags(ArgParser& p, Problem& pr) {
+struct Flags {
+  std::string input;
+} flags;
+
+void add_flags(ArgParser& p, const StepInfo&, Problem& pr) {
+  flags = Flags{};
   p.add_int("--rows", &pr.rows, 1, INT_MAX, "rows of x");
   p.add_int("--cols", &pr.cols, 1, INT_MAX, "row length (softmax is over each row)");
+  p.add_string("--input", &flags.input,
+               "read x from this .npy file: 2-D [rows, cols] or 1-D (one row); --rows/--cols, if given, must match");
 }
 
 Problem make(long long rows, long long cols) {
@@ -40,11 +49,17 @@ NpyArray load_input(const std::string& path) {
   return a;
 }
 
-void resolve(Problem& p, const RunOptions& o) {
-  if (o.input_path.empty()) return;
-  const NpyArray a = load_input(o.input_path);
-  p.rows = a.shape.size() == 2 ? (long long)a.shape[0] : 1;
-  p.cols = (long long)a.shape.back();
+void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
+  if (flags.input.empty()) return;
+  const NpyArray a = load_input(flags.input);
+  const long long rows = a.shape.size() == 2 ? (long long)a.shape[0] : 1, cols = (long long)a.shape.back();
+  for (auto [flag, given, file] : {std::tuple{"--rows", p.rows, rows}, std::tuple{"--cols", p.cols, cols}})
+    if (parser.given(flag) && given != file)
+      throw UsageError(std::string(flag) + " " + std::to_string(given) + " does not match '" + flags.input +
+                       "' of shape " + shape_string(a.shape));
+  p.rows = rows, p.cols = cols;
+  o.input_path = flags.input;
+  o.inputs = {std::vector<float>(a.data.begin(), a.data.end())};
 }
 
 void validate(const StepInfo&, const Problem& p, const DeviceInfo* dev) {
@@ -66,12 +81,7 @@ void validate(const StepInfo&, const Problem& p, const DeviceInfo* dev) {
 // row 1 huge magnitudes, row 2 sprinkled with -inf, row 3 entirely -inf (-> all zeros).
 std::vector<float> make_input(const Problem& p, const RunOptions& o) {
   const std::size_t rows = p.rows, cols = p.cols;
-  if (!o.input_path.empty()) {
-    const NpyArray a = load_input(o.input_path);
-    std::vector<float> x(rows * cols);
-    std::transform(a.data.begin(), a.data.end(), x.begin(), [](double v) { return float(v); });
-    return x;
-  }
+  if (!o.inputs.empty()) return o.inputs[0];  // --input, read by resolve()
   std::vector<float> x = softmax_random_rows(rows, cols, o.seed);
   if (rows >= 4) {
     for (std::size_t c = 0; c < cols; ++c) x[1 * cols + c] *= 2.5e37f;  // |x| up to 1e38
@@ -138,6 +148,6 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
 
 }  // namespace
 
-const FamilyOps kSoftmaxFamily{"softmax", add_flags, default_problem, sweep, resolve, validate, nullptr, run};
+const FamilyOps kSoftmaxFamily{"softmax", add_flags, default_problem, sweep, resolve, validate, nullptr, run, {}};
 
 }  // namespace fa

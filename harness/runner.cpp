@@ -2,8 +2,10 @@
 
 #include <cuda_profiler_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "check.h"
@@ -106,11 +108,54 @@ void say(const RunOptions& o, const std::string& line) {
 }
 
 // ---- output ---------------------------------------------------------------------------------
+// Characters, not bytes, for column widths (step ideas and units may hold "·" or "ᵀ").
+static std::size_t utf8_length(const std::string& s) {
+  std::size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::string shape_string(const std::vector<std::size_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 static std::string num(double v, const char* fmt) {
   if (v < 0 || !std::isfinite(v)) return "-";
   char buf[64];
   std::snprintf(buf, sizeof buf, fmt, v);
   return buf;
+}
+
+std::string format_table(const std::vector<ResultRow>& rows) {
+  // One line of cells per row, the header first; every column but the last (idea) padded to
+  // its widest cell: names left-aligned, numbers right-aligned.
+  std::vector<std::vector<std::string>> cells{
+      {"step", "problem", "time (ms)", "rate", "% peak", "x prev", "x base", "err prev", "check", "idea"}};
+  for (const auto& r : rows)
+    cells.push_back({r.step, r.problem, num(r.time_ms, "%.4f"),
+                     r.rate < 0 ? "-" : num(r.rate, r.rate < 100 ? "%.2f " : "%.0f ") + r.unit,
+                     r.pct_peak < 0 ? "-" : num(r.pct_peak, "%.1f%% ") + r.peak_name, num(r.speedup_vs_prev, "%.2fx"),
+                     num(r.vs_baseline, "%.2fx"), num(r.err_vs_prev, "%.2g"), r.check.empty() ? "-" : r.check, r.idea});
+  const std::size_t ncol = cells[0].size();
+  std::vector<std::size_t> width(ncol, 0);
+  for (const auto& line : cells)
+    for (std::size_t c = 0; c < ncol; ++c) width[c] = std::max(width[c], utf8_length(line[c]));
+  std::string out = "\n";
+  for (const auto& line : cells) {
+    std::string text;
+    for (std::size_t c = 0; c < ncol; ++c) {
+      const std::string pad(width[c] - utf8_length(line[c]), ' ');
+      if (c + 1 == ncol)
+        text += line[c];
+      else
+        text += (c < 2 ? line[c] + pad : pad + line[c]) + "  ";
+    }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out += text + "\n";
+  }
+  return out;
 }
 
 void print_rows(const std::vector<ResultRow>& rows, const std::string& format, const DeviceInfo& dev) {
@@ -141,16 +186,7 @@ void print_rows(const std::vector<ResultRow>& rows, const std::string& format, c
     std::printf("]}\n");
     return;
   }
-  std::printf("\n%-22s %-30s %10s %14s %12s %8s %8s %9s %6s  %s\n", "step", "problem", "time (ms)", "rate", "% peak",
-              "x prev", "x base", "err prev", "check", "idea");
-  for (const auto& r : rows) {
-    const std::string rate = r.rate < 0 ? "-" : num(r.rate, r.rate < 100 ? "%.2f " : "%.0f ") + r.unit;
-    const std::string pct = r.pct_peak < 0 ? "-" : num(r.pct_peak, "%.1f%% ") + r.peak_name;
-    std::printf("%-22s %-30s %10s %14s %12s %8s %8s %9s %6s  %s\n", r.step.c_str(), r.problem.c_str(),
-                num(r.time_ms, "%.4f").c_str(), rate.c_str(), pct.c_str(), num(r.speedup_vs_prev, "%.2fx").c_str(),
-                num(r.vs_baseline, "%.2fx").c_str(), num(r.err_vs_prev, "%.2g").c_str(),
-                r.check.empty() ? "-" : r.check.c_str(), r.idea.c_str());
-  }
+  std::fputs(format_table(rows).c_str(), stdout);
   std::printf(
       "(%s. %% peak: of the measured device-to-device copy for GB/s rows, of the FP32 peak for fp32 TFLOP/s rows, "
       "of the dense fp16/bf16 tensor-core peak for f16/bf16 rows. "
@@ -177,6 +213,8 @@ static void add_common_flags(ArgParser& p, CommonFlags& f) {
   p.add_int("--reps", &f.reps, 20, 100000, "timed repetitions (median reported; at least 20)");
   p.add_int("--warmup", &f.warmup, 0, 100000, "untimed warm-up launches");
   p.add_int("--device", &f.device, 0, 1024, "CUDA device index");
+  p.conflicts("--csv", "--json", "the output formats are exclusive");
+  for (const char* mode : {"--check", "--bench", "--sweep"}) p.conflicts("--profile", mode, "--profile runs alone");
 }
 
 static RunOptions run_options(const CommonFlags& f) {
@@ -228,20 +266,22 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     CommonFlags f;
     add_common_flags(parser, f);
     Problem p = default_problem(step);
-    fam.add_shape_flags(parser, p);
-    RunOptions o;
-    parser.add_string("--input", &o.input_path, "read the input from a .npy file (softmax: 2-D float array)");
+    const std::size_t first_shape_flag = parser.flag_count();
+    fam.add_shape_flags(parser, step, p);
+    // --sweep runs the family's shapes: a shape flag beside it would be silently ignored.
+    std::vector<std::string> shape_flags = parser.flag_names(first_shape_flag), kept;
+    for (const std::string& name : shape_flags)
+      if (std::find(fam.sweep_flags.begin(), fam.sweep_flags.end(), name) != fam.sweep_flags.end())
+        kept.push_back(name);
+    std::string sweep_note = std::string("--sweep runs the ") + fam.name + " benchmark shapes";
+    for (std::size_t i = 0; i < kept.size(); ++i)
+      sweep_note += (i ? ", " : "; of the shape flags it takes only ") + kept[i];
+    for (const std::string& name : shape_flags)
+      if (std::find(kept.begin(), kept.end(), name) == kept.end()) parser.conflicts("--sweep", name, sweep_note);
     if (!parser.parse(argc, const_cast<const char* const*>(argv))) return int(kExitOk);
-    if (f.csv && f.json) throw UsageError("--csv and --json are exclusive");
-    if (f.profile && (f.check || f.bench || f.sweep))
-      throw UsageError("--profile runs alone (no --check, --bench or --sweep)");
     if (!f.check && !f.bench && !f.sweep && !f.device_info && !f.profile) f.check = f.bench = true;
-    const std::string input = o.input_path;
-    o = run_options(f);
-    o.input_path = input;
-
-    if (f.sweep && !o.input_path.empty()) throw UsageError("--input and --sweep are exclusive");
-    if (fam.resolve) fam.resolve(p, o);
+    RunOptions o = run_options(f);
+    if (fam.resolve) fam.resolve(parser, p, o);  // reads --input: before any device work
     std::vector<Problem> problems;
     for (const Problem& q : f.sweep ? fam.sweep(step) : std::vector<Problem>{p}) {
       fam.validate(step, q, nullptr);  // sizes first: no device needed
@@ -262,7 +302,10 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     }
     const DeviceInfo dev = open_device(int(f.device), o, f.bench || f.sweep || f.device_info);
     if (f.device_info) return int(kExitOk);
-    say(o, "seed " + std::to_string(o.seed) + " (replay with --seed " + std::to_string(o.seed) + ")");
+    if (o.inputs.empty())
+      say(o, "seed " + std::to_string(o.seed) + " (replay with --seed " + std::to_string(o.seed) + ")");
+    else
+      say(o, "inputs from --input " + o.input_path);
     if (f.sweep) o.bench = true;
 
     std::vector<ResultRow> rows;
@@ -286,6 +329,28 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
   });
 }
 
+std::vector<bool> select_steps(const std::string& list, const std::vector<const StepInfo*>& steps) {
+  std::string built;
+  for (const StepInfo* s : steps) built += (built.empty() ? "" : ", ") + std::string(s->name);
+  std::vector<bool> chosen(steps.size(), false);
+  std::size_t begin = 0;
+  while (begin <= list.size()) {
+    const std::size_t end = std::min(list.find(',', begin), list.size());
+    const std::string item = list.substr(begin, end - begin);
+    begin = end + 1;
+    if (item.empty()) throw UsageError("--steps '" + list + "': an empty item (steps are separated by one comma)");
+    const bool number = item.size() <= 3 && item.find_first_not_of("0123456789") == std::string::npos;
+    bool found = false;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const std::string name = steps[i]->name;
+      const bool match = number ? std::atoi(item.c_str()) == std::atoi(name.substr(0, 2).c_str()) : item == name;
+      if (match) chosen[i] = found = true;
+    }
+    if (!found) throw UsageError("--steps: no built step '" + item + "' (built: " + built + ")");
+  }
+  return chosen;
+}
+
 int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& steps) {
   return guarded([&] {
     ArgParser parser("run_all", "Runs every built step on its default problem (check + bench) and prints one table.");
@@ -296,28 +361,24 @@ int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& step
     parser.add_int("--reps", &f.reps, 20, 100000, "timed repetitions (median reported; at least 20)");
     parser.add_int("--device", &f.device, 0, 1024, "CUDA device index");
     std::string only;
-    parser.add_string("--steps", &only, "comma-separated step numbers to run, e.g. 01,02 (default: all)");
+    parser.add_string("--steps", &only, "comma-separated steps to run, by number or name, e.g. 01,02 (default: all)");
+    parser.conflicts("--csv", "--json", "the output formats are exclusive");
     if (!parser.parse(argc, const_cast<const char* const*>(argv))) return int(kExitOk);
-    if (f.csv && f.json) throw UsageError("--csv and --json are exclusive");
     RunOptions o = run_options(f);
     o.check = o.bench = true;
-    auto selected = [&](const StepInfo* s) {
-      return only.empty() ||
-             ("," + only + ",").find("," + std::string(s->name).substr(0, 2) + ",") != std::string::npos;
-    };
-    bool any = false;
-    for (const StepInfo* s : steps) any |= selected(s);
-    if (!any) throw UsageError("--steps " + only + " matches no built step");
+    const std::vector<bool> chosen =
+        parser.given("--steps") ? select_steps(only, steps) : std::vector<bool>(steps.size(), true);
 
     const DeviceInfo dev = open_device(int(f.device), o, /*measure_copy=*/true);
     say(o, "seed " + std::to_string(o.seed));
     std::vector<ResultRow> rows;
     bool all_ok = true;
     const StepInfo* prev = nullptr;
-    for (const StepInfo* s : steps) {
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const StepInfo* s = steps[i];
       const StepInfo* same_family_prev = prev && prev->family == s->family ? prev : nullptr;
       prev = s;
-      if (!selected(s)) continue;
+      if (!chosen[i]) continue;
       if (const std::string why = wrong_device(*s, dev.id); !why.empty()) {  // needs_cc: another GPU
         say(o, std::string("== skip ") + s->name + ": " + why);
         continue;

@@ -21,8 +21,12 @@ struct RunOptions {
   bool profile = false;  // one warm-up launch, then one launch between cudaProfilerStart/Stop
   std::uint64_t seed = 0;
   TimingOptions timing;
-  std::string input_path;  // softmax: read x from this .npy instead of random numbers
-  bool quiet = false;      // csv/json on stdout: progress and check lines go to stderr
+  bool quiet = false;  // csv/json on stdout: progress and check lines go to stderr
+  // --input: what the family's resolve() read before any device work, as float in the family's
+  // order (softmax: x; matmul: A, B; attention: Q, K, V and, with --bwd, dO, already rounded to
+  // the problem's element type). Empty: random inputs from `seed`.
+  std::string input_path;  // the --input value those came from (a file or a prefix)
+  std::vector<std::vector<float>> inputs;
 };
 
 // One row of every results table (run_all, --bench, --sweep).
@@ -56,14 +60,17 @@ void profile_one_launch(const std::function<void(cudaStream_t)>& launch);
 // What a family (softmax, matmul, attention) provides to the generic main.
 struct FamilyOps {
   const char* name;
-  // Adds this family's shape flags; `p` receives their values.
-  void (*add_shape_flags)(class ArgParser&, Problem& p);
+  // Adds this family's shape flags and --input, only those `step` accepts (attention: --dtype
+  // offers the step's element types, --bwd only for a step with a backward); `p` (the step's
+  // default problem) gives their defaults and receives the values of some of them.
+  void (*add_shape_flags)(class ArgParser&, const StepInfo& step, Problem& p);
   Problem (*default_problem)();
   // The benchmark shapes for this step (--sweep), e.g. in the step's element types.
   std::vector<Problem> (*sweep)(const StepInfo& step);
-  // Reads what the problem needs from RunOptions (e.g. the shape of an --input file) before
-  // any device work, so bad input is reported even on a machine without a GPU. May be null.
-  void (*resolve)(Problem&, const RunOptions&);
+  // After parsing: completes the problem from the flags and reads --input into o.inputs (the
+  // shape flags given must match the files), before any device work, so bad input is reported
+  // even on a machine without a GPU. May be null.
+  void (*resolve)(const class ArgParser&, Problem&, RunOptions& o);
   // Validates a problem for a step (sizes; with a device, memory): throws UsageError with a
   // clear message.
   void (*validate)(const StepInfo&, const Problem&, const DeviceInfo*);
@@ -75,6 +82,9 @@ struct FamilyOps {
   // and/or time. One row per timed quantity (attention with --bwd: fwd, bwd, fwd+bwd).
   std::vector<ResultRow> (*run)(const StepInfo& step, const StepInfo* prev, const Problem&, const RunOptions&,
                                 const DeviceInfo&);
+  // The flags of add_shape_flags that --sweep honours (attention: --dtype and --bwd pick the
+  // sweep's variant); the others conflict with --sweep, which runs the family's shapes.
+  std::vector<std::string> sweep_flags;
 };
 const FamilyOps& family_ops(Family f);
 extern const FamilyOps kSoftmaxFamily, kMatmulFamily, kAttentionFamily;
@@ -87,6 +97,15 @@ int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& step
 
 // Output of a set of rows in the chosen format ("table", "csv" or "json").
 void print_rows(const std::vector<ResultRow>& rows, const std::string& format, const DeviceInfo& dev);
+// The table of print_rows: every column as wide as its widest cell.
+std::string format_table(const std::vector<ResultRow>& rows);
+
+// run_all --steps: which of `steps` a comma-separated list selects, each item a step number
+// ("1", "01") or a full name; an item naming no step is a UsageError listing the steps.
+std::vector<bool> select_steps(const std::string& list, const std::vector<const StepInfo*>& steps);
+
+// "[1, 2, 100, 128]": an array shape in --input messages.
+std::string shape_string(const std::vector<std::size_t>& shape);
 
 // Progress and check lines: stdout for tables, stderr when stdout carries csv/json.
 void say(const RunOptions& o, const std::string& line);

@@ -41,9 +41,11 @@ case $case_ in
     echo "--dtype $t: $( [[ $r == yes ]] && echo accepted || echo "refused: $reason") (default $default)"
     if [[ $t == "$default" && $r != yes ]]; then fail "the default element type $t is refused"; fi
     if [[ $r == no ]]; then
-      grep -q "does not support" <<< "$reason" || fail "the refusal of --dtype $t gives no reason ('does not support ...')"
+      grep -Eq "does not support|is not one of" <<< "$reason" ||
+        fail "the refusal of --dtype $t gives no reason ('does not support ...' or '--dtype: ... is not one of ...')"
       probe --sweep --dtype "$t"; [[ $r == no ]] || fail "--sweep --dtype $t is not refused"
-      grep -q "supports none" <<< "$reason" || fail "--sweep --dtype $t: expected 'supports none of the --sweep problems'"
+      grep -Eq "supports none|is not one of" <<< "$reason" ||
+        fail "--sweep --dtype $t: expected 'supports none of the --sweep problems' or '--dtype: ... is not one of'"
       if probe "${small[@]}" --bwd; [[ $r == yes ]]; then
         probe "${small[@]}" --bwd --dtype "$t"; [[ $r == no ]] || fail "--bwd --dtype $t is accepted, --dtype $t is not"
       fi

@@ -27,6 +27,7 @@ fa::StepInfo step(std::string (*supports)(const fa::Problem&), fa::Problem (*def
   s.attn_rule.dtypes = {DType::F32, DType::F16, DType::BF16};  // `supports` alone decides
   s.supports = supports;
   s.default_problem = def;
+  s.attn_bwd = [](const fa::AttnBwdArgs&, cudaStream_t) {};  // offers --bwd (never launched)
   return s;
 }
 
@@ -38,10 +39,11 @@ struct Parsed {
 Parsed parse(const fa::StepInfo& s, std::vector<const char*> args) {
   fa::ArgParser parser("prog", "test");
   Parsed out{fa::default_problem(s), {}};
-  fa::kAttentionFamily.add_shape_flags(parser, out.p);
+  fa::kAttentionFamily.add_shape_flags(parser, s, out.p);
   args.insert(args.begin(), "prog");
   EXPECT_TRUE(parser.parse(int(args.size()), args.data()));
-  fa::kAttentionFamily.resolve(out.p, fa::RunOptions{});
+  fa::RunOptions o;
+  fa::kAttentionFamily.resolve(parser, out.p, o);
   out.sweep = fa::kAttentionFamily.sweep(s);
   return out;
 }

@@ -357,7 +357,7 @@ TEST(Cli, BadInputGivesClearErrors) {
   expect_usage_error({"--rows", "101"}, "out of range");
   expect_usage_error({"--rows", "-3"}, "out of range");
   expect_usage_error({"--rows", "1e3"}, "'1e3' is not an integer");
-  expect_usage_error({"--rows", "99999999999999999999"}, "is not an integer");
+  expect_usage_error({"--rows", "99999999999999999999"}, "--rows: 99999999999999999999 is out of range");
   expect_usage_error({"--rows="}, "--rows needs a value");
   expect_usage_error({"--scale", "nan"}, "not a finite number");
   expect_usage_error({"--scale", "11"}, "out of range");
