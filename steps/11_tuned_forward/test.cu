@@ -98,10 +98,6 @@ struct Graph {
   }
 };
 
-fa::AttnFwdArgs forward_args(Device& d) {
-  return {d.p, d.q.get(), d.k.get(), d.v.get(), d.o.get(), d.lse.get(), d.workspace.get()};
-}
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -114,10 +110,10 @@ TEST(Step11TunedForward, TunedLaunchReplaysInACudaGraphBitForBit) {
       const std::uint64_t seed = fa::fresh_seed();
       SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
       const Inputs in = random_inputs(s, seed);
-      Device dev(kStep, s, in, false);
-      dev.forward();  // direct: tunes the class
+      fa::attention::Run dev(kStep, s.params(), false, in);
+      dev.checked_forward();  // direct: tunes the class
       const std::vector<float> o = dev.o.download(), lse = dev.lse.download();
-      const fa::AttnFwdArgs args = forward_args(dev);
+      const fa::AttnFwdArgs args = dev.fwd;
       Graph g;
       g.capture([&](cudaStream_t st) { kStep.attn_fwd(args, st); });
       dev.o.poison_nan();
@@ -136,8 +132,8 @@ TEST(Step11TunedForward, UntunedClassRefusesCaptureUntilTuned) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const Inputs in = random_inputs(s, seed);
-  Device dev(kStep, s, in, false);
-  const fa::AttnFwdArgs args = forward_args(dev);
+  fa::attention::Run dev(kStep, s.params(), false, in);
+  const fa::AttnFwdArgs args = dev.fwd;
   {
     Graph g;
     try {
