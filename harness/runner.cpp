@@ -351,7 +351,7 @@ std::vector<bool> select_steps(const std::string& list, const std::vector<const 
   return chosen;
 }
 
-int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& steps) {
+int run_all_main(int argc, char** argv, const std::vector<StepAndPrev>& list) {
   return guarded([&] {
     ArgParser parser("run_all", "Runs every built step on its default problem (check + bench) and prints one table.");
     CommonFlags f;
@@ -366,6 +366,8 @@ int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& step
     if (!parser.parse(argc, const_cast<const char* const*>(argv))) return int(kExitOk);
     RunOptions o = run_options(f);
     o.check = o.bench = true;
+    std::vector<const StepInfo*> steps;
+    for (const StepAndPrev& e : list) steps.push_back(e.step);
     const std::vector<bool> chosen =
         parser.given("--steps") ? select_steps(only, steps) : std::vector<bool>(steps.size(), true);
 
@@ -373,11 +375,8 @@ int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& step
     say(o, "seed " + std::to_string(o.seed));
     std::vector<ResultRow> rows;
     bool all_ok = true;
-    const StepInfo* prev = nullptr;
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const StepInfo* s = steps[i];
-      const StepInfo* same_family_prev = prev && prev->family == s->family ? prev : nullptr;
-      prev = s;
       if (!chosen[i]) continue;
       if (const std::string why = wrong_device(*s, dev.id); !why.empty()) {  // needs_cc: another GPU
         say(o, std::string("== skip ") + s->name + ": " + why);
@@ -387,7 +386,7 @@ int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& step
       const Problem p = default_problem(*s);
       fam.validate(*s, p, &dev);
       say(o, std::string("== ") + s->name + " on " + p.describe());
-      for (ResultRow& r : fam.run(*s, usable_prev(same_family_prev, p, dev, o), p, o, dev)) {
+      for (ResultRow& r : fam.run(*s, usable_prev(list[i].prev, p, dev, o), p, o, dev)) {
         all_ok &= r.check != "FAIL";
         rows.push_back(std::move(r));
       }

@@ -1,6 +1,6 @@
 // runner.h: the generic step main and run_all. A step executable is
 //     main() { return fa::step_main(argc, argv, stepNN::info(), &stepMM::info()); }
-// (harness/step_entry.cpp); run_all calls fa::run_all_main with every built step in order.
+// (harness/step_entry.cpp); run_all calls fa::run_all_main with every built step in order, each with its PREV.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -93,7 +93,12 @@ extern const FamilyOps kSoftmaxFamily, kMatmulFamily, kAttentionFamily;
 Problem default_problem(const StepInfo& step);
 
 int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev);
-int run_all_main(int argc, char** argv, const std::vector<const StepInfo*>& steps);
+// A step and the step it is checked against (add_step's PREV), or null.
+struct StepAndPrev {
+  const StepInfo* step;
+  const StepInfo* prev;
+};
+int run_all_main(int argc, char** argv, const std::vector<StepAndPrev>& steps);
 
 // Output of a set of rows in the chosen format ("table", "csv" or "json").
 void print_rows(const std::vector<ResultRow>& rows, const std::string& format, const DeviceInfo& dev);
