@@ -223,8 +223,9 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all"):
                         say(f"   {step}: {shape} {dname}: {why} (skipped; further such skips not repeated)")
                         refused.add((step, why))
                     continue
-                rows_of = {"all": (("", tf, 1.0), (" bwd", tb, 2.5), (" fwd+bwd", tf + tb, 3.5)),
-                           "fwd": (("", tf, 1.0),), "bwd": ((" bwd", tb, 2.5), (" fwd+bwd", tf + tb, 3.5))}
+                both = tf + tb if tb is not None else None  # no backward timed in "fwd" mode
+                rows_of = {"all": (("", tf, 1.0), (" bwd", tb, 2.5), (" fwd+bwd", both, 3.5)),
+                           "fwd": (("", tf, 1.0),), "bwd": ((" bwd", tb, 2.5), (" fwd+bwd", both, 3.5))}
                 for mode, ms, factor in rows_of[modes]:
                     rate = factor * flop / (ms * 1e-3) * 1e-12
                     rows.append(dict(step=step, idea=f"PyTorch {torch.__version__} SDPA, {what}",

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Compare the GPU machine code of every step's kernels between two builds.
 
-    python3 tools/cubin_diff.py BUILD_A BUILD_B [--steps 09,10,11]
+    python3 tools/cubin_diff.py BUILD_A BUILD_B [--steps 09,10,11] [--rename 3Cfg=6Config ...]
 
-For each step it takes the kernels library of both builds (BUILD/steps/NN_name/libNN_name_kernels.a),
+For each step it takes the kernels library of both builds (libNN_name_kernels.a, anywhere under BUILD),
 pulls the cubin (the sm_XX ELF image) out of each object's fatbin, and compares the code section of
 every kernel (.text.<mangled name>) byte for byte. Identical code sections mean identical SASS:
 this is what "a move changed no kernel" means, checked without a GPU and without cuobjdump
 (needs binutils' ar and objcopy). Both builds must target the same architectures.
+
+--rename OLD=NEW replaces OLD by NEW in BUILD_A's mangled kernel names before the comparison, for
+a refactor that renamed a type the kernels are templated on (a mangled name spells each name with its
+length: struct Cfg is 3Cfg, Config is 6Config).
 
 Prints one line per step ("same: N kernels" or what differs) and exits 1 if any step differs.
 """
@@ -74,22 +78,33 @@ def main():
     ap.add_argument("build_a", type=Path)
     ap.add_argument("build_b", type=Path)
     ap.add_argument("--steps", help="comma-separated step numbers (default: every step of BUILD_A)")
+    ap.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
+                    help="rename in BUILD_A's mangled kernel names before comparing (repeatable)")
     args = ap.parse_args()
+    renames = [r.split("=", 1) for r in args.rename]
+    if any(len(r) != 2 or not r[0] for r in renames):
+        sys.exit("cubin_diff.py: --rename takes OLD=NEW")
+
+    def renamed(name):
+        for old, new in renames:
+            name = name.replace(old, new)
+        return name
     wanted = set(args.steps.split(",")) if args.steps else None
-    libs = sorted(args.build_a.glob("steps/*/lib*_kernels.a"))
-    if not libs:
-        sys.exit(f"cubin_diff.py: no steps/*/lib*_kernels.a under {args.build_a} (build the *_kernels targets)")
+    def find(build):  # {step: library}; the library's folder follows the build's layout
+        return {lib.name[3:-len("_kernels.a")]: lib for lib in build.rglob("lib[0-9][0-9]_*_kernels.a")}
+    libs_a, libs_b = find(args.build_a), find(args.build_b)
+    if not libs_a:
+        sys.exit(f"cubin_diff.py: no libNN_name_kernels.a under {args.build_a} (build the *_kernels targets)")
     differ = False
-    for lib_a in libs:
-        step = lib_a.parent.name
+    for step, lib_a in sorted(libs_a.items()):
         if wanted and step[:2] not in wanted:
             continue
-        lib_b = args.build_b / "steps" / step / lib_a.name
-        if not lib_b.exists():
+        lib_b = libs_b.get(step)
+        if lib_b is None:
             print(f"{step}: missing in {args.build_b}")
             differ = True
             continue
-        a, b = kernels(lib_a), kernels(lib_b)
+        a, b = {renamed(k): v for k, v in kernels(lib_a).items()}, kernels(lib_b)
         changed = sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
         only_a, only_b = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
         if not (changed or only_a or only_b):
