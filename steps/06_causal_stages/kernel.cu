@@ -25,7 +25,7 @@
 //   head_dim ≤ 128 (instance 128): BLOCK_M 64, BLOCK_N 64, 128 threads = 8 × 16; S 8×4 and O 8×8
 //                                  per thread; 115,712 B (all that two blocks per SM allow)
 // Per step of the inner loops: 8×8 FFMAs per 16 floats loaded (8×4 per 12 for S at d = 128).
-// ptxas (sm_90a, CUDA 13.0): 255 registers (d = 64) and 237 (d = 128), 0 bytes spilled; 2 blocks
+// Registers per thread: profiles/h100/ptxas.csv (generated from the build; no spills); 2 blocks
 // of 4 warps per SM (registers and shared memory both allow exactly 2): 8 of 64 warp slots.
 // With so few warps, nothing may wait for memory: V_t is fetched into registers before Q·Kᵀ_t
 // and K_{t+1} before P·V_t, each stored to shared memory after that product; every global load

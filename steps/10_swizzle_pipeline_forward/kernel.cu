@@ -22,7 +22,7 @@
 //
 // Tiles and warps are step 09's: BLOCK_M = 64 (4 warps × 16 rows), BLOCK_N = 64, head_dim
 // instances 64 and 128; STAGES = 3 K/V buffers (d = 64: 56 KB of shared memory, room for 4 blocks
-// per SM, but 130 registers per thread allow 3; d = 128: 112 KB, 2 blocks per SM).
+// per SM, but its registers per thread (profiles/h100/ptxas.csv) allow 3; d = 128: 112 KB, 2 blocks).
 //
 // Build + run:  cmake --build build --target 10_swizzle_pipeline_forward && build/bin/10_swizzle_pipeline_forward
 // Read with:    docs/10_swizzle_pipeline_forward.md
