@@ -45,7 +45,9 @@ struct Flags {
   double scale = 0;
   bool causal = false, bwd = false;
   std::string dtype;  // "" (not given): the step's default problem's
-  std::string input;  // --input PREFIX
+  std::string input;    // --input PREFIX
+  std::string variant;               // "" (not given): the step's first
+  std::vector<std::string> variants;  // the step's (add_flags)
 } flags;
 
 DType parse_dtype(const std::string& s) { return s == "f32" ? DType::F32 : s == "f16" ? DType::F16 : DType::BF16; }
@@ -75,6 +77,13 @@ std::vector<DType> sweep_types(const StepInfo& step) {
   return {DType::F16, DType::BF16};
 }
 
+// The index of --variant among the step's variants (0, its default, when not given).
+int variant_index() {
+  for (std::size_t i = 0; i < flags.variants.size(); ++i)
+    if (flags.variants[i] == flags.variant) return int(i);
+  return 0;
+}
+
 std::vector<Problem> sweep(const StepInfo& step) {
   std::vector<Problem> out;
   for (DType t : sweep_types(step))
@@ -83,12 +92,14 @@ std::vector<Problem> sweep(const StepInfo& step) {
         for (int seq : {512, 1024, 2048, 4096, 8192, 16384}) {
           out.push_back(fa2_problem(seq, d, causal, t));
           out.back().backward = flags.bwd;  // --sweep --bwd: the backward too
+          out.back().attn.variant = variant_index();
         }
   return out;
 }
 
 void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
   flags = Flags{};
+  flags.variants = step.variants;
   flags.batch = p.attn.batch, flags.heads = p.attn.heads, flags.seq_q = p.attn.seq_q, flags.seq_k = p.attn.seq_k;
   flags.head_dim = p.attn.head_dim, flags.causal = p.attn.causal, flags.bwd = p.backward;
   parser.add_int("--batch", &flags.batch, 1, 1 << 20, "batch size B");
@@ -123,6 +134,9 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
                     std::string("read Q, K, V") + (step.attn_bwd ? " (and dO with --bwd)" : "") +
                         " from PREFIX.q.npy, PREFIX.k.npy, PREFIX.v.npy" + (step.attn_bwd ? " (PREFIX.dout.npy)" : "") +
                         ": 4-D [batch, heads, seq, head_dim], rounded to --dtype; the shape flags given must match");
+  if (!step.variants.empty())  // named alternatives of the step, e.g. two ways to compute one output
+    parser.add_string("--variant", &flags.variant, "which of the step's variants runs (default " + step.variants[0] + ")",
+                      step.variants);
   parser.conflicts("--seq", "--seq-q", "--seq sets both lengths");
   parser.conflicts("--seq", "--seq-k", "--seq sets both lengths");
 }
@@ -177,12 +191,16 @@ void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
   p.attn.causal = flags.causal;
   if (!flags.dtype.empty()) p.attn.dtype = parse_dtype(flags.dtype);  // else the default problem's
   p.backward = flags.bwd;
+  p.attn.variant = variant_index();
   if (!flags.input.empty()) read_input(parser, p, o);
 }
 
 // The problem a previous step runs beside `p`: `p`, or, for a fp16/bf16 problem that the
 // previous step runs only in fp32, the fp32 version of it (on the same rounded inputs).
-Problem prev_problem(const StepInfo& prev, const Problem& p) {
+// The previous step runs its own default variant.
+Problem prev_problem(const StepInfo& prev, const Problem& problem) {
+  Problem p = problem;
+  p.attn.variant = 0;
   if (!is_lowp(p.attn.dtype) || step_supports(prev, p).empty()) return p;
   Problem q = p;
   q.attn.dtype = DType::F32;
@@ -248,7 +266,7 @@ struct Runs {
     FA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if (device_bytes(*prev, pp) < 0.92 * double(free_b))
       before = prev_upcast ? std::make_unique<Run>(*prev, pp.attn, p.backward, in)
-                           : std::make_unique<Run>(*prev, p.attn, p.backward, inputs);
+                           : std::make_unique<Run>(*prev, pp.attn, p.backward, inputs);
     else
       say(o, std::string("  note: not enough device memory left to run ") + prev->name + " beside " + step.name);
     prev_bwd = before && p.backward && prev->attn_bwd;
@@ -446,6 +464,8 @@ ResultRow make_row(const StepInfo& step, const StepInfo* prev, const Problem& p,
   r.problem = p.describe();
   if (p.backward)
     r.problem = make(a.batch, a.heads, a.seq_q, a.seq_k, a.head_dim, a.causal, a.dtype).describe() + " " + mode;
+  if (a.variant > 0 && std::size_t(a.variant) < step.variants.size())  // not the step's default
+    r.problem += " [" + step.variants[a.variant] + "]";
   if (prev) r.prev_step = prev->name;
   if (ms > 0) {
     const double flop =
@@ -500,6 +520,6 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
 }  // namespace
 
 const FamilyOps kAttentionFamily{"attention",  add_flags, default_problem,     sweep, resolve, validate,
-                                 prev_problem, run,       {"--dtype", "--bwd"}};
+                                 prev_problem, run,       {"--dtype", "--bwd", "--variant"}};
 
 }  // namespace fa

@@ -52,6 +52,7 @@ struct AttnParams {
   float scale = 0.125f;  // softmax scale, default 1/sqrt(head_dim)
   bool causal = false;
   DType dtype = DType::F32;
+  int variant = 0;  // StepInfo::variants index: a named alternative of the step (0: its default)
 };
 struct AttnFwdArgs {
   AttnParams p;
@@ -103,6 +104,7 @@ struct StepInfo {
   AttnFwdLauncher attn_fwd = nullptr;
   AttnBwdLauncher attn_bwd = nullptr;
   AttnRule attn_rule;  // attention steps: element types and head_dim rule
+  std::vector<std::string> variants;  // named alternatives (--variant NAME); the first is the default
   // Beyond attn_rule: "" if the step can run the problem, else the reason, shown verbatim. May
   // be null. Callers ask step_supports(), which applies attn_rule first.
   std::string (*supports)(const Problem&) = nullptr;

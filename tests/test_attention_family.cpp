@@ -96,4 +96,25 @@ TEST(AttentionFamily, Fp32PreviousStepRunsTheFp32Problem) {
   EXPECT_EQ(fa::kAttentionFamily.prev_problem(fp32, p).attn.dtype, DType::F32);
 }
 
+TEST(AttentionFamily, VariantSelectsANamedAlternativeAndThePreviousStepRunsItsDefault) {
+  fa::StepInfo two = step(lowp_only, f16_default);
+  two.variants = {"atomic", "deterministic"};
+  EXPECT_EQ(parse(two, {}).p.attn.variant, 0);
+  const Parsed det = parse(two, {"--variant", "deterministic", "--seq", "100"});
+  EXPECT_EQ(det.p.attn.variant, 1);
+  EXPECT_EQ(fa::kAttentionFamily.prev_problem(step(lowp_only, f16_default), det.p).attn.variant, 0);
+  const Parsed sw = parse(two, {"--variant", "deterministic"});  // its --sweep keeps the variant
+  for (const fa::Problem& p : sw.sweep) EXPECT_EQ(p.attn.variant, 1);
+  fa::ArgParser parser("prog", "test");
+  fa::Problem p = fa::default_problem(two);
+  fa::kAttentionFamily.add_shape_flags(parser, two, p);
+  const char* bad[] = {"prog", "--variant", "fast"};
+  EXPECT_THROW(parser.parse(3, bad), fa::UsageError);  // not one of the step's variants
+  EXPECT_NE(parser.help().find("--variant"), std::string::npos);
+  fa::ArgParser plain("prog", "test");
+  fa::Problem q = fa::default_problem(step(lowp_only, f16_default));
+  fa::kAttentionFamily.add_shape_flags(plain, step(lowp_only, f16_default), q);
+  EXPECT_EQ(plain.help().find("--variant"), std::string::npos);  // a step without variants has no flag
+}
+
 }  // namespace
