@@ -113,10 +113,20 @@ def step_rows(exes):
     rows, failed = [], 0
     for exe in exes:
         # A step with a backward sweeps with --bwd: its rows hold the forward, the backward and
-        # their sum (a plain --sweep would repeat the forward rows).
-        r, rc = run_csv([exe, "--sweep", "--bwd", "--csv"] if has_backward(exe) else [exe, "--sweep", "--csv"])
-        rows, failed = rows + r, failed + (rc != 0)
+        # their sum (a plain --sweep would repeat the forward rows). A step with named variants
+        # (--variant) sweeps once per variant; the rows of a non-default one name it ("[name]").
+        cmd = [exe, "--sweep", "--bwd", "--csv"] if has_backward(exe) else [exe, "--sweep", "--csv"]
+        for v in variants(exe) or [None]:
+            r, rc = run_csv(cmd + (["--variant", v] if v else []))
+            rows, failed = rows + r, failed + (rc != 0)
     return rows, failed
+
+
+def variants(exe):
+    """The names a step's --variant accepts, from its --help ('(atomic|deterministic)'), or []."""
+    p = subprocess.run([exe, "--help"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    m = re.search(r"^\s*--variant\b.*\(([\w|-]+)\)\s*$", p.stdout, re.M)
+    return m.group(1).split("|") if m else []
 
 
 def auto_sdpa_modes(requested, steps_named, backward):

@@ -587,6 +587,19 @@ class BenchMerge(unittest.TestCase):
         self.assertEqual(bench.auto_sdpa_modes("auto", True, []), "all")  # --no-steps
         self.assertEqual(bench.auto_sdpa_modes("fwd", True, [True]), "fwd")  # asked for explicitly
 
+    def test_variants_from_help(self):
+        import bench
+        with tempfile.TemporaryDirectory() as d:
+            for name, help_text in (("two", "  --variant S   which of the step's variants runs (default atomic) "
+                                             "(atomic|deterministic)\n  --help   this text\n"),
+                                    ("none", "  --dtype S   element type (f16|bf16)\n  --help   this text\n")):
+                exe = os.path.join(d, name)
+                with open(exe, "w") as f:
+                    f.write("#!/bin/sh\ncat <<'EOF'\n" + help_text + "EOF\n")
+                os.chmod(exe, 0o755)
+            self.assertEqual(bench.variants(os.path.join(d, "two")), ["atomic", "deterministic"])
+            self.assertEqual(bench.variants(os.path.join(d, "none")), [])
+
     def test_merge_rows(self):
         import bench
         old = [bench_row("07_flash_backward", "B1 H1 S8 D64 f32 fwd", 1), bench_row("09_tensor_core_forward", "P f16", 9),
