@@ -41,6 +41,9 @@ std::size_t workspace_bytes(const StepInfo& s, const AttnParams& a, bool backwar
 // Host inputs as float (values of a.dtype). dout is drawn only `with_dout` (else empty).
 struct Inputs {
   std::vector<float> q, k, v, dout;
+  // The O a backward under test is given (its forward's output), or empty: ref_lowp's delta is
+  // then rowsum(dO∘O) of that O, as the backward computes it (reference_bwd_rows).
+  std::vector<float> o;
 };
 Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed);
 

@@ -101,12 +101,13 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
   auto head = [&](std::size_t h) {  // pointers to one head's Q, K, V, dO
     return std::tuple{in.q.data() + h * qs, in.k.data() + h * ks, in.v.data() + h * ks, in.dout.data() + h * qs};
   };
+  auto given_o = [&](std::size_t h) { return in.o.empty() ? nullptr : in.o.data() + h * qs; };  // or null
 
   parallel_for(q_rows.size(), [&](std::size_t t) {
     const auto [q, k, v, dout] = head(q_rows[t] / a.seq_q);
     const int i = int(q_rows[t] % a.seq_q);
     ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, nullptr, &r.dq[t * D]);
-    ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, lowp, &r.dq_lowp[t * D]);
+    ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, lowp, &r.dq_lowp[t * D], given_o(q_rows[t] / a.seq_q));
   });
 
   // The statistics (lse, delta; fp64 and low precision) of every query row of each head that
@@ -126,7 +127,8 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
     const auto [q, k, v, dout] = head(heads[s]);
     Stats& st = stats[s];
     ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, nullptr, &st.lse[i], &st.delta[i]);
-    ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, lowp, &st.lse_lowp[i], &st.delta_lowp[i]);
+    ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, lowp, &st.lse_lowp[i], &st.delta_lowp[i],
+                                  given_o(heads[s]));
   });
 
   parallel_for(k_rows.size(), [&](std::size_t t) {

@@ -382,7 +382,8 @@ double check_lowp(const Problem& p, const Runs& runs, const Outputs& out, const 
 
 // ---- check_lowp_bwd: the fp16/bf16 backward, per query row of dQ and per key row of dK, dV --------
 // The same rule as the forward's (tolerance.h), with ref_lowp the backward of
-// ref::attention_backward_*_rows with rounding. Rows sampled within kRefMacs each:
+// ref::attention_backward_*_rows with rounding, its delta from the step's own O. Rows sampled within
+// kRefMacs each:
 //   dQ      query rows over every head: ~6·seq_k·d multiply-adds each (the S, dP and dQ rows, in
 //           fp64 and in low precision), so every problem is checked against fp64;
 //   dK, dV  key rows in heads spread over batch and heads: a head first needs the statistics of
@@ -400,7 +401,9 @@ double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, co
   std::vector<std::size_t> k_rows;  // sampled over the key rows of `heads`, then named in the whole problem
   for (std::size_t t : sample_rows(heads.size() * a.seq_k, std::size_t(std::max(1.0, kRefMacs / (8 * sq * d)))))
     k_rows.push_back(heads[t / a.seq_k] * a.seq_k + t % a.seq_k);
-  const BwdRowRef ref = reference_bwd_rows(a, runs.in, q_rows, k_rows);
+  Inputs given = runs.in;  // ref_lowp's delta from the O this step's backward was given (out.o)
+  given.o = out.o;
+  const BwdRowRef ref = reference_bwd_rows(a, given, q_rows, k_rows);
 
   const std::string name = runs.me.step.name, n_heads = std::to_string(bh);
   const std::vector<double>* fp64[] = {&ref.dq, &ref.dk, &ref.dv};

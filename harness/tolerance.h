@@ -51,8 +51,12 @@ constexpr double kAttnGradAtolFloor = 1e-5;
 // backward of the same simple implementation differentiated as autograd does
 // (ref::attention_backward_*_rows with rounding): the inputs (Q, K, V, dO) are 16-bit values,
 // every matmul output is rounded (S, dP = dO·Vᵀ, dQ = dS·K·scale, dK = dSᵀ·Q·scale,
-// dV = Pᵀ·dO), and so is every softmax output (P, and the softmax backward's
-// dS = P∘(dP − rowsum(P∘dP))); the dot products, the softmax and the row sums in fp64. Rows are
+// dV = Pᵀ·dO), and so is every softmax output (P, and the softmax backward's dS = P∘(dP − delta));
+// the dot products, the softmax and the row sums in fp64. delta = rowsum(dO∘O) of the 16-bit O
+// the step's backward is given (its forward's output), as every FlashAttention backward computes
+// it: equal to rowsum(P∘dP) in exact math, it carries O's error into every dS of the row, the
+// same in the step and in ref_lowp. (Measured on the H100 with a first fp16/bf16 backward: with
+// delta = rowsum(P∘dP) in ref_lowp, rows erred up to 5x their bound.) Rows are
 // those of each gradient: a query row of dQ, a key row of dK and of dV (the large query row moves
 // every key row of its head, but one query row's dQ alone).
 constexpr double kLowpErrFactor = 2.0;

@@ -84,8 +84,8 @@ double rounded(Rounding round, double x) { return round ? round(x) : x; }
 // Row i of S (rounded), then P_ij = round(exp(S_ij - lse_i)) and dP_ij = round(dO_i·v_j) over its
 // n visible keys into p[0, n) and dp[0, n); returns n and sets lse_i and delta_i (see
 // attention_backward_stats). Inputs are finite (a rounded input is), so the row's max is finite.
-int backward_row(const AttnShape& s, const float* Q, const float* K, const float* V, const float* dO, int i,
-                 Rounding round, double* p, double* dp, double* lse, double* delta) {
+int backward_row(const AttnShape& s, const float* Q, const float* K, const float* V, const float* dO, const float* O,
+                 int i, Rounding round, double* p, double* dp, double* lse, double* delta) {
   const long long D = s.head_dim;
   const int n = visible_keys(s, i);
   double m = -kInf, l = 0.0;
@@ -99,7 +99,14 @@ int backward_row(const AttnShape& s, const float* Q, const float* K, const float
   for (int j = 0; j < n; ++j) {
     p[j] = rounded(round, std::exp(p[j] - *lse));           // P_ij
     dp[j] = rounded(round, dot(dO + i * D, V + j * D, D));  // dP_ij
-    *delta += p[j] * dp[j];
+    if (!round) *delta += p[j] * dp[j];
+  }
+  if (round && O) {  // delta from the O the backward is given, as FlashAttention computes it
+    for (long long d = 0; d < D; ++d) *delta += double(dO[i * D + d]) * double(O[i * D + d]);
+  } else if (round) {  // delta from its own stored low-precision O_i = round(sum_j P_ij V_j)
+    std::vector<double> o(D, 0.0);
+    for (int j = 0; j < n; ++j) axpy(p[j], V + j * D, o.data(), D);
+    for (long long d = 0; d < D; ++d) *delta += double(dO[i * D + d]) * round(o[d]);
   }
   return n;
 }
@@ -190,19 +197,19 @@ void attention_backward(const AttnShape& s, const double* q, const double* k, co
 }
 
 void attention_backward_stats(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
-                              const int* rows, int n_rows, Rounding round, double* lse, double* delta) {
+                              const int* rows, int n_rows, Rounding round, double* lse, double* delta, const float* o) {
   std::vector<double> p(s.seq_k), dp(s.seq_k);
   for (int r = 0; r < n_rows; ++r)
-    backward_row(s, q, k, v, dout, rows[r], round, p.data(), dp.data(), &lse[r], &delta[r]);
+    backward_row(s, q, k, v, dout, o, rows[r], round, p.data(), dp.data(), &lse[r], &delta[r]);
 }
 
 void attention_backward_dq_rows(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
-                                const int* rows, int n_rows, Rounding round, double* dq) {
+                                const int* rows, int n_rows, Rounding round, double* dq, const float* o) {
   const long long D = s.head_dim;
   std::vector<double> p(s.seq_k), dp(s.seq_k);
   for (int r = 0; r < n_rows; ++r) {
     double lse, delta;
-    const int n = backward_row(s, q, k, v, dout, rows[r], round, p.data(), dp.data(), &lse, &delta);
+    const int n = backward_row(s, q, k, v, dout, o, rows[r], round, p.data(), dp.data(), &lse, &delta);
     double* dQi = dq + r * D;
     std::fill(dQi, dQi + D, 0.0);
     for (int j = 0; j < n; ++j) axpy(rounded(round, p[j] * (dp[j] - delta)), k + j * D, dQi, D);  // dS_ij k_j

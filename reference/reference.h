@@ -65,23 +65,30 @@ void attention_backward(const AttnShape&, const double* q, const double* k, cons
 // query row of the head (attention_backward_stats, computed once per head).
 //   round == nullptr: fp64, attention_backward's values up to fp64 roundoff (the sums run in
 //     another order, and delta is the sum below rather than dO_i·O_i, equal in exact math).
-//   round != nullptr: low precision, as FlashAttention's attention_ref(upcast=False) on 16-bit
-//     tensors differentiated by autograd: each matmul output and each softmax (backward) output
-//     rounded to the type, the dot products, sums and the softmax itself in fp64:
+//   round != nullptr: low precision, the simple implementation of a FlashAttention backward in
+//     the type (FlashAttention's attention_ref(upcast=False) differentiated by autograd, except
+//     that delta comes from the stored O, as every FlashAttention backward computes it): each
+//     matmul output and each softmax (backward) output rounded to the type, the dot products,
+//     sums and the softmax itself in fp64:
 //       S_ij  = round(scale·(q_i·k_j))          (as the forward)
 //       lse_i = log(sum_j exp(S_ij))            (fp64, of the rounded S)
 //       P_ij  = round(exp(S_ij - lse_i))        (the forward's P)
 //       dP_ij = round(dO_i·v_j)                 (dP = dO·Vᵀ)
-//       delta_i = sum_j P_ij dP_ij              (fp64: the softmax backward's row sum)
+//       O_i = round(sum_j P_ij v_j)             (the forward's output, stored in the type; or
+//                                                `o`, the O the backward under test is given)
+//       delta_i = dO_i·O_i                      (fp64, of that O: what a FlashAttention backward
+//                                                computes; sum_j P_ij dP_ij in exact math)
 //       dS_ij = round(P_ij (dP_ij - delta_i))   (the softmax backward's output)
 //       dQ_i = round(scale·sum_j dS_ij k_j),  dK_j = round(scale·sum_i dS_ij q_i),
 //       dV_j = round(sum_i P_ij dO_i)           (the three gradient matmuls)
 //     The scale is folded into the rounding of S and of dQ, dK, as the forward folds it into S.
 // Masked keys (causal j > i) get P = dS = 0. lse, delta: [n_rows]; dq: [n_rows, head_dim].
 void attention_backward_stats(const AttnShape& shape, const float* q, const float* k, const float* v, const float* dout,
-                              const int* rows, int n_rows, Rounding round, double* lse, double* delta);
+                              const int* rows, int n_rows, Rounding round, double* lse, double* delta,
+                              const float* o = nullptr);
 void attention_backward_dq_rows(const AttnShape& shape, const float* q, const float* k, const float* v,
-                                const float* dout, const int* rows, int n_rows, Rounding round, double* dq);
+                                const float* dout, const int* rows, int n_rows, Rounding round, double* dq,
+                                const float* o = nullptr);
 // lse, delta: [seq_q], of every query row of the head (attention_backward_stats with the same
 // `round`); key_rows[0, n_rows) the key rows to compute; dk, dv: [n_rows, head_dim].
 void attention_backward_dkdv_rows(const AttnShape& shape, const float* q, const float* k, const float* v,

@@ -129,8 +129,12 @@ struct LowpBwdReference {
   fa::attention::BwdRowRef rows;
   std::vector<double> bound[3];  // dQ, dK, dV
 };
-inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& in) {
+// `o`: the O the step's backward was given (its forward's output): ref_lowp's delta is rowsum(dO∘O)
+// of it, as the step computes it, so the forward's error in O reaches both sides alike.
+inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& inputs, const std::vector<float>& o) {
   LowpBwdReference r;
+  Inputs in = inputs;
+  in.o = o;
   r.rows = fa::attention::reference_bwd_rows(s.params(), in, all_indices(s.rows()),
                                              all_indices(std::size_t(s.batch) * s.heads * s.seq_k));
   r.bound[0] = fa::lowp_row_bounds(r.rows.dq, r.rows.dq_lowp, s.head_dim, s.dtype);
@@ -162,7 +166,7 @@ inline void expect_close_lowp_to_fp64(const Outputs& got, const Shape& s, const 
   const LowpReference ref = lowp_reference(s, in);
   expect_close_lowp(got, ref.o, ref.lse, ref, s, what);
   if (!backward) return;
-  const LowpBwdReference grads = lowp_bwd_reference(s, in);
+  const LowpBwdReference grads = lowp_bwd_reference(s, in, got.o);
   expect_close_lowp_grads(got, grads.rows, grads, s, what);
 }
 
@@ -215,7 +219,7 @@ inline void expect_matches_step(const fa::StepInfo& step, const fa::StepInfo& pr
     const Outputs want = run(prev, ps, in, backward), got = run(step, s, in, backward);
     const std::string what = std::string(prev.name) + (ps.dtype != s.dtype ? " (fp32 on the same rounded inputs)" : "");
     expect_close_lowp(got, want.o, want.lse, lowp_reference(s, in), s, what);
-    if (backward) expect_close_lowp_grads(got, want, lowp_bwd_reference(s, in), s, what);
+    if (backward) expect_close_lowp_grads(got, want, lowp_bwd_reference(s, in, got.o), s, what);
     return;
   }
   expect_close(run(step, s, in, backward), run(prev, s, in, backward), s, backward, prev.name);

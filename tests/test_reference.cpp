@@ -501,14 +501,20 @@ double max_abs(const Vec& x) {
 class LowpBackward : public ::testing::TestWithParam<LowpCase> {};
 
 // Without rounding (null, or a rounding that changes nothing) the rows are attention_backward's
-// gradients up to fp64 roundoff (another summation order; delta as sum_j P_ij dP_ij, not dO_i·O_i).
+// gradients up to fp64 roundoff (another summation order; delta as sum_j P_ij dP_ij without a
+// rounding, as dO_i·O_i with one).
 TEST_P(LowpBackward, WithoutRoundingItIsTheFp64Backward) {
   const LowpCase c = GetParam();
   const LowpBwdCase r(c, 70);
+  // With a rounding that changes nothing, the low-precision path is the fp64 one up to fp64
+  // roundoff: it takes delta = dO_i·O_i from the (unrounded) O, the fp64 path sum_j P_ij dP_ij.
   const BwdRows same(c.s, r.q, r.k, r.v, r.dout, identity);
-  EXPECT_EQ(same.dq, r.fp64.dq);
-  EXPECT_EQ(same.dk, r.fp64.dk);
-  EXPECT_EQ(same.dv, r.fp64.dv);
+  for (auto [name, got, want] : {std::tuple{"dq", &same.dq, &r.fp64.dq}, std::tuple{"dk", &same.dk, &r.fp64.dk},
+                                 std::tuple{"dv", &same.dv, &r.fp64.dv}}) {
+    ASSERT_EQ(got->size(), want->size()) << name;
+    const double tol = 1e-13 * std::max(1.0, max_abs(*want));
+    for (size_t i = 0; i < want->size(); ++i) ASSERT_NEAR((*got)[i], (*want)[i], tol) << name << "[" << i << "]";
+  }
   const Vec q(r.q.begin(), r.q.end()), k(r.k.begin(), r.k.end()), v(r.v.begin(), r.v.end()),
       dout(r.dout.begin(), r.dout.end());
   Vec dq(q.size()), dk(k.size()), dv(v.size());
