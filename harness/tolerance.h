@@ -55,8 +55,8 @@ constexpr double kAttnGradAtolFloor = 1e-5;
 // the dot products, the softmax and the row sums in fp64. delta = rowsum(dO∘O) of the 16-bit O
 // the step's backward is given (its forward's output), as every FlashAttention backward computes
 // it: equal to rowsum(P∘dP) in exact math, it carries O's error into every dS of the row, the
-// same in the step and in ref_lowp. (Measured on the H100 with a first fp16/bf16 backward: with
-// delta = rowsum(P∘dP) in ref_lowp, rows erred up to 5x their bound.) Rows are
+// same in the step and in ref_lowp (with delta = rowsum(P∘dP) in ref_lowp instead, a first fp16
+// backward on the H100 erred by several times the bound in many rows). Rows are
 // those of each gradient: a query row of dQ, a key row of dK and of dV (the large query row moves
 // every key row of its head, but one query row's dQ alone).
 constexpr double kLowpErrFactor = 2.0;

@@ -98,6 +98,17 @@ struct Graph {
   }
 };
 
+// Captures one launch of the step on `dev`'s buffers, poisons O and LSE, then replays the graph.
+void replay_in_graph(fa::attention::Run& dev) {
+  const fa::AttnFwdArgs args = dev.fwd;
+  Graph g;
+  g.capture([&](cudaStream_t st) { kStep.attn_fwd(args, st); });
+  dev.o.poison_nan();
+  dev.lse.poison_nan();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  g.replay();
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -113,13 +124,7 @@ TEST(Step11TunedForward, TunedLaunchReplaysInACudaGraphBitForBit) {
       fa::attention::Run dev(kStep, s.params(), false, in);
       dev.checked_forward();  // direct: tunes the class
       const std::vector<float> o = dev.o.download(), lse = dev.lse.download();
-      const fa::AttnFwdArgs args = dev.fwd;
-      Graph g;
-      g.capture([&](cudaStream_t st) { kStep.attn_fwd(args, st); });
-      dev.o.poison_nan();
-      dev.lse.poison_nan();
-      FA_CUDA_CHECK(cudaDeviceSynchronize());
-      g.replay();
+      replay_in_graph(dev);
       EXPECT_TRUE(same_bits(dev.o.download(), o)) << "O";
       EXPECT_TRUE(same_bits(dev.lse.download(), lse)) << "LSE";
     }
@@ -145,12 +150,7 @@ TEST(Step11TunedForward, UntunedClassRefusesCaptureUntilTuned) {
   }
   step11::tune(args, nullptr);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
-  Graph g;
-  g.capture([&](cudaStream_t st) { kStep.attn_fwd(args, st); });
-  dev.o.poison_nan();
-  dev.lse.poison_nan();
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  g.replay();
+  replay_in_graph(dev);
   const LowpReference ref = lowp_reference(s, in);
   expect_close_lowp(Outputs{dev.o.download(), dev.lse.download()}, ref.o, ref.lse, ref, s, "fp64, graph replay");
 }
