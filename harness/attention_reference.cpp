@@ -12,6 +12,9 @@
 
 namespace fa::attention {
 namespace {
+// A rounding that rounds nothing: the reference's low-precision path in fp64, which takes delta from
+// the O it is given (reference.h).
+double no_rounding(double x) { return x; }
 
 // f(i) for i in [0, n), in contiguous slices, one thread per core.
 template <class F>
@@ -103,11 +106,16 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
   };
   auto given_o = [&](std::size_t h) { return in.o.empty() ? nullptr : in.o.data() + h * qs; };  // or null
 
+  const bool given = !in.o.empty();
+  if (given) r.dq_given.resize(q_rows.size() * D), r.dk_given.resize(k_rows.size() * D);
   parallel_for(q_rows.size(), [&](std::size_t t) {
     const auto [q, k, v, dout] = head(q_rows[t] / a.seq_q);
     const int i = int(q_rows[t] % a.seq_q);
     ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, nullptr, &r.dq[t * D]);
     ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, lowp, &r.dq_lowp[t * D], given_o(q_rows[t] / a.seq_q));
+    if (given)  // identity rounding: fp64, delta from the given O
+      ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, no_rounding, &r.dq_given[t * D],
+                                      given_o(q_rows[t] / a.seq_q));
   });
 
   // The statistics (lse, delta; fp64 and low precision) of every query row of each head that
@@ -117,10 +125,10 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
   std::vector<std::size_t> heads(slot.size());
   for (auto [h, s] : slot) heads[s] = h;
   struct Stats {
-    std::vector<double> lse, delta, lse_lowp, delta_lowp;  // [seq_q]
+    std::vector<double> lse, delta, lse_lowp, delta_lowp, lse_given, delta_given;  // [seq_q]
   };
-  std::vector<Stats> stats(heads.size(), Stats{std::vector<double>(a.seq_q), std::vector<double>(a.seq_q),
-                                               std::vector<double>(a.seq_q), std::vector<double>(a.seq_q)});
+  const std::vector<double> row_stat(a.seq_q);
+  std::vector<Stats> stats(heads.size(), Stats{row_stat, row_stat, row_stat, row_stat, row_stat, row_stat});
   parallel_for(heads.size() * a.seq_q, [&](std::size_t t) {
     const std::size_t s = t / a.seq_q;
     const int i = int(t % a.seq_q);
@@ -129,6 +137,9 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
     ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, nullptr, &st.lse[i], &st.delta[i]);
     ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, lowp, &st.lse_lowp[i], &st.delta_lowp[i],
                                   given_o(heads[s]));
+    if (given)
+      ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, no_rounding, &st.lse_given[i], &st.delta_given[i],
+                                    given_o(heads[s]));
   });
 
   parallel_for(k_rows.size(), [&](std::size_t t) {
@@ -140,6 +151,11 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
                                       &r.dk[t * D], &r.dv[t * D]);
     ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_lowp.data(), st.delta_lowp.data(), &j, 1, lowp,
                                       &r.dk_lowp[t * D], &r.dv_lowp[t * D]);
+    if (given) {
+      std::vector<double> dv(D);  // = r.dv's row up to roundoff: dV does not depend on delta
+      ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_given.data(), st.delta_given.data(), &j, 1,
+                                        no_rounding, &r.dk_given[t * D], dv.data());
+    }
   });
   return r;
 }

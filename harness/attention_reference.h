@@ -42,6 +42,10 @@ struct BwdRowRef {
   std::vector<std::size_t> q_rows, k_rows;       // query rows (of dQ) and key rows (of dK, dV)
   std::vector<double> dq, dq_lowp;               // [q_rows, head_dim], fp64 and low precision
   std::vector<double> dk, dk_lowp, dv, dv_lowp;  // [k_rows, head_dim]
+  // Where Inputs::o is given (the O the step's backward was given): fp64 throughout, but delta =
+  // rowsum(dO∘O) of that O, so these differ from dq, dk by what O's rounding alone does to the
+  // gradients (tolerance.h, lowp_row_bounds). dV does not depend on delta. Empty without a given O.
+  std::vector<double> dq_given, dk_given;
 };
 // A key row needs the statistics of every query row of its head: each head with a key row costs
 // about 2·seq_q·seq_k·head_dim multiply-adds per precision before its first key row.

@@ -408,11 +408,12 @@ double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, co
   const std::string name = runs.me.step.name, n_heads = std::to_string(bh);
   const std::vector<double>* fp64[] = {&ref.dq, &ref.dk, &ref.dv};
   const std::vector<double>* lowp[] = {&ref.dq_lowp, &ref.dk_lowp, &ref.dv_lowp};
+  const std::vector<double>* from_o[] = {&ref.dq_given, &ref.dk_given, nullptr};
   double err_prev = -1;
   std::vector<double> bound[3];
   std::string sampled[3];
   for (int g = 0; g < 3; ++g) {
-    bound[g] = lowp_row_bounds(*fp64[g], *lowp[g], D, a.dtype);
+    bound[g] = lowp_row_bounds(*fp64[g], *lowp[g], D, a.dtype, from_o[g]);
     sampled[g] = grad_of_queries(g) ? std::to_string(q_rows.size()) + " of " + std::to_string(rows(a)) + " query rows"
                                     : std::to_string(k_rows.size()) + " key rows of " + std::to_string(heads.size()) +
                                           " of " + n_heads + " heads";
@@ -428,7 +429,7 @@ double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, co
   }
   say(report.o, "  (" + std::string(dtype_name(a.dtype)) + " rule, per query row of dQ and key row of dK, dV: " +
                     "max|g - ref| <= " + std::to_string(int(tol::kLowpErrFactor)) +
-                    " max|ref_lowp - ref| + 1 ulp of max|ref|)");
+                    " max|ref_lowp - ref| + 1 ulp of max|ref|, + for dQ, dK what delta from the 16-bit O alone moves)");
   for (int g = 0; g < 3; ++g) {
     const std::vector<std::size_t>& ids = grad_of_queries(g) ? ref.q_rows : ref.k_rows;
     report(name + " " + kGradNames[g] + " vs fp64 (" + sampled[g] + ")",

@@ -7,7 +7,8 @@
 #   attention  both head-dim instances and a padded one, causal with seq_q > seq_k and < seq_k
 #              (unmasked, diagonal and skipped tiles), ragged tails; with --bwd where the step has
 #              a backward (key blocks past the last query: dK = dV = 0); shapes alternate over
-#              the element types the step runs (fp32, or f16 then bf16)
+#              the element types the step runs (fp32, or f16 then bf16); each shape once per
+#              variant where the step has named variants (--variant, e.g. step 12's two dQ paths)
 # A shape the step refuses ("does not support") is noted and skipped; at least one must run.
 # Exits 77 (ctest: skipped) with a message where there is no sanitizer, no CUDA device, or a GPU
 # the step is not built for.
@@ -58,7 +59,14 @@ case $family in
               "--batch 2 --heads 1 --seq-q 100 --seq-k 130 --head-dim 96"
               "--batch 1 --heads 2 --seq-q 100 --seq-k 130 --head-dim 128")
     fi
-    for i in "${!shapes[@]}"; do shapes[i]+=" --dtype ${dtypes[i % ${#dtypes[@]}]}"; done ;;
+    for i in "${!shapes[@]}"; do shapes[i]+=" --dtype ${dtypes[i % ${#dtypes[@]}]}"; done
+    # A step with named variants (--help: "--variant S ... (a|b)") runs every shape in each.
+    variants=$("$exe" --help 2>/dev/null | sed -n 's/^ *--variant .*(\([a-z0-9_|-]*\)) *$/\1/p' | tr '|' ' ')
+    if [[ -n $variants ]]; then
+      all=()
+      for v in $variants; do for shape in "${shapes[@]}"; do all+=("$shape --variant $v"); done; done
+      shapes=("${all[@]}")
+    fi ;;
   *) echo "sanitize.sh: unknown family '$family'"; exit 1 ;;
 esac
 

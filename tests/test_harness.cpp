@@ -227,6 +227,17 @@ TEST(LowpTolerance, RowBoundIsTwiceTheLowpErrorPlusOneUlp) {
   EXPECT_EQ(fa::tol::kLowpErrFactor, 2.0);
 }
 
+TEST(LowpTolerance, RowBoundAddsWhatDeltaFromTheGivenOMoves) {
+  // The same two rows; ref_given (delta from the given O) moves row 0 by 0.003 and row 1 by 0.001.
+  const std::vector<double> ref{1.5, -0.5, 0.25, 0.3}, lowp{1.5, -0.502, 0.25, 0.3}, given{1.503, -0.5, 0.25, 0.299};
+  const std::vector<double> b = fa::lowp_row_bounds(ref, lowp, 2, DType::F16, &given);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_NEAR(b[0], 2 * 0.002 + 0x1p-10 + 0.003, 1e-15);
+  EXPECT_NEAR(b[1], 0x1p-12 + 0.001, 1e-15);
+  const std::vector<double> none;  // no given O (a forward, or dV): the bound without the term
+  EXPECT_EQ(fa::lowp_row_bounds(ref, lowp, 2, DType::F16, &none), fa::lowp_row_bounds(ref, lowp, 2, DType::F16));
+}
+
 // ---- attention inputs and sampled references ---------------------------------------------------
 fa::AttnParams attn(int batch, int heads, int seq_q, int seq_k, int d, bool causal, DType t) {
   fa::AttnParams a;
@@ -301,6 +312,58 @@ TEST(AttentionReference, BackwardRowsAreTheRowsOfTheirHeads) {
         EXPECT_TRUE(std::equal(wv.begin(), wv.end(), dv.begin() + t * D)) << "dV row " << k_rows[t];
       }
     }
+  }
+}
+
+// ref_given (fp64 with delta from the given O): with the fp64 O itself given (as floats), it is the
+// fp64 gradient up to that float rounding; with one row of O moved, dQ changes in that row alone
+// and dK in the key rows that row sees; without a given O there is none.
+std::vector<std::size_t> all_rows(std::size_t n) {
+  std::vector<std::size_t> r(n);
+  for (std::size_t i = 0; i < n; ++i) r[i] = i;
+  return r;
+}
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+TEST(AttentionReference, GivenOMovesTheGradientsOnlyThroughDelta) {
+  for (bool causal : {false, true}) {
+    fa::AttnParams a = attn(1, 2, 12, 10, 16, causal, DType::F16);
+    fa::attention::Inputs in = fa::attention::make_inputs(a, true, 11);
+    const std::vector<std::size_t> q_rows = all_rows(fa::attention::rows(a)), k_rows = all_rows(2 * a.seq_k);
+    EXPECT_TRUE(fa::attention::reference_bwd_rows(a, in, q_rows, k_rows).dq_given.empty());
+    const fa::attention::RowRef fwd = fa::attention::reference_rows(a, in, q_rows);
+    in.o.assign(fwd.o.begin(), fwd.o.end());
+    const fa::attention::BwdRowRef same = fa::attention::reference_bwd_rows(a, in, q_rows, k_rows);
+    ASSERT_EQ(same.dq_given.size(), same.dq.size());
+    ASSERT_EQ(same.dk_given.size(), same.dk.size());
+    const double dq_mag = max_abs(same.dq), dk_mag = max_abs(same.dk);  // O's float rounding: ~1e-6 of these
+    for (std::size_t i = 0; i < same.dq.size(); ++i) ASSERT_NEAR(same.dq_given[i], same.dq[i], 1e-5 * dq_mag) << i;
+    for (std::size_t i = 0; i < same.dk.size(); ++i) ASSERT_NEAR(same.dk_given[i], same.dk[i], 1e-5 * dk_mag) << i;
+    const int moved = 5, D = a.head_dim;  // query row 5 of head 0: its O off by 1e-2
+    for (int d = 0; d < D; ++d) in.o[moved * D + d] += 1e-2f;
+    const fa::attention::BwdRowRef r = fa::attention::reference_bwd_rows(a, in, q_rows, k_rows);
+    auto row_diff = [&](const std::vector<double>& x, const std::vector<double>& y, std::size_t row) {
+      double diff = 0;
+      for (int d = 0; d < D; ++d) diff = std::max(diff, std::fabs(x[row * D + d] - y[row * D + d]));
+      return diff;
+    };
+    for (std::size_t row = 0; row < q_rows.size(); ++row) {
+      if (row == std::size_t(moved))
+        EXPECT_GT(row_diff(r.dq_given, r.dq, row), 1e-3 * dq_mag) << "dQ row " << row;
+      else
+        EXPECT_LE(row_diff(r.dq_given, r.dq, row), 1e-5 * dq_mag) << "dQ row " << row;
+    }
+    int changed = 0;
+    for (std::size_t key = 0; key < k_rows.size(); ++key) {
+      if (row_diff(r.dk_given, r.dk, key) <= 1e-5 * dk_mag) continue;
+      ++changed;
+      EXPECT_TRUE(key < std::size_t(a.seq_k) && (!causal || int(key) <= moved)) << "dK row " << key << " moved";
+    }
+    EXPECT_GT(changed, 0);
   }
 }
 
