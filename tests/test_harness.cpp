@@ -222,8 +222,9 @@ TEST(LowpTolerance, RowBoundIsTwiceTheLowpErrorPlusOneUlp) {
   const std::vector<double> ref{1.5, -0.5, 0.25, 0.3}, lowp{1.5, -0.502, 0.25, 0.3};
   const std::vector<double> b = fa::lowp_row_bounds(ref, lowp, 2, DType::F16);
   ASSERT_EQ(b.size(), 2u);
-  EXPECT_DOUBLE_EQ(b[0], 2 * 0.002 + 0x1p-10);  // ulp at 1.5
-  EXPECT_DOUBLE_EQ(b[1], 0x1p-12);              // ulp at 0.3: the floor alone
+  EXPECT_DOUBLE_EQ(b[0], 2 * 0.002 + 0x1p-10 + fa::tol::kUnderflowFloor);  // ulp at 1.5
+  EXPECT_DOUBLE_EQ(b[1], 0x1p-12 + fa::tol::kUnderflowFloor);              // ulp at 0.3: the floors alone
+  EXPECT_EQ(fa::tol::kUnderflowFloor, 0x1p-100);
   EXPECT_EQ(fa::tol::kLowpErrFactor, 2.0);
 }
 
@@ -232,8 +233,8 @@ TEST(LowpTolerance, RowBoundAddsWhatDeltaFromTheGivenOMoves) {
   const std::vector<double> ref{1.5, -0.5, 0.25, 0.3}, lowp{1.5, -0.502, 0.25, 0.3}, given{1.503, -0.5, 0.25, 0.299};
   const std::vector<double> b = fa::lowp_row_bounds(ref, lowp, 2, DType::F16, &given);
   ASSERT_EQ(b.size(), 2u);
-  EXPECT_NEAR(b[0], 2 * 0.002 + 0x1p-10 + 0.003, 1e-15);
-  EXPECT_NEAR(b[1], 0x1p-12 + 0.001, 1e-15);
+  EXPECT_NEAR(b[0], 2 * 0.002 + 0x1p-10 + 0.003 + fa::tol::kUnderflowFloor, 1e-15);
+  EXPECT_NEAR(b[1], 0x1p-12 + 0.001 + fa::tol::kUnderflowFloor, 1e-15);
   const std::vector<double> none;  // no given O (a forward, or dV): the bound without the term
   EXPECT_EQ(fa::lowp_row_bounds(ref, lowp, 2, DType::F16, &none), fa::lowp_row_bounds(ref, lowp, 2, DType::F16));
 }
