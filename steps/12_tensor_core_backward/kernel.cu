@@ -25,17 +25,19 @@
 // dQ_i = scale·Σ_j dS_ij·K_j sums over every key block, which this kernel splits across blocks.
 // Two ways to add it up, both here (AttnParams::variant, `--variant NAME`):
 //
-//   atomic (default)  the dK/dV kernel also writes dSᵀ to shared memory and each warp computes
-//                     dQ for 16 of the tile's queries over the block's 64 keys
-//                       dQ += dS·K     [16 queries, D]   A: dSᵀ tile (ldmatrix.trans)  B: K rows (.trans)
-//                     adding it into an fp32 workspace with atomics (RED.ADD.F32); a last kernel
-//                     scales and converts. The order of the adds varies from run to run, so the
-//                     low bits of dQ do too.
-//   deterministic     a separate dQ kernel over query blocks (step 08's) recomputes S, P, dP and
+//   deterministic     (the default: measured the faster of the two on the H100, see doc 12)
+//                     a separate dQ kernel over query blocks (step 08's) recomputes S, P, dP and
 //                     dS on its own, the forward's way round (queries as M), and owns its dQ rows:
 //                       S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K   no atomics: bitwise identical run to run.
 //                     It costs the recomputation (S and dP twice), and runs beside the dK/dV
 //                     kernel on a second stream.
+//   atomic            the dK/dV kernel also writes dSᵀ to shared memory and each warp computes
+//                     dQ for 16 of the tile's queries over the block's 64 keys
+//                       dQ += dS·K     [16 queries, D]   A: dSᵀ tile (ldmatrix.trans)  B: K rows (.trans)
+//                     adding it into an fp32 workspace with 16-byte atomics (RED.ADD.F32x4); a
+//                     last kernel scales and converts. Five products instead of seven, but every
+//                     (query tile, key block) pair adds a [64, D] fp32 tile into L2. The order of
+//                     the adds varies from run to run, so the low bits of dQ do too.
 //
 // Kernels, in launch order:
 //   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32 (step 08)
@@ -96,7 +98,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 static_assert(BLOCK_M == WARPS * 16, "the dQ kernel: 16 query rows per warp");
 
 // The two ways to produce dQ: AttnParams::variant indexes StepInfo::variants.
-enum Variant { kAtomic = 0, kDeterministic = 1 };
+enum Variant { kDeterministic = 0, kAtomic = 1 };
 
 // Shared memory of the two main kernels (16-bit elements, then fp32 rows).
 template <int D>
@@ -678,7 +680,7 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
                              "Q, K, V, O, dO, dQ, dK and dV");
   if (a.p.variant != kAtomic && a.p.variant != kDeterministic)
     throw fa::UsageError(std::string(info().name) + ": no variant " + std::to_string(a.p.variant) +
-                         " (0: atomic, 1: deterministic)");
+                         " (0: deterministic, 1: atomic)");
   if (!a.workspace)
     throw fa::UsageError(std::string(info().name) + ": the backward needs its workspace (" + info().workspace_note +
                          ")");
@@ -705,7 +707,7 @@ const fa::StepInfo& info() {
     s.attn_bwd = backward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;  // step 11's forward takes the row max on unscaled scores
-    s.variants = {"atomic", "deterministic"};
+    s.variants = {"deterministic", "atomic"};
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note = "delta, batch·heads·seq_q fp32; atomic variant: also dQ_accum, batch·heads·seq_q·head_dim fp32";
     s.default_problem = default_problem;
