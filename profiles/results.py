@@ -545,6 +545,7 @@ BLOCKS = {
                                   "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward"]),
                                   "profile:bwd_banks": bwd_banks_table,
                                   "results:bwd_atomic": bwd_atomic_table},
+    "docs/12_tensor_core_backward.md": {"results:tc_bwd": lambda: tc_bwd_table()},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
@@ -554,6 +555,82 @@ BLOCKS = {
     "docs/02_online_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
                                   "sass:softmax": lambda: sass_table(("step01::", "step02::"))},
 }
+
+
+# ---- the tensor-core backward steps (12-13) against PyTorch's SDPA backward -------------------------
+TC_BWD = ("12_tensor_core_backward",)
+
+
+def bwd_cells(step):
+    """bench.csv -> {(dtype, d, causal, seq): {name: time_ms}} for the bwd and fwd+bwd rows of `step` (each
+    variant: 'step' for its default, 'step [variant]'), step 08 (its interleaved prev) and both SDPA backends."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    out = {}
+    for r in (read_csv(path) if os.path.exists(path) else []):
+        problem, variant = r["problem"], ""
+        m = re.match(r"^(.*) \[([\w-]+)\]$", problem)
+        if m:
+            problem, variant = m.group(1), m.group(2)
+        p = split_problem(problem)
+        if not p or p["mode"] not in ("bwd", "fwd+bwd") or p["dtype"] not in TC_DTYPES:
+            continue
+        cell = out.setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), {})
+        mode = p["mode"]
+        if r["step"] == step:
+            cell[(mode, variant)] = float(r["time_ms"])
+            if not variant and float(r["prev_time_ms"]) > 0:
+                cell[(mode, "prev")] = float(r["prev_time_ms"])
+        elif r["step"] in ("sdpa_flash", "sdpa_cudnn"):
+            cell[(mode, r["step"])] = float(r["time_ms"])
+    return out
+
+
+def tc_bwd_table(step="12_tensor_core_backward", other="atomic"):
+    """Every sweep cell of `step`'s backward: TFLOP/s of its default and its `other` variant, the price of
+    the default against the other (their time ratio), its climb from step 08 and its ratio to SDPA's
+    FlashAttention-2 and cuDNN backward, and fwd+bwd against SDPA-FA2 (forward from step 11)."""
+    cells = bwd_cells(step)
+    if not cells:
+        return f"*No backward rows of {step} in bench.csv yet.*"
+    body, ratios = [], {"flash": [], "cudnn": [], "fb": [], "det": []}
+    for key in sorted(cells, key=lambda k: (TC_DTYPES.index(k[0]), k[1], k[2], k[3])):
+        c = cells[key]
+        dt, d, causal, seq = key
+        mine = c.get(("bwd", ""))
+        if mine is None:
+            continue
+        flops = 2.5 * 4 * 16384 * seq * 2048 / (2 if causal else 1)  # batch·seq = 16384, heads·d = 2048
+
+        def rate(ms):
+            return "-" if ms is None else f"{flops / ms / 1e9:.0f}"
+
+        def ratio(a, b, key=None):  # b's time over a's: a's speed-up over b
+            if a is None or b is None:
+                return "-"
+            if key and seq >= TARGET_MIN_SEQ:
+                ratios[key].append(b / a)
+            return f"{b / a:.2f}×"
+        body.append([dt, str(d), "causal" if causal else "-", str(seq), rate(mine), rate(c.get(("bwd", other))),
+                     ratio(mine, c.get(("bwd", other)), "det"), ratio(mine, c.get(("bwd", "prev"))),
+                     ratio(mine, c.get(("bwd", "sdpa_flash")), "flash"), ratio(mine, c.get(("bwd", "sdpa_cudnn")), "cudnn"),
+                     ratio(c.get(("fwd+bwd", "")), c.get(("fwd+bwd", "sdpa_flash")), "fb")])
+    summary = []
+    for key, what in (("flash", "bwd × SDPA-FA2"), ("cudnn", "bwd × SDPA-cuDNN"),
+                      ("fb", "fwd+bwd × SDPA-FA2"), ("det", f"default × {other}")):
+        v = sorted(ratios[key])
+        if v:
+            summary.append([what, str(len(v)), f"{v[0]:.2f}×", f"{v[len(v) // 2]:.2f}×", f"{v[-1]:.2f}×",
+                            f"{sum(x >= 1.0 for x in v)} of {len(v)}"])
+    return md_table(["dtype", "d", "causal", "seq", f"{step[:2]} TFLOP/s", f"{other} TFLOP/s",
+                     f"default × {other}", "× step 08", "× SDPA-FA2", "× SDPA-cuDNN", "fwd+bwd × SDPA-FA2"], body) + \
+        f"\n\nSeq ≥ {TARGET_MIN_SEQ}:\n\n" + \
+        md_table(["ratio", "cells", "min", "median", "max", "cells ≥ 1.00×"], summary) + \
+        "\n\nBackward TFLOP/s by the FlashAttention convention (2.5 × 4·B·H·S²·d, halved when causal); shapes " \
+        "batch·seq = 16384, heads = 2048/d. \"× y\" is y's time over this step's (above 1: this step is faster); " \
+        "step 08 (fp32, on the same rounded inputs) was timed interleaved in the same process, SDPA in the same " \
+        "run. fwd+bwd: step 11's forward plus this step's backward.\n\n" + source_line(["bench.csv"])
+
+
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
 
 
