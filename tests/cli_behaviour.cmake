@@ -47,12 +47,20 @@ endforeach()
 
 # --help lists only what a step accepts: the fp16/bf16 steps offer no f32, the forward-only steps
 # no --bwd (and refuse it, saying why).
-foreach(step 09_tensor_core_forward 10_swizzle_pipeline_forward 11_tuned_forward)
+foreach(step 09_tensor_core_forward 10_swizzle_pipeline_forward 11_tuned_forward 12_tensor_core_backward)
+  if(NOT TARGET ${step})
+    continue()
+  endif()
   set(exe $<TARGET_FILE:${step}>)
   add_cli_test(${step}.help_dtypes 0 "--dtype S .*[(]f16[|]bf16[)]$" ${exe} --help)
   add_cli_test(${step}.help_no_f32 0 "^f32 not in --help$"
                sh -c "${exe} --help | grep -q f32 && echo 'f32 in --help' || echo 'f32 not in --help'")
+  add_cli_test(${step}.f32_refused 2 "--dtype: 'f32' is not one of: f16, bf16" ${exe} --dtype f32)
 endforeach()
+if(TARGET 12_tensor_core_backward)
+  add_cli_test(12_tensor_core_backward.help_bwd 0 "--bwd +also check and time the backward"
+               $<TARGET_FILE:12_tensor_core_backward> --help)
+endif()
 foreach(step 05_flash_forward 06_causal_stages 09_tensor_core_forward 10_swizzle_pipeline_forward 11_tuned_forward)
   set(exe $<TARGET_FILE:${step}>)
   add_cli_test(${step}.help_no_bwd 0 "^--bwd not in --help$"
@@ -65,8 +73,11 @@ foreach(step 04_naive_attention 07_flash_backward 08_backward_delta_reuse)
   add_cli_test(${step}.help_dtype_f32_only 0 "--dtype S .*[(]f32[)]$" ${exe} --help)
 endforeach()
 
+# run_all lists every built step when --steps names one that is not: the expected list is FA_STEPS
+# itself, so a new step's add_step line needs no edit here.
 set(exe $<TARGET_FILE:run_all>)
-add_cli_test(run_all.unknown_step 2 "--steps: no built step '99' [(]built: 01_safe_softmax, .*11_tuned_forward[)]"
+list(JOIN FA_STEPS ", " _built)
+add_cli_test(run_all.unknown_step 2 "--steps: no built step '99' [(]built: ${_built}[)]"
              ${exe} --steps 01,99)
 add_cli_test(run_all.empty_step 2 "--steps '01,,02': an empty item" ${exe} --steps 01,,02)
 add_cli_test(run_all.repeated_flag 2 "--steps given twice" ${exe} --steps 01 --steps 02)
