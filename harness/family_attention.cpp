@@ -413,7 +413,7 @@ double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, co
   std::vector<double> bound[3];
   std::string sampled[3];
   for (int g = 0; g < 3; ++g) {
-    bound[g] = lowp_row_bounds(*fp64[g], *lowp[g], D, a.dtype, from_o[g]);
+    bound[g] = lowp_row_bounds(*fp64[g], *lowp[g], D, a.dtype, from_o[g], tol::kAttnGradAtolFloor);
     sampled[g] = grad_of_queries(g) ? std::to_string(q_rows.size()) + " of " + std::to_string(rows(a)) + " query rows"
                                     : std::to_string(k_rows.size()) + " key rows of " + std::to_string(heads.size()) +
                                           " of " + n_heads + " heads";

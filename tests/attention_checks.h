@@ -137,9 +137,10 @@ inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& inputs,
   in.o = o;
   r.rows = fa::attention::reference_bwd_rows(s.params(), in, all_indices(s.rows()),
                                              all_indices(std::size_t(s.batch) * s.heads * s.seq_k));
-  r.bound[0] = fa::lowp_row_bounds(r.rows.dq, r.rows.dq_lowp, s.head_dim, s.dtype, &r.rows.dq_given);
-  r.bound[1] = fa::lowp_row_bounds(r.rows.dk, r.rows.dk_lowp, s.head_dim, s.dtype, &r.rows.dk_given);
-  r.bound[2] = fa::lowp_row_bounds(r.rows.dv, r.rows.dv_lowp, s.head_dim, s.dtype);
+  using fa::tol::kAttnGradAtolFloor;  // fp32's cancellation floor (tolerance.h)
+  r.bound[0] = fa::lowp_row_bounds(r.rows.dq, r.rows.dq_lowp, s.head_dim, s.dtype, &r.rows.dq_given, kAttnGradAtolFloor);
+  r.bound[1] = fa::lowp_row_bounds(r.rows.dk, r.rows.dk_lowp, s.head_dim, s.dtype, &r.rows.dk_given, kAttnGradAtolFloor);
+  r.bound[2] = fa::lowp_row_bounds(r.rows.dv, r.rows.dv_lowp, s.head_dim, s.dtype, nullptr, kAttnGradAtolFloor);
   return r;
 }
 

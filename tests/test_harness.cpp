@@ -239,6 +239,18 @@ TEST(LowpTolerance, RowBoundAddsWhatDeltaFromTheGivenOMoves) {
   EXPECT_EQ(fa::lowp_row_bounds(ref, lowp, 2, DType::F16, &none), fa::lowp_row_bounds(ref, lowp, 2, DType::F16));
 }
 
+// Gradients add fp32's cancellation floor to every row: a row that is exactly 0 in both ref and
+// ref_lowp (dP = delta with one visible key) gets a bound of that floor, not of ~0.
+TEST(LowpTolerance, GradientRowBoundHasTheFp32CancellationFloor) {
+  const std::vector<double> ref{0, 0, 1.5, -0.5}, lowp{0, 0, 1.5, -0.502};
+  const std::vector<double> plain = fa::lowp_row_bounds(ref, lowp, 2, DType::BF16),
+                            grad = fa::lowp_row_bounds(ref, lowp, 2, DType::BF16, nullptr, fa::tol::kAttnGradAtolFloor);
+  ASSERT_EQ(grad.size(), 2u);
+  EXPECT_LT(plain[0], 1e-20);
+  EXPECT_EQ(grad[0], plain[0] + fa::tol::kAttnGradAtolFloor);
+  EXPECT_EQ(grad[1], plain[1] + fa::tol::kAttnGradAtolFloor);
+}
+
 // ---- attention inputs and sampled references ---------------------------------------------------
 fa::AttnParams attn(int batch, int heads, int seq_q, int seq_k, int d, bool causal, DType t) {
   fa::AttnParams a;

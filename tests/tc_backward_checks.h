@@ -1,0 +1,175 @@
+// tc_backward_checks.h: the checks every fp16/bf16 backward step with the two ways of producing dQ
+// (StepInfo::variants "deterministic" and "atomic"; steps 12 and 13) runs, each in a given variant,
+// so that a step's test file says which step it tests, against which previous step, and what is
+// particular to it. Tolerances: the per-row low-precision rule of harness/tolerance.h (dQ per query
+// row, dK and dV per key row: 2·max|ref_lowp − ref| + 1 ulp, plus what delta from the given 16-bit
+// O alone moves), applied by attention_checks.h.
+#pragma once
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tensor_core_checks.h"
+
+namespace tc_backward_checks {
+using namespace tensor_core_checks;
+constexpr int kDeterministic = 0, kAtomic = 1;  // AttnParams::variant: indexes StepInfo::variants
+constexpr int kVariants[] = {kDeterministic, kAtomic};
+
+inline fa::AttnParams params(const Shape& s, int variant) {
+  fa::AttnParams p = s.params();
+  p.variant = variant;
+  return p;
+}
+
+// A step's forward and backward in one variant, every output NaN-poisoned first.
+inline Outputs run_variant(const fa::StepInfo& step, const Shape& s, const Inputs& in, int variant) {
+  fa::attention::Run r(step, params(s, variant), true, in);
+  return fa::attention::run_checked(r, true);
+}
+
+inline std::string trace(const fa::StepInfo& step, std::uint64_t seed, int variant) {
+  return "seed " + std::to_string(seed) + ", variant " + step.variants.at(variant);
+}
+
+// Against the previous step on the same (rounded) inputs: in fp32 if it has no fp16/bf16 path (step
+// 08), else in the same dtype and, if it has variants, the same one. O and LSE (the forward) and dQ,
+// dK, dV, with the bounds of the fp64 reference and ref_lowp of every row.
+inline void expect_matches_prev(const fa::StepInfo& step, const fa::StepInfo& prev, const Shape& s, int variant) {
+  const std::uint64_t seed = fa::fresh_seed();
+  SCOPED_TRACE(trace(step, seed, variant));
+  const Inputs in = random_inputs(s, seed);
+  Shape ps = s;
+  if (!fa::step_supports(prev, s.problem()).empty()) ps.dtype = fa::DType::F32;
+  ASSERT_EQ(fa::step_supports(prev, ps.problem()), "") << prev.name << " runs neither " << s.str() << " nor in fp32";
+  const Outputs want = prev.variants.empty() ? run(prev, ps, in, true) : run_variant(prev, ps, in, variant);
+  const Outputs got = run_variant(step, s, in, variant);
+  const std::string what = std::string(prev.name) + (ps.dtype != s.dtype ? " (fp32 on the same rounded inputs)" : "");
+  expect_close_lowp(got, want.o, want.lse, lowp_reference(s, in), s, what);
+  expect_close_lowp_grads(got, want, lowp_bwd_reference(s, in, got.o), s, what);
+}
+
+// Against fp64 on fresh inputs.
+inline void expect_matches_fp64(const fa::StepInfo& step, const Shape& s, int variant) {
+  const std::uint64_t seed = fa::fresh_seed();
+  SCOPED_TRACE(trace(step, seed, variant));
+  const Inputs in = random_inputs(s, seed);
+  expect_close_lowp_to_fp64(run_variant(step, s, in, variant), s, in, true, "fp64");
+}
+
+// Realistic shapes, causal and not; seq_q ≠ seq_k both ways (multiples of neither tile).
+inline void matches_prev_on_realistic_shapes(const fa::StepInfo& step, const fa::StepInfo& prev, int variant) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) expect_matches_prev(step, prev, {2, 4, 1024, 1024, d, causal, 0, t}, variant);
+}
+inline void matches_prev_when_seq_q_differs_from_seq_k(const fa::StepInfo& step, const fa::StepInfo& prev,
+                                                       int variant) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (bool causal : {false, true})
+        for (auto [sq, sk] : {std::pair{1000, 999}, std::pair{300, 1000}, std::pair{1000, 300}})
+          expect_matches_prev(step, prev, {1, 3, sq, sk, d, causal, 0, t}, variant);
+}
+
+// The edge shapes of attention_checks.h and zero-padded head dims with a scale other than 1/sqrt(d).
+inline void matches_fp64_on_edge_shapes(const fa::StepInfo& step, int variant) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (Shape s : edge_shapes(d)) {
+        s.dtype = t;
+        expect_matches_fp64(step, s, variant);
+      }
+}
+inline void matches_fp64_with_padded_head_dims(const fa::StepInfo& step, int variant) {
+  for (fa::DType t : kTypes)
+    for (const Shape& s : {Shape{1, 2, 50, 70, 40, true, 0.3, t}, Shape{2, 1, 33, 33, 8, false, 0, t},
+                           Shape{1, 2, 130, 90, 96, true, 0, t}, Shape{1, 2, 90, 130, 96, false, 0, t}})
+      expect_matches_fp64(step, s, variant);
+}
+
+// A row whose LSE is −inf sees no key (made by hand, as in attention_checks.h): its dQ row is
+// exactly 0, nothing is NaN, and dK, dV match the fp64 backward with that row's dO set to 0, with
+// the per-row bounds.
+inline void expect_row_without_keys_gets_no_gradient(const fa::StepInfo& step, const Shape& s, int row, int variant) {
+  const std::uint64_t seed = fa::fresh_seed();
+  SCOPED_TRACE(trace(step, seed, variant) + ", row " + std::to_string(row) + " without keys, " + s.str());
+  Inputs in = random_inputs(s, seed);
+  fa::attention::Run d(step, params(s, variant), true, in);
+  d.checked_forward();
+  std::vector<float> O = d.o.download(), L = d.lse.download();
+  L[row] = -INFINITY;
+  std::fill(O.begin() + std::size_t(row) * s.head_dim, O.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
+  d.o.upload(O), d.lse.upload(L);
+  d.checked_backward();
+  Outputs got;
+  got.dq = d.dq.download(), got.dk = d.dk.download(), got.dv = d.dv.download();
+  for (int i = 0; i < s.head_dim; ++i)
+    EXPECT_EQ(got.dq[std::size_t(row) * s.head_dim + i], 0.f) << "dQ of the row without keys, column " << i;
+  std::fill(in.dout.begin() + std::size_t(row) * s.head_dim, in.dout.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
+  const LowpBwdReference grads = lowp_bwd_reference(s, in, O);
+  expect_close_lowp_grads(got, grads.rows, grads, s, "fp64 with the row's dO = 0");  // NaN fails it
+}
+inline void row_without_visible_keys_gets_no_gradient(const fa::StepInfo& step, int variant) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128}) {
+      expect_row_without_keys_gets_no_gradient(step, {1, 2, 130, 150, d, true, 0, t}, 70, variant);
+      expect_row_without_keys_gets_no_gradient(step, {1, 2, 130, 150, d, false, 0, t}, 0, variant);
+    }
+}
+
+// The deterministic variant has no atomics: two backward runs on the same forward give the same
+// bits (every output NaN-poisoned before each run). Shapes with many key blocks per query row, so
+// that an atomic order would have room to vary.
+inline void deterministic_variant_is_bitwise_reproducible(const fa::StepInfo& step) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (const Shape& s : {Shape{2, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 1024, 1024, d, true, 0, t}}) {
+        const std::uint64_t seed = fa::fresh_seed();
+        SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
+        fa::attention::Run r(step, params(s, kDeterministic), true, random_inputs(s, seed));
+        r.checked_forward();
+        r.checked_backward();
+        const std::vector<float> dq = r.dq.download(), dk = r.dk.download(), dv = r.dv.download();
+        for (int rep = 0; rep < 3; ++rep) {
+          r.checked_backward();
+          for (auto [name, a, b] : {std::tuple{"dQ", r.dq.download(), &dq}, std::tuple{"dK", r.dk.download(), &dk},
+                                    std::tuple{"dV", r.dv.download(), &dv}}) {
+            ASSERT_EQ(a.size(), b->size());
+            EXPECT_EQ(std::memcmp(a.data(), b->data(), a.size() * sizeof(float)), 0)
+                << name << " differs between two runs of the deterministic variant";
+          }
+        }
+      }
+}
+
+// The workspace: delta (one float per query row); the atomic variant also its fp32 dQ accumulator.
+inline void workspace_is_delta_plus_the_atomic_accumulator(const fa::StepInfo& step) {
+  fa::AttnParams p;
+  p.batch = 8, p.heads = 32, p.seq_q = 2048, p.seq_k = 4096, p.head_dim = 64, p.dtype = fa::DType::F16;
+  ASSERT_NE(step.bwd_workspace_bytes, nullptr);
+  p.variant = kDeterministic;
+  EXPECT_EQ(step.bwd_workspace_bytes(p), 8ull * 32 * 2048 * 4);
+  p.variant = kAtomic;
+  EXPECT_EQ(step.bwd_workspace_bytes(p), 8ull * 32 * 2048 * 4 * (1 + 64));
+}
+
+// fp32, head dims above 128 or not a multiple of 8, with and without the backward.
+inline void refuses_what_it_cannot_run_backward(const fa::StepInfo& step) {
+  refuses_what_it_cannot_run(step);
+  fa::Problem pr;
+  pr.family = fa::Family::Attention;
+  pr.backward = true;
+  pr.attn.dtype = fa::DType::F16;
+  EXPECT_EQ(fa::step_supports(step, pr), "");
+  for (int d : {60, 136}) {
+    pr.attn.head_dim = d;
+    EXPECT_NE(fa::step_supports(step, pr), "") << "head_dim " << d;
+  }
+  pr.attn.head_dim = 64, pr.attn.dtype = fa::DType::F32;
+  EXPECT_NE(fa::step_supports(step, pr), "") << "fp32";
+}
+
+}  // namespace tc_backward_checks
