@@ -15,8 +15,15 @@
 
 namespace tc_backward_checks {
 using namespace tensor_core_checks;
-constexpr int kDeterministic = 0, kAtomic = 1;  // AttnParams::variant: indexes StepInfo::variants
-constexpr int kVariants[] = {kDeterministic, kAtomic};
+constexpr int kVariants[] = {0, 1};  // AttnParams::variant indexes StepInfo::variants (the default first)
+
+// The index of the variant named `name` in `step`'s list (which one is the default differs by step).
+inline int variant_of(const fa::StepInfo& step, const std::string& name) {
+  for (std::size_t i = 0; i < step.variants.size(); ++i)
+    if (step.variants[i] == name) return int(i);
+  ADD_FAILURE() << step.name << " has no variant '" << name << "'";
+  return 0;
+}
 
 inline fa::AttnParams params(const Shape& s, int variant) {
   fa::AttnParams p = s.params();
@@ -35,7 +42,7 @@ inline std::string trace(const fa::StepInfo& step, std::uint64_t seed, int varia
 }
 
 // Against the previous step on the same (rounded) inputs: in fp32 if it has no fp16/bf16 path (step
-// 08), else in the same dtype and, if it has variants, the same one. O and LSE (the forward) and dQ,
+// 08), else in the same dtype and, if it has variants, the one of the same name. O and LSE (the forward) and dQ,
 // dK, dV, with the bounds of the fp64 reference and ref_lowp of every row.
 inline void expect_matches_prev(const fa::StepInfo& step, const fa::StepInfo& prev, const Shape& s, int variant) {
   const std::uint64_t seed = fa::fresh_seed();
@@ -44,7 +51,8 @@ inline void expect_matches_prev(const fa::StepInfo& step, const fa::StepInfo& pr
   Shape ps = s;
   if (!fa::step_supports(prev, s.problem()).empty()) ps.dtype = fa::DType::F32;
   ASSERT_EQ(fa::step_supports(prev, ps.problem()), "") << prev.name << " runs neither " << s.str() << " nor in fp32";
-  const Outputs want = prev.variants.empty() ? run(prev, ps, in, true) : run_variant(prev, ps, in, variant);
+  const Outputs want = prev.variants.empty() ? run(prev, ps, in, true)
+                                             : run_variant(prev, ps, in, variant_of(prev, step.variants.at(variant)));
   const Outputs got = run_variant(step, s, in, variant);
   const std::string what = std::string(prev.name) + (ps.dtype != s.dtype ? " (fp32 on the same rounded inputs)" : "");
   expect_close_lowp(got, want.o, want.lse, lowp_reference(s, in), s, what);
@@ -129,7 +137,7 @@ inline void deterministic_variant_is_bitwise_reproducible(const fa::StepInfo& st
       for (const Shape& s : {Shape{2, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 1024, 1024, d, true, 0, t}}) {
         const std::uint64_t seed = fa::fresh_seed();
         SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
-        fa::attention::Run r(step, params(s, kDeterministic), true, random_inputs(s, seed));
+        fa::attention::Run r(step, params(s, variant_of(step, "deterministic")), true, random_inputs(s, seed));
         r.checked_forward();
         r.checked_backward();
         const std::vector<float> dq = r.dq.download(), dk = r.dk.download(), dv = r.dv.download();
@@ -150,9 +158,9 @@ inline void workspace_is_delta_plus_the_atomic_accumulator(const fa::StepInfo& s
   fa::AttnParams p;
   p.batch = 8, p.heads = 32, p.seq_q = 2048, p.seq_k = 4096, p.head_dim = 64, p.dtype = fa::DType::F16;
   ASSERT_NE(step.bwd_workspace_bytes, nullptr);
-  p.variant = kDeterministic;
+  p.variant = variant_of(step, "deterministic");
   EXPECT_EQ(step.bwd_workspace_bytes(p), 8ull * 32 * 2048 * 4);
-  p.variant = kAtomic;
+  p.variant = variant_of(step, "atomic");
   EXPECT_EQ(step.bwd_workspace_bytes(p), 8ull * 32 * 2048 * 4 * (1 + 64));
 }
 
