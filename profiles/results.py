@@ -546,6 +546,8 @@ BLOCKS = {
                                   "profile:bwd_banks": bwd_banks_table,
                                   "results:bwd_atomic": bwd_atomic_table},
     "docs/12_tensor_core_backward.md": {"results:tc_bwd": lambda: tc_bwd_table()},
+    "docs/13_tuned_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("13_tuned_backward", "deterministic",
+                                                                         "step 12", other_vs_sdpa=True)},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
@@ -558,7 +560,7 @@ BLOCKS = {
 
 
 # ---- the tensor-core backward steps (12-13) against PyTorch's SDPA backward -------------------------
-TC_BWD = ("12_tensor_core_backward",)
+TC_BWD = ("12_tensor_core_backward", "13_tuned_backward")
 
 
 def bwd_cells(step):
@@ -585,14 +587,15 @@ def bwd_cells(step):
     return out
 
 
-def tc_bwd_table(step="12_tensor_core_backward", other="atomic"):
+def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08", other_vs_sdpa=False):
     """Every sweep cell of `step`'s backward: TFLOP/s of its default and its `other` variant, the price of
-    the default against the other (their time ratio), its climb from step 08 and its ratio to SDPA's
-    FlashAttention-2 and cuDNN backward, and fwd+bwd against SDPA-FA2 (forward from step 11)."""
+    the default against the other (their time ratio), its climb from `prev` (the step it is checked
+    against, timed interleaved) and its ratio to SDPA's FlashAttention-2 and cuDNN backward (with
+    `other_vs_sdpa`, the other variant's too), and fwd+bwd against SDPA-FA2 (forward from step 11)."""
     cells = bwd_cells(step)
     if not cells:
         return f"*No backward rows of {step} in bench.csv yet.*"
-    body, ratios = [], {"flash": [], "cudnn": [], "fb": [], "det": []}
+    body, ratios = [], {"flash": [], "other_flash": [], "cudnn": [], "fb": [], "det": []}
     for key in sorted(cells, key=lambda k: (TC_DTYPES.index(k[0]), k[1], k[2], k[3])):
         c = cells[key]
         dt, d, causal, seq = key
@@ -610,25 +613,31 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic"):
             if key and seq >= TARGET_MIN_SEQ:
                 ratios[key].append(b / a)
             return f"{b / a:.2f}×"
-        body.append([dt, str(d), "causal" if causal else "-", str(seq), rate(mine), rate(c.get(("bwd", other))),
-                     ratio(mine, c.get(("bwd", other)), "det"), ratio(mine, c.get(("bwd", "prev"))),
-                     ratio(mine, c.get(("bwd", "sdpa_flash")), "flash"), ratio(mine, c.get(("bwd", "sdpa_cudnn")), "cudnn"),
-                     ratio(c.get(("fwd+bwd", "")), c.get(("fwd+bwd", "sdpa_flash")), "fb")])
+        row = [dt, str(d), "causal" if causal else "-", str(seq), rate(mine), rate(c.get(("bwd", other))),
+               ratio(mine, c.get(("bwd", other)), "det"), ratio(mine, c.get(("bwd", "prev"))),
+               ratio(mine, c.get(("bwd", "sdpa_flash")), "flash")]
+        if other_vs_sdpa:
+            row.append(ratio(c.get(("bwd", other)), c.get(("bwd", "sdpa_flash")), "other_flash"))
+        body.append(row + [ratio(mine, c.get(("bwd", "sdpa_cudnn")), "cudnn"),
+                           ratio(c.get(("fwd+bwd", "")), c.get(("fwd+bwd", "sdpa_flash")), "fb")])
     summary = []
-    for key, what in (("flash", "bwd × SDPA-FA2"), ("cudnn", "bwd × SDPA-cuDNN"),
-                      ("fb", "fwd+bwd × SDPA-FA2"), ("det", f"default × {other}")):
+    for key, what in (("flash", "bwd × SDPA-FA2"), ("other_flash", f"{other} bwd × SDPA-FA2"),
+                      ("cudnn", "bwd × SDPA-cuDNN"), ("fb", "fwd+bwd × SDPA-FA2"), ("det", f"default × {other}")):
         v = sorted(ratios[key])
         if v:
             summary.append([what, str(len(v)), f"{v[0]:.2f}×", f"{v[len(v) // 2]:.2f}×", f"{v[-1]:.2f}×",
                             f"{sum(x >= 1.0 for x in v)} of {len(v)}"])
-    return md_table(["dtype", "d", "causal", "seq", f"{step[:2]} TFLOP/s", f"{other} TFLOP/s",
-                     f"default × {other}", "× step 08", "× SDPA-FA2", "× SDPA-cuDNN", "fwd+bwd × SDPA-FA2"], body) + \
+    head = ["dtype", "d", "causal", "seq", f"{step[:2]} TFLOP/s", f"{other} TFLOP/s", f"default × {other}",
+            f"× {prev}", "× SDPA-FA2"] + ([f"{other} × SDPA-FA2"] if other_vs_sdpa else []) + \
+        ["× SDPA-cuDNN", "fwd+bwd × SDPA-FA2"]
+    return md_table(head, body) + \
         f"\n\nSeq ≥ {TARGET_MIN_SEQ}:\n\n" + \
         md_table(["ratio", "cells", "min", "median", "max", "cells ≥ 1.00×"], summary) + \
         "\n\nBackward TFLOP/s by the FlashAttention convention (2.5 × 4·B·H·S²·d, halved when causal); shapes " \
-        "batch·seq = 16384, heads = 2048/d. \"× y\" is y's time over this step's (above 1: this step is faster); " \
-        "step 08 (fp32, on the same rounded inputs) was timed interleaved in the same process, SDPA in the same " \
-        "run. fwd+bwd: step 11's forward plus this step's backward.\n\n" + source_line(["bench.csv"])
+        "batch·seq = 16384, heads = 2048/d. \"× y\" is y's time over this step's default variant's (above 1: " \
+        f"this step is faster); {prev} ({'fp32, on the same rounded inputs' if prev == 'step 08' else 'its default variant'}) " \
+        "was timed interleaved in the same process, SDPA in the same run. fwd+bwd: step 11's forward plus this " \
+        "step's backward.\n\n" + source_line(["bench.csv"])
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
