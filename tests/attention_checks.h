@@ -256,21 +256,30 @@ inline void expect_matches_golden(const fa::StepInfo& step, bool backward, fa::D
 }
 
 // A row whose LSE is -inf sees no key (impossible with top-left causal masks and seq_k >= 1, so the
-// test makes one by hand): it attends to nothing, gets no gradient and gives none to K and V, and
-// nothing may turn NaN. The step's backward, on its forward's outputs with that row's LSE set to
-// -inf and its O row to 0, must match the fp64 backward with that row's dO set to 0.
+// test makes one by hand). Runs the forward of `d`, sets query row `row`'s LSE to -inf and its O row
+// to 0, runs the backward on that, and returns the O it was given; `dout` gets that row set to 0,
+// which is what the row contributes to an exact backward: nothing.
+inline std::vector<float> backward_with_a_row_without_keys(fa::attention::Run& d, std::vector<float>& dout, int row,
+                                                           int head_dim) {
+  d.checked_forward();
+  std::vector<float> O = d.o.download(), L = d.lse.download();
+  L[row] = -INFINITY;
+  const std::size_t from = std::size_t(row) * head_dim, to = from + head_dim;
+  std::fill(O.begin() + from, O.begin() + to, 0.f);
+  d.o.upload(O), d.lse.upload(L);
+  d.checked_backward();
+  std::fill(dout.begin() + from, dout.begin() + to, 0.f);
+  return O;
+}
+
+// Such a row attends to nothing, gets no gradient and gives none to K and V, and nothing may turn
+// NaN: the step's backward must match the fp64 backward with that row's dO set to 0.
 inline void expect_row_without_keys_gets_no_gradient(const fa::StepInfo& step, const Shape& s, int row) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + ", row " + std::to_string(row) + " without keys, " + s.str());
   Inputs in = random_inputs(s, seed);
   fa::attention::Run d(step, s.params(), true, in);
-  d.checked_forward();
-  std::vector<float> O = d.o.download(), L = d.lse.download();
-  L[row] = -INFINITY;
-  std::fill(O.begin() + std::size_t(row) * s.head_dim, O.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
-  d.o.upload(O), d.lse.upload(L);
-  d.checked_backward();
-  std::fill(in.dout.begin() + std::size_t(row) * s.head_dim, in.dout.begin() + std::size_t(row + 1) * s.head_dim, 0.f);
+  backward_with_a_row_without_keys(d, in.dout, row, s.head_dim);
   const Reference want = reference(s, in, true);
   using namespace fa::tol;
   for (auto [name, got, w] : {std::tuple{"dQ", d.dq.download(), &want.dq}, std::tuple{"dK", d.dk.download(), &want.dk},
