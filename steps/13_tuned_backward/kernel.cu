@@ -88,20 +88,28 @@ constexpr float kLog2e = 1.4426950408889634f;
 // The two ways to produce dQ: AttnParams::variant indexes StepInfo::variants.
 enum Variant { kAtomic = 0, kDeterministic = 1 };  // the default first: atomic, measured the faster here
 
-// A compiled instance (the autotuner's candidates, bottom of the file): head_dim instance D and
-// WARPS warps per block. Each warp owns 16 rows for the whole kernel, so a block owns ROWS = 16·WARPS
-// keys (dK/dV kernel) or queries (dQ kernel) and walks 64-row tiles of the other side. 8 warps:
-// every Q and dO tile a dK/dV block loads (and, atomic, every dQ tile it adds) serves 128 keys
-// instead of 64, half the L2 reads and half the atomics per FLOP; per thread nothing changes.
-template <int D_, int WARPS_>
+// A compiled instance (the autotuner's candidates, bottom of the file): head_dim instance D, the
+// query tile BLOCK_M a key block of BLOCK_N = 128 keys walks, and the warps of the deterministic
+// dQ kernel. The dK/dV kernel has 8 warps, tiled 2-D in each of its three phases (its banner).
+template <int D_, int BLOCK_M_, int DQ_WARPS_>
 struct Config {
-  static constexpr int D = D_, WARPS = WARPS_, THREADS = WARPS * kWarp, ROWS = 16 * WARPS;
-  // dK/dV: K, V [ROWS, D]; Q[2], dO[2] [64, D]; dSᵀ [ROWS, 64]; then LSE[2], delta[2] [64] fp32.
-  static constexpr std::size_t DKDV_BYTES = 2 * (2 * ROWS * D + 4 * kTile * D + ROWS * kTile) + 4 * 4 * kTile;
-  // dQ: Q, dO [ROWS, D]; K[2], V[2] [64, D].
-  static constexpr std::size_t DQ_BYTES = 2 * (2 * ROWS * D + 4 * kTile * D);
+  static constexpr int D = D_, WARPS = 8, THREADS = WARPS * kWarp, BLOCK_N = 128, BLOCK_M = BLOCK_M_;
+  // The warp tiles of the dK/dV kernel: Sᵀ and dPᵀ 4 × 2, dK and dV 4 × 2, dQ 2 × 4.
+  static constexpr int S_KEYS = BLOCK_N / 4, S_QUERIES = BLOCK_M / 2;  // [32, 32] or [32, 64]
+  static constexpr int KV_KEYS = BLOCK_N / 4, KV_DIMS = D / 2;         // [32, 32] or [32, 64]
+  static constexpr int Q_QUERIES = BLOCK_M / 2, Q_DIMS = D / 4;        // [32, 16], [32, 32], [64, 16]
+  // The dQ kernel (deterministic variant): step 12's, each warp owning 16 queries.
+  static constexpr int DQ_WARPS = DQ_WARPS_, DQ_THREADS = DQ_WARPS * kWarp, DQ_ROWS = 16 * DQ_WARPS;
+  // dK/dV: K, V [BLOCK_N, D]; Q[2], dO[2] [BLOCK_M, D]; Pᵀ, dSᵀ [BLOCK_N, BLOCK_M]; LSE[2], delta[2] [BLOCK_M] fp32.
+  static constexpr std::size_t DKDV_BYTES =
+      2 * (2 * BLOCK_N * D + 4 * BLOCK_M * D + 2 * BLOCK_N * BLOCK_M) + 4 * 4 * BLOCK_M;
+  // dQ: Q, dO [DQ_ROWS, D]; K[2], V[2] [64, D].
+  static constexpr std::size_t DQ_BYTES = 2 * (2 * DQ_ROWS * D + 4 * kTile * D);
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
-  static_assert(WARPS == 4 || WARPS == 8, "atomic dQ products: 4 groups of 16 queries × WARPS/4 parts of head_dim");
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "query tiles of 64 or 128 (swizzled rows of >= 8 chunks)");
+  static_assert(Q_DIMS % 16 == 0 && S_QUERIES % 16 == 0, "whole ldmatrix_x4 tiles in every phase");
+  static_assert(2 * BLOCK_M <= THREADS, "one thread per query for the LSE and the delta of a tile");
+  static_assert(DQ_WARPS == 4 || DQ_WARPS == 8, "dQ kernel: 4 or 8 warps of 16 queries");
   static_assert(DKDV_BYTES <= 227 * 1024 && DQ_BYTES <= 227 * 1024, "an sm_90 block's shared memory");
 };
 
@@ -143,6 +151,14 @@ __device__ __forceinline__ float lse_log2(const float* __restrict__ lse, int row
   return l == -INFINITY ? INFINITY : l * kLog2e;
 }
 
+// The element offset, in a swizzled tile, of chunk pair m0 + i of a lane's row (its chunks 2(m0 + i)
+// and 2(m0 + i) + 1 hold 16 elements), from `at`, the lane's offset at pair m0 (its chunk 2·m0 + x,
+// x = 0 or 1). swz XORs a chunk's low three bits with the row's, so moving i pairs flips bits 4-5
+// of the offset and every 4 pairs add 64 elements: one LOP3 and an immediate, where swz costs about
+// five instructions per address. Exact when m0 is a multiple of the number of pairs the lane walks
+// (a power of two), i.e. m0 % 4 and i share no bits, or m0 % 4 = 0.
+__device__ __forceinline__ int pair_at(int at, int i) { return (at ^ ((i & 3) << 4)) + ((i >> 2) << 6); }
+
 // ---- delta = rowsum(dO ∘ O), once --------------------------------------------------------------------
 // One warp per row: each lane reads 16-byte chunks (8 elements) of dO and O, fp32 products and sums.
 constexpr int kDeltaThreads = 256;
@@ -168,23 +184,34 @@ __global__ void __launch_bounds__(kDeltaThreads)
 }
 
 // ---- the dK/dV kernel: one key block, every query tile that sees it ----------------------------------------
-// grid (key blocks of C::ROWS, batch·heads); block C::THREADS. T: __half or __nv_bfloat16. C::D:
-// head_dim padded up to the instance. ATOMIC_DQ: also add this block's share of dQ into dq_accum
-// (fp32, [rows, head_dim]).
+// grid (key blocks of C::BLOCK_N, batch·heads); block C::THREADS (8 warps). T: __half or
+// __nv_bfloat16. C::D: head_dim padded up to the instance. ATOMIC_DQ: also add this block's share
+// of dQ into dq_accum (fp32, [rows, head_dim]).
+//
+// Per query tile, three phases, each with its own 2-D tiling of the 8 warps (Config):
+//   1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ   [BLOCK_N keys, BLOCK_M queries]  4 × 2 warps of [S_KEYS, S_QUERIES]
+//      Pᵀ and dSᵀ -> shared memory (fp16/bf16, rows = keys)                       __syncthreads
+//   2. dV += Pᵀ·dO, dK += dSᵀ·Q     [BLOCK_N keys, D]               4 × 2 warps of [KV_KEYS, KV_DIMS]
+//   3. dQ  = dS·K  (atomic only)    [BLOCK_M queries, D]            2 × 4 warps of [Q_QUERIES, Q_DIMS]
+// Why faster than step 12's warps of 16 rows: a warp's [m, n] tile of a product reads m + n
+// operand rows from shared memory for 2·m·n·k FLOPs. Step 12's [16, 64] tiles do 12.8 FLOP per
+// byte read, below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and
+// clock) ahead of shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21.
 template <class T, class C, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(C::THREADS)
     backward_dkdv(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
                   const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
                   T* __restrict__ dv, float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim, float scale,
                   bool causal) {
-  constexpr int D = C::D, WARPS = C::WARPS, THREADS = C::THREADS, BLOCK_N = C::ROWS, BLOCK_M = kTile;  // step 12's names
+  constexpr int D = C::D, THREADS = C::THREADS, BLOCK_N = C::BLOCK_N, BLOCK_M = C::BLOCK_M;
   const float sl2 = scale * kLog2e;    // P = 2^(s·sl2 − LSE·log2e): one FFMA and one EX2 per element
   extern __shared__ uint4 smem[];      // uint4: 16-byte alignment for ldmatrix and cp.async
   T* Ks = reinterpret_cast<T*>(smem);  // [BLOCK_N, D] swizzled, this block's keys (whole kernel)
   T* Vs = Ks + BLOCK_N * D;            // [BLOCK_N, D] swizzled, this block's values (whole kernel)
   T* Qs = Vs + BLOCK_N * D;            // [2][BLOCK_M, D] swizzled: this query tile and the next
   T* dOs = Qs + 2 * BLOCK_M * D;       // [2][BLOCK_M, D] swizzled
-  T* dSt = dOs + 2 * BLOCK_M * D;      // [BLOCK_N, BLOCK_M] swizzled: dSᵀ (ATOMIC_DQ only)
+  T* Pt = dOs + 2 * BLOCK_M * D;       // [BLOCK_N, BLOCK_M] swizzled: Pᵀ
+  T* dSt = Pt + BLOCK_N * BLOCK_M;     // [BLOCK_N, BLOCK_M] swizzled: dSᵀ
   float* lse_s = reinterpret_cast<float*>(dSt + BLOCK_N * BLOCK_M);  // [2][BLOCK_M] LSE·log2e (+inf: P = 0)
   float* delta_s = lse_s + 2 * BLOCK_M;                              // [2][BLOCK_M]
 
@@ -195,7 +222,22 @@ __global__ void __launch_bounds__(C::THREADS)
   if constexpr (ATOMIC_DQ) dq_accum += bh * seq_q * head_dim;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
-  const int w0 = warp * 16;               // this warp's first key in the block
+  // This warp's tile in each phase: first key / query / dim.
+  const int sk0 = warp % 4 * C::S_KEYS, sq0 = warp / 4 * C::S_QUERIES;  // phase 1
+  const int vk0 = warp % 4 * C::KV_KEYS, vd0 = warp / 4 * C::KV_DIMS;   // phase 2
+  const int qq0 = warp % 2 * C::Q_QUERIES, qd0 = warp / 2 * C::Q_DIMS;  // phase 3
+  constexpr int SM = C::S_KEYS / 16, SN = C::S_QUERIES / 8;   // phase 1: m-tiles of 16 keys, n-tiles of 8 queries
+  constexpr int VM = C::KV_KEYS / 16, VN = C::KV_DIMS / 16;   // phase 2: m-tiles of 16 keys, 16-dim slices
+  constexpr int QM = C::Q_QUERIES / 16, QN = C::Q_DIMS / 16;  // phase 3: m-tiles of 16 queries, 16-dim slices
+  // Each lane's offsets, in the tile it reads, of its first row and chunk pair in every product; the
+  // other addresses are pair_at of these plus whole steps of 16 rows (the swizzle repeats every 8).
+  const int o_s_a = swz<D>(sk0 + lane % 16, lane / 16);                                // Sᵀ, dPᵀ: A = K, V
+  const int o_s_b = swz<D>(sq0 + lane % 8 + lane / 16 * 8, lane / 8 % 2);              // Sᵀ, dPᵀ: B = Q, dO
+  const int o_kv_a = swz<BLOCK_M>(vk0 + lane % 16, lane / 16);                         // dV, dK: A = Pᵀ, dSᵀ
+  const int o_kv_b = swz<D>(lane % 8 + lane / 8 % 2 * 8, vd0 / 8 + lane / 16);         // dV, dK: B = dO, Q
+  const int o_q_a = swz<BLOCK_M>(lane % 8 + lane / 16 * 8, qq0 / 8 + lane / 8 % 2);    // dQ: A = dSᵀ
+  const int o_q_b = swz<D>(lane % 8 + lane / 8 % 2 * 8, qd0 / 8 + lane / 16);          // dQ: B = K
+  const int o_st = swz<BLOCK_M>(sk0 + g, sq0 / 8) + 2 * t4;  // Pᵀ, dSᵀ stores: chunk sq0/8 + j is o_st ^ 8j
 
   // The query tiles that see this key block (step 08). Causal: tiles before t_begin (every query
   // < n0) see nothing; tiles from t_full on (first query >= the block's last key) see every key.
@@ -207,8 +249,8 @@ __global__ void __launch_bounds__(C::THREADS)
   const bool ragged = n0 + BLOCK_N > seq_k;
   // The order the tiles are visited in: the masked ones first (the diagonal, or all of them in a
   // ragged block), then the unmasked ones. Atomic: key block b starts its unmasked tiles at the
-  // b-th (mod their count) and wraps around, so the blocks of a head add into different dQ tiles
-  // at any moment instead of all into the same one (contention on the same L2 lines).
+  // b-th (mod their count) and wraps around, so that the blocks of a head add into different dQ
+  // tiles at any moment instead of all into the same one (contention on the same L2 lines).
   const int n_visit = n_q_tiles - t_begin;
   const int n_masked = ragged ? n_visit : t_full - t_begin, n_free = n_visit - n_masked;
   const int rot = ATOMIC_DQ && n_free > 0 ? blockIdx.x % n_free : 0;
@@ -217,8 +259,8 @@ __global__ void __launch_bounds__(C::THREADS)
     return i + 1 == n_masked ? t_full + rot : t + 1 == n_q_tiles ? t_full : t + 1;
   };
 
-  // Thread i < 64 fetches the LSE of query i of a tile, thread 64 + i its delta (threads from 128
-  // on, none): into a register when the tile's copies are issued, into shared memory a tile later.
+  // Thread i < BLOCK_M fetches the LSE of query i of a tile, thread BLOCK_M + i its delta: into a
+  // register when the tile's copies are issued, into shared memory a tile later.
   auto fetch_row_stat = [&](int m0) -> float {
     const int row = m0 + threadIdx.x % BLOCK_M;
     if (threadIdx.x < BLOCK_M) return lse_log2(lse, row, seq_q);
@@ -241,18 +283,66 @@ __global__ void __launch_bounds__(C::THREADS)
   }
   cp_async_commit();
 
-  float dk_acc[D / 8][4];  // [16 keys, D] this warp's rows of dK (unscaled), C fragments: n-tile j = dims 8j..8j+7
-  float dv_acc[D / 8][4];  // [16 keys, D] this warp's rows of dV
+  float dk_acc[VM][2 * VN][4];  // [KV_KEYS, KV_DIMS] this warp's tile of dK (unscaled), C fragments
+  float dv_acc[VM][2 * VN][4];  // [KV_KEYS, KV_DIMS] this warp's tile of dV
 #pragma unroll
-  for (int j = 0; j < D / 8; ++j)
+  for (int mt = 0; mt < VM; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dk_acc[j][e] = dv_acc[j][e] = 0.f;
+    for (int j = 0; j < 2 * VN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk_acc[mt][j][e] = dv_acc[mt][j][e] = 0.f;
+
+  // [S_KEYS, S_QUERIES] += A·Bᵀ with A rows (keys) from X, B rows (queries) from Y: the forward's
+  // S = Q·Kᵀ with this warp's keys for Q and the tile's queries for K (plain ldmatrix both).
+  auto product_t = [&](float (&acc)[SM][SN][4], const T* X, const T* Y) {
+#pragma unroll
+    for (int mt = 0; mt < SM; ++mt)
+#pragma unroll
+      for (int j = 0; j < SN; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t a[SM][4];  // keys sk0 + 16mt + 0..15, dims 16kk..16kk+15
+#pragma unroll
+      for (int mt = 0; mt < SM; ++mt) ldmatrix_x4(a[mt], X + pair_at(o_s_a, kk) + 16 * mt * D);
+#pragma unroll
+      for (int jj = 0; jj < SN / 2; ++jj) {
+        std::uint32_t b[4];  // queries sq0 + 16jj + 0..7 and + 8..15, dims 16kk..16kk+15
+        ldmatrix_x4(b, Y + pair_at(o_s_b, kk) + 16 * jj * D);
+#pragma unroll
+        for (int mt = 0; mt < SM; ++mt) {  // one B fragment, SM mma: the reuse a 16-row warp lacked
+          mma_16816<T>(acc[mt][2 * jj], a[mt], b[0], b[1]);
+          mma_16816<T>(acc[mt][2 * jj + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  };
+  // [KV_KEYS, KV_DIMS] += Xᵀ·Y: A rows (keys) of Pᵀ or dSᵀ in shared memory (plain ldmatrix), B[query][d]
+  // = dO or Q rows by ldmatrix.trans, as the forward reads V.
+  auto product_kv = [&](float (&acc)[VM][2 * VN][4], const T* X, const T* Y) {
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+      std::uint32_t a[VM][4];
+#pragma unroll
+      for (int mt = 0; mt < VM; ++mt)
+        ldmatrix_x4(a[mt], X + pair_at(o_kv_a, kk) + 16 * mt * BLOCK_M);
+#pragma unroll
+      for (int dd = 0; dd < VN; ++dd) {
+        std::uint32_t b[4];  // queries 16kk + 0..7, +8..15 × dims vd0 + 16dd + 0..7, then the same × +8..15
+        ldmatrix_x4_trans(b, Y + pair_at(o_kv_b, dd) + 16 * kk * D);
+#pragma unroll
+        for (int mt = 0; mt < VM; ++mt) {
+          mma_16816<T>(acc[mt][2 * dd], a[mt], b[0], b[1]);
+          mma_16816<T>(acc[mt][2 * dd + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  };
 
   auto query_tile = [&](int i, int t, auto masked) {  // the i-th tile visited, t
     const int m0 = t * BLOCK_M;                       // first query of this tile
     const int buf = i & 1;
     cp_async_wait<0>();  // this thread's copies of this tile have landed ...
-    __syncthreads();     // ... and everyone's; every warp is also done with the last one (buffer buf^1, dSᵀ)
+    __syncthreads();     // ... and everyone's; every warp is also done with the last one (buffer buf^1, Pᵀ, dSᵀ)
     const bool more = i + 1 < n_visit;
     float stat_next = 0.f;
     if (more) {  // the next tile's copies fly while this one is used
@@ -262,155 +352,100 @@ __global__ void __launch_bounds__(C::THREADS)
     cp_async_commit();
     const T* Qt = Qs + buf * BLOCK_M * D;
     const T* dOt = dOs + buf * BLOCK_M * D;
-    const float* lse_t = lse_s + buf * BLOCK_M;
-    const float* delta_t = delta_s + buf * BLOCK_M;
-
-    // Sᵀ = K·Qᵀ. A [16 keys × 16 dims]: this warp's K rows, read as the forward reads Q.
-    // B[d][query] = Q[query][d]: Q rows read as the forward reads K (plain ldmatrix), one x4 per
-    // 16 queries (two n-tiles) × 16 dims.
-    float s[BLOCK_M / 8][4];  // [16 keys, BLOCK_M] C fragments: n-tile j = queries m0+8j .. m0+8j+7
+    float lse_q[SN][2], delta_q[SN][2];  // of this lane's queries sq0 + 8j + 2·t4 + e
 #pragma unroll
-    for (int j = 0; j < BLOCK_M / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll 1  // kk indexes only addresses: unrolled, its D/16 swizzled offsets would all stay live
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t a[4];
-      ldmatrix_x4(a, Ks + swz<D>(w0 + lane % 16, 2 * kk + lane / 16));
+    for (int j = 0; j < SN; ++j)
 #pragma unroll
-      for (int jj = 0; jj < BLOCK_M / 16; ++jj) {
-        std::uint32_t b[4];
-        ldmatrix_x4(b, Qt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
-        mma_16816<T>(s[2 * jj], a, b[0], b[1]);
-        mma_16816<T>(s[2 * jj + 1], a, b[2], b[3]);
+      for (int e = 0; e < 2; ++e) {
+        lse_q[j][e] = lse_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
+        delta_q[j][e] = delta_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
       }
-    }
 
-    // Pᵀ, packed to fp16/bf16 pairs at once: as A fragments for dV, and (unpacked) for dS, so the
-    // fp32 Sᵀ registers are free before dPᵀ needs its own (d = 128 would spill otherwise).
-    // Element e of n-tile j: key n0 + w0 + g + 8·(e/2), query m0 + 8j + 2·t4 + e%2; the LSE is the
-    // query's, a column of Sᵀ. Masked tiles: keys after the query or past seq_k get P = 0.
-    // pf[kk]: the A fragment of k-step kk (queries 16kk..16kk+15) = n-tiles 2kk, 2kk+1 (the
-    // forward's P trick: a C fragment of 16×16 is, element for element, an A fragment).
-    std::uint32_t pf[BLOCK_M / 16][4];
+    // Phase 1. Sᵀ, then Pᵀ = 2^(Sᵀ·sl2 − LSE·log2e) packed to fp16/bf16 pairs at once (the fp32 Sᵀ
+    // registers are free before dPᵀ needs its own) and stored. Element e of (mt, j): key
+    // n0 + sk0 + 16mt + g + 8·(e/2), query m0 + sq0 + 8j + 2·t4 + e%2. Masked tiles: keys after
+    // the query or past seq_k get P = 0. Stores: 4 bytes, element pairs of one Pᵀ row.
+    std::uint32_t pf[SM][SN][2];
+    {
+      float s[SM][SN][4];
+      product_t(s, Ks, Qt);
 #pragma unroll
-    for (int j = 0; j < BLOCK_M / 8; ++j)
+      for (int mt = 0; mt < SM; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // elements 2h, 2h+1: row g + 8h, queries 8j + 2·t4, +1
-        float p[2];
+        for (int j = 0; j < SN; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = 8 * j + 2 * t4 + e;  // query in the tile
-          p[e] = exp2_approx(fmaf(s[j][2 * h + e], sl2, -lse_t[col]));
-          if constexpr (decltype(masked)::value) {
-            const int key = n0 + w0 + g + 8 * h;
-            if (key >= seq_k || (causal && key > m0 + col)) p[e] = 0.f;
+          for (int h = 0; h < 2; ++h) {
+            const int r = sk0 + 16 * mt + g + 8 * h;  // key in the block
+            float p[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              p[e] = exp2_approx(fmaf(s[mt][j][2 * h + e], sl2, -lse_q[j][e]));
+              if constexpr (decltype(masked)::value) {
+                const int key = n0 + r, query = m0 + sq0 + 8 * j + 2 * t4 + e;
+                if (key >= seq_k || (causal && key > query)) p[e] = 0.f;
+              }
+            }
+            pf[mt][j][h] = pack<T>(p[0], p[1]);
+            *reinterpret_cast<std::uint32_t*>(Pt + (o_st ^ 8 * j) + (16 * mt + 8 * h) * BLOCK_M) = pf[mt][j][h];
           }
-        }
-        pf[j / 2][j % 2 * 2 + h] = pack<T>(p[0], p[1]);
-      }
-
-      // dV += Pᵀ·dO. B[query][d] = dO[query][d]: two queries per register from rows that hold dims
-      // side by side: ldmatrix.trans, as the forward reads V.
-#pragma unroll
-    for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        std::uint32_t b[4];  // matrices: queries +0..7 × dims +0..7, +8..15 × +0..7, +0..7 × +8..15, +8..15 × +8..15
-        ldmatrix_x4_trans(b, dOt + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-        mma_16816<T>(dv_acc[2 * dd], pf[kk], b[0], b[1]);
-        mma_16816<T>(dv_acc[2 * dd + 1], pf[kk], b[2], b[3]);
-      }
-
-    // dPᵀ = V·dOᵀ: as Sᵀ, with V for K and dO for Q.
-    float ds[BLOCK_M / 8][4];  // [16 keys, BLOCK_M] C fragments: dPᵀ, then dSᵀ
-#pragma unroll
-    for (int j = 0; j < BLOCK_M / 8; ++j) ds[j][0] = ds[j][1] = ds[j][2] = ds[j][3] = 0.f;
-#pragma unroll 1
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t a[4];
-      ldmatrix_x4(a, Vs + swz<D>(w0 + lane % 16, 2 * kk + lane / 16));
-#pragma unroll
-      for (int jj = 0; jj < BLOCK_M / 16; ++jj) {
-        std::uint32_t b[4];
-        ldmatrix_x4(b, dOt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
-        mma_16816<T>(ds[2 * jj], a, b[0], b[1]);
-        mma_16816<T>(ds[2 * jj + 1], a, b[2], b[3]);
-      }
     }
-
-    // dSᵀ = Pᵀ ∘ (dPᵀ − delta), fp32 (P as rounded for dV); delta is the query's (the column).
+    // dPᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − delta) (fp32, P as rounded for dV; delta is the query's), stored.
+    {
+      float dp[SM][SN][4];
+      product_t(dp, Vs, dOt);
 #pragma unroll
-    for (int j = 0; j < BLOCK_M / 8; ++j)
+      for (int mt = 0; mt < SM; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float2 p = unpack<T>(pf[j / 2][j % 2 * 2 + h]);
-        ds[j][2 * h] = p.x * (ds[j][2 * h] - delta_t[8 * j + 2 * t4]);
-        ds[j][2 * h + 1] = p.y * (ds[j][2 * h + 1] - delta_t[8 * j + 2 * t4 + 1]);
-      }
-
-      // dK += dSᵀ·Q (unscaled; scale once at the end): as dV, with dSᵀ for Pᵀ and Q for dO.
+        for (int j = 0; j < SN; ++j)
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-      const std::uint32_t a[4] = {pack<T>(ds[2 * kk][0], ds[2 * kk][1]), pack<T>(ds[2 * kk][2], ds[2 * kk][3]),
-                                  pack<T>(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
-                                  pack<T>(ds[2 * kk + 1][2], ds[2 * kk + 1][3])};
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, Qt + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-        mma_16816<T>(dk_acc[2 * dd], a, b[0], b[1]);
-        mma_16816<T>(dk_acc[2 * dd + 1], a, b[2], b[3]);
-      }
+          for (int h = 0; h < 2; ++h) {
+            const float2 p = unpack<T>(pf[mt][j][h]);
+            *reinterpret_cast<std::uint32_t*>(dSt + (o_st ^ 8 * j) + (16 * mt + 8 * h) * BLOCK_M) =
+                pack<T>(p.x * (dp[mt][j][2 * h] - delta_q[j][0]), p.y * (dp[mt][j][2 * h + 1] - delta_q[j][1]));
+          }
     }
+    __syncthreads();  // every warp's Pᵀ and dSᵀ are in
+
+    // Phase 2. dV += Pᵀ·dO, dK += dSᵀ·Q (unscaled; scale once at the end).
+    product_kv(dv_acc, Pt, dOt);
+    product_kv(dk_acc, dSt, Qt);
 
     if constexpr (ATOMIC_DQ) {
-      // dQ of this tile's queries, from this block's keys: dQ[query][d] += Σ_key dS[query][key]·K[key][d].
-      // A warp holds dSᵀ for 16 keys and every query; the product wants 16 queries and every key.
-      // So dSᵀ goes to shared memory (rows = keys, 4-byte stores: element pairs of one row), and
-      // each warp reads back the 16 queries it computes.
-#pragma unroll
-      for (int j = 0; j < BLOCK_M / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)  // row w0 + g + 8h, queries 8j + 2·t4, +1: chunk j, 4 bytes at 4·t4
-          *reinterpret_cast<std::uint32_t*>(dSt + swz<BLOCK_M>(w0 + g + 8 * h, j) + 2 * t4) =
-              pack<T>(ds[j][2 * h], ds[j][2 * h + 1]);
-      __syncthreads();  // every warp's dSᵀ rows are in
-
+      // Phase 3. dQ[query][d] += Σ_key dS[query][key]·K[key][d] for this warp's [Q_QUERIES, Q_DIMS].
       // A[query][key] = dSᵀ[key][query]: two keys per register from rows that hold queries side
-      // by side: ldmatrix.trans. Matrices of k-step kk (keys 16kk..16kk+15), this warp's queries
-      // 16·warp..: queries +0..7 × keys +0..7, +8..15 × +0..7, +0..7 × +8..15, +8..15 × +8..15
-      // (a[0..3] of mma_16816), i.e. dSᵀ rows 16kk + (lane/16)·8 + lane%8, query chunk 2·qg + lane/8%2.
-      // 8 warps: two warps share each 16 queries, each computing half of head_dim (PARTS = 2).
-      constexpr int PARTS = WARPS / 4, DD = D / 16 / PARTS;  // 16-dim slices per warp
-      const int qg = warp % 4, part = warp / 4;               // this warp's 16 queries, its slices
-      std::uint32_t a[BLOCK_N / 16][4];
+      // by side: ldmatrix.trans, matrices queries +0..7 × keys +0..7, +8..15 × +0..7, +0..7 ×
+      // +8..15, +8..15 × +8..15 (a[0..3] of mma_16816). B[key][d] = K[key][d]: ldmatrix.trans.
+      float c[QM][2 * QN][4] = {};
 #pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-        ldmatrix_x4_trans(a[kk], dSt + swz<BLOCK_M>(kk * 16 + lane % 8 + lane / 16 * 8, 2 * qg + lane / 8 % 2));
-      // B[key][d] = K[key][d]: ldmatrix.trans of K rows, as the forward reads V. One 16-dim slice
-      // at a time, added straight into dQ_accum: 8 fp32 registers instead of D/2. Not unrolled:
-      // dd indexes only addresses, and unrolled, its swizzled offsets would all stay live (at
-      // d = 128 ptxas then spills).
-      const int q0 = m0 + 16 * qg;  // this warp's first query
-#pragma unroll 1
-      for (int dd = part * DD; dd < (part + 1) * DD; ++dd) {
-        float c[2][4] = {};  // [16 queries, 16 dims]: n-tiles dims 16dd..+7, 16dd+8..+15
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        std::uint32_t a[QM][4];
 #pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        for (int mt = 0; mt < QM; ++mt)
+          ldmatrix_x4_trans(a[mt], dSt + pair_at(o_q_a, mt) + 16 * kk * BLOCK_M);
+#pragma unroll
+        for (int dd = 0; dd < QN; ++dd) {
           std::uint32_t b[4];
-          ldmatrix_x4_trans(b, Ks + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-          mma_16816<T>(c[0], a[kk], b[0], b[1]);
-          mma_16816<T>(c[1], a[kk], b[2], b[3]);
-        }
+          ldmatrix_x4_trans(b, Ks + pair_at(o_q_b, dd) + 16 * kk * D);
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
+          for (int mt = 0; mt < QM; ++mt) {
+            mma_16816<T>(c[mt][2 * dd], a[mt], b[0], b[1]);
+            mma_16816<T>(c[mt][2 * dd + 1], a[mt], b[2], b[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < QM; ++mt)
+#pragma unroll
+        for (int n = 0; n < 2 * QN; ++n) {
           // One 16-byte atomic per lane (sm_90: RED.E.ADD.F32x4, the result is not read) instead
           // of four scalar ones. A lane holds two columns of rows g and g+8; lanes t4 and t4^1
           // trade pairs so that the even one holds 4 columns of row g, the odd one of row g+8.
           const bool odd = t4 & 1;
-          const float x0 = __shfl_xor_sync(0xffffffffu, odd ? c[n][0] : c[n][2], 1);
-          const float x1 = __shfl_xor_sync(0xffffffffu, odd ? c[n][1] : c[n][3], 1);
-          const float4 four = odd ? make_float4(x0, x1, c[n][2], c[n][3]) : make_float4(c[n][0], c[n][1], x0, x1);
-          const int row = q0 + g + (odd ? 8 : 0), col = 16 * dd + 8 * n + 4 * (t4 / 2);
+          const float x0 = __shfl_xor_sync(0xffffffffu, odd ? c[mt][n][0] : c[mt][n][2], 1);
+          const float x1 = __shfl_xor_sync(0xffffffffu, odd ? c[mt][n][1] : c[mt][n][3], 1);
+          const float4 four = odd ? make_float4(x0, x1, c[mt][n][2], c[mt][n][3])
+                                  : make_float4(c[mt][n][0], c[mt][n][1], x0, x1);
+          const int row = m0 + qq0 + 16 * mt + g + (odd ? 8 : 0), col = qd0 + 8 * n + 4 * (t4 / 2);
           if (row < seq_q && col < head_dim) {  // head_dim % 8 == 0: four columns wholly in or out
             float* to = dq_accum + std::size_t(row) * head_dim + col;
 #if __CUDA_ARCH__ >= 900
@@ -420,34 +455,36 @@ __global__ void __launch_bounds__(C::THREADS)
 #endif
           }
         }
-      }
     }
-    if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the barrier
+    if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the first barrier
   };
   int i = 0, t = t_first;
   for (; i < n_masked; t = next_tile(i++, t)) query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
   for (; i < n_visit; t = next_tile(i++, t)) query_tile(i, t, std::false_type{});  // below it (all, if not causal)
   cp_async_wait<0>();                                             // an empty group at most; nothing pending at exit
-  __syncthreads();  // every warp is done with K and V (the dQ products read all 64 keys)
+  __syncthreads();  // every warp is done with K and V (phase 3 reads every key)
 
-  // dK = scale·dK_acc and dV into this warp's own rows of the K and V tiles, then 16-byte stores:
-  // each 8-lane group writes 128 bytes (step 11's epilogue). Keys past seq_k and padding columns
-  // are not stored; a block no query sees stores zeros.
+  // dK = scale·dK_acc and dV into the K and V tiles (this warp's [KV_KEYS, KV_DIMS]), then 16-byte
+  // stores of whole rows: each 8-lane group writes 128 bytes (step 11's epilogue). Keys past
+  // seq_k and padding columns are not stored; a block no query sees stores zeros.
 #pragma unroll
-  for (int j = 0; j < D / 8; ++j)
+  for (int mt = 0; mt < VM; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = w0 + g + 8 * h;
-      *reinterpret_cast<std::uint32_t*>(Ks + swz<D>(r, j) + 2 * t4) =
-          pack<T>(scale * dk_acc[j][2 * h], scale * dk_acc[j][2 * h + 1]);
-      *reinterpret_cast<std::uint32_t*>(Vs + swz<D>(r, j) + 2 * t4) = pack<T>(dv_acc[j][2 * h], dv_acc[j][2 * h + 1]);
-    }
-  __syncwarp();
+    for (int j = 0; j < 2 * VN; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = vk0 + 16 * mt + g + 8 * h, c = vd0 / 8 + j;
+        *reinterpret_cast<std::uint32_t*>(Ks + swz<D>(r, c) + 2 * t4) =
+            pack<T>(scale * dk_acc[mt][j][2 * h], scale * dk_acc[mt][j][2 * h + 1]);
+        *reinterpret_cast<std::uint32_t*>(Vs + swz<D>(r, c) + 2 * t4) =
+            pack<T>(dv_acc[mt][j][2 * h], dv_acc[mt][j][2 * h + 1]);
+      }
+  __syncthreads();  // the whole block's rows are in
   dk += bh * seq_k * head_dim, dv += bh * seq_k * head_dim;
   constexpr int CHUNKS = D / 8;
 #pragma unroll
-  for (int i = lane; i < 16 * CHUNKS; i += kWarp) {
-    const int r = w0 + i / CHUNKS, c = i % CHUNKS;
+  for (int i = threadIdx.x; i < BLOCK_N * CHUNKS; i += THREADS) {
+    const int r = i / CHUNKS, c = i % CHUNKS;
     if (n0 + r < seq_k && 8 * c < head_dim) {
       const std::size_t at = std::size_t(n0 + r) * head_dim + 8 * c;
       *reinterpret_cast<uint4*>(dk + at) = *reinterpret_cast<const uint4*>(Ks + swz<D>(r, c));
@@ -469,14 +506,14 @@ __global__ void __launch_bounds__(kConvertThreads)
 }
 
 // ---- deterministic variant: the dQ kernel, one query block, every key tile it sees --------------------------
-// grid (query blocks of C::ROWS, batch·heads); block C::THREADS; each warp owns 16 queries. Step
+// grid (query blocks of C::DQ_ROWS, batch·heads); block C::DQ_THREADS; each warp owns 16 queries. Step
 // 08's dQ kernel on tensor cores, the forward's way round: S = Q·Kᵀ exactly as steps 09-11 compute it.
 template <class T, class C>
-__global__ void __launch_bounds__(C::THREADS)
+__global__ void __launch_bounds__(C::DQ_THREADS)
     backward_dq(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
                 const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dq, int seq_q,
                 int seq_k, int head_dim, float scale, bool causal) {
-  constexpr int D = C::D, THREADS = C::THREADS, BLOCK_M = C::ROWS, BLOCK_N = kTile;  // step 12's names
+  constexpr int D = C::D, THREADS = C::DQ_THREADS, BLOCK_M = C::DQ_ROWS, BLOCK_N = kTile;  // step 12's names
   const float sl2 = scale * kLog2e;
   extern __shared__ uint4 smem[];
   T* Qs = reinterpret_cast<T*>(smem);  // [BLOCK_M, D] swizzled (whole kernel); the dQ tile at the end
@@ -644,7 +681,7 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
       o, dout, delta, rows, p.head_dim);
   FA_CHECK_LAUNCH();
 
-  const dim3 grid_kv((p.seq_k + C::ROWS - 1) / C::ROWS, p.batch * p.heads);
+  const dim3 grid_kv((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, p.batch * p.heads);
   if (atomic) {
     FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(p), stream));
     backward_dkdv<T, C, true><<<grid_kv, C::THREADS, C::DKDV_BYTES, stream>>>(
@@ -662,8 +699,8 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   backward_dkdv<T, C, false><<<grid_kv, C::THREADS, C::DKDV_BYTES, fork.side()>>>(
       q, k, v, dout, a.lse, delta, dk, dv, nullptr, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
   FA_CHECK_LAUNCH();
-  const dim3 grid_q((p.seq_q + C::ROWS - 1) / C::ROWS, p.batch * p.heads);
-  backward_dq<T, C><<<grid_q, C::THREADS, C::DQ_BYTES, stream>>>(q, k, v, dout, a.lse, delta, dq, p.seq_q,
+  const dim3 grid_q((p.seq_q + C::DQ_ROWS - 1) / C::DQ_ROWS, p.batch * p.heads);
+  backward_dq<T, C><<<grid_q, C::DQ_THREADS, C::DQ_BYTES, stream>>>(q, k, v, dout, a.lse, delta, dq, p.seq_q,
                                                                    p.seq_k, p.head_dim, p.scale, p.causal);
   FA_CHECK_LAUNCH();
   fork.join();
@@ -671,13 +708,15 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 
 using Candidate = fa::TuneCandidate<fa::AttnBwdArgs>;
 
-// The candidates (name: w WARPS): 4 warps (step 12's shape: blocks of 64 keys or queries) and 8
-// (blocks of 128, every 64-row tile walked serving twice as many rows).
+// The candidates (name: m BLOCK_M, q DQ_WARPS). head_dim 64: query tiles of 128 (phase 1 tiles of
+// [32, 64]) or 64; head_dim 128: 64 (the dK, dV accumulators take 128 registers a thread) with a
+// dQ kernel of 8 or 4 warps.
 template <class T>
 const std::vector<Candidate>& candidates(int d) {
-  static const std::vector<Candidate> d64 = {{"d64w8", launch<T, Config<64, 8>>}, {"d64w4", launch<T, Config<64, 4>>}};
-  static const std::vector<Candidate> d128 = {{"d128w8", launch<T, Config<128, 8>>},
-                                              {"d128w4", launch<T, Config<128, 4>>}};
+  static const std::vector<Candidate> d64 = {{"d64m128q4", launch<T, Config<64, 128, 4>>},
+                                             {"d64m64q4", launch<T, Config<64, 64, 4>>}};
+  static const std::vector<Candidate> d128 = {{"d128m64q8", launch<T, Config<128, 64, 8>>},
+                                              {"d128m64q4", launch<T, Config<128, 64, 4>>}};
   return d <= 64 ? d64 : d128;
 }
 
