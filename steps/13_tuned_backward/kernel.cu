@@ -1,29 +1,35 @@
 // =============================================================================================
 // FlashAttention from scratch, step by step, in CUDA C++
-// Step 13: the tuned backward: the block size as a template instance, chosen per problem by the
-//          autotuner; atomic dQ blocks that start at staggered query tiles
+// Step 13: the tuned backward: the key-block kernel's 8 warps tiled 2-D in each product, Pᵀ and
+//          dSᵀ through shared memory; the query tile per problem by the autotuner; atomic dQ
+//          blocks that start at staggered query tiles
 //
-// What changes since step 12: nothing in the math, the fragments or the memory layout. What was a
-// constant is now a template parameter of Config:
+// What changes since step 12: not the math, and not the two ways to produce dQ. What changes is
+// who computes which part of the five products in the dK/dV kernel. In step 12 each warp owns 16
+// keys for the whole kernel and computes everything for them: its [16, 64] tiles of Sᵀ and dPᵀ, its
+// 16 rows of dV and dK, and (atomic) its share of dQ after a round trip of dSᵀ through shared memory.
+// A warp's [m, n] tile of a product reads m + n rows of operands from shared memory for 2·m·n·k
+// FLOPs, and [16, 64] is the worst shape there: 12.8 FLOP per byte read, against the about 22 per
+// byte (2784 FLOP per clock of the mma.sync ceiling per SM, over 128 bytes per clock of shared
+// memory) that keeps the tensor pipe ahead of shared memory. Here a block of 8 warps owns 128 keys
+// and each of its three phases tiles the warps its own way (Config, and the banner of the kernel):
 //
-//   WARPS   warps per block (4 or 8). Each warp still owns 16 rows for the whole kernel, so a
-//           block owns ROWS = 16·WARPS keys (dK/dV kernel) or queries (dQ kernel) and walks 64-row
-//           tiles of the other side. With 8 warps, every Q and dO tile a key block loads serves
-//           128 keys instead of 64 (half the L2 reads per FLOP) and, atomic variant, every dQ tile
-//           it adds does too (half the atomic bytes per FLOP: a [64, D] fp32 tile per 128 keys).
-//           Per thread nothing changes: the same registers, so one 8-warp block per SM at d 128
-//           where step 12 fits two 4-warp ones.
+//   1. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ  [128 keys, BLOCK_M queries]  4 × 2 warps of [32, BLOCK_M/2]
+//   2. dV += Pᵀ·dO, dK += dSᵀ·Q  [128 keys, D]              4 × 2 warps of [32, D/2]
+//   3. dQ = dS·K (atomic)        [BLOCK_M queries, D]        2 × 4 warps of [BLOCK_M/2, D/4]
 //
-// The atomic variant's dQ products: with 8 warps two warps share each 16 queries, each computing
-// half of head_dim (PARTS = 2), so every warp still reads its dSᵀ fragments once.
+// Phase 2 needs all of a key row's Pᵀ and dSᵀ, which phase 1 spread over two warps: both go to
+// shared memory (step 12 stored only dSᵀ, and only in the atomic variant), and a barrier separates
+// the phases. Every swizzled ldmatrix address is one XOR of a per-lane offset (pair_at) instead of
+// the five or so instructions of swz: with the loops unrolled, this took the kernel from 779 to 590
+// million instructions (ncu, d 128 fp16 atomic at seq 2048; FA2's backward: 539 million).
 //
-// Staggered start (atomic only): key block b visits its masked tiles (the diagonal) first, then
-// its unmasked ones starting at the (b mod count)-th and wrapping around, so that the key blocks
-// of a head, which run at the same time, add into different dQ rows instead of all into the same
-// tile (issue 15 measured +1-3% for this on the fp32 backward).
+// The staggered start (atomic only): key block b visits its masked tiles (the diagonal) first, then
+// its unmasked ones starting at the (b mod count)-th and wrapping around, so that the key blocks of
+// a head, which run at the same time, add into different dQ rows instead of all into the same tile.
 //
-// The default variant is now the atomic one (step 12's was the deterministic one): with 128-key
-// blocks it is the faster in most cells of the sweep (doc 13). AttnParams::variant 0 is atomic here.
+// The default variant is the atomic one (step 12's was the deterministic one): the faster of the
+// two with 128-key blocks (doc 13). AttnParams::variant 0 is atomic here.
 //
 // A few instances are compiled (candidates, bottom of the file); the first launch of a problem
 // class (head_dim instance, causal, variant, seq_q and seq_k buckets) times each on the caller's
@@ -31,24 +37,19 @@
 //
 // Kernels, in launch order (step 12's):
 //   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32
-//   dK/dV        grid (key blocks of ROWS, batch·heads), 32·WARPS threads; atomic: also dQ into fp32
+//   dK/dV        grid (key blocks of 128, batch·heads), 256 threads; atomic: also dQ into fp32
 //   convert      atomic only: dQ = scale·dQ_accum -> fp16/bf16
-//   dQ           deterministic only: grid (query blocks of ROWS, batch·heads), 32·WARPS threads
+//   dQ           deterministic only: step 12's, grid (query blocks of 16·DQ_WARPS, batch·heads)
 //
-// Reading `diff steps/12_tensor_core_backward/kernel.cu steps/13_tuned_backward/kernel.cu`: every
-// hunk is one of these (in file order of their first hunk).
-//   1. Config     step 12's WARPS, THREADS, BLOCK_M, BLOCK_N and Smem<D> become Config<D, WARPS>;
-//                 each kernel opens with `constexpr int D = C::D, ...`, so the bodies keep step 12's
-//                 names; copy_tile takes THREADS.
-//   2. 8 warps    the LSE/delta fetch stays on threads 0..127; the atomic dQ products split
-//                 head_dim between the two warps of a query group (qg, part).
-//   3. Stagger    the visiting order: t_first, next_tile and the loop over (i, t).
-//   4. Autotuner  candidates, ProblemClass, tuner and tuned_launch replace step 12's launch_dim.
+// Reading `diff steps/12_tensor_core_backward/kernel.cu steps/13_tuned_backward/kernel.cu`: the
+// dK/dV kernel is rewritten around the three phases (product_t, product_kv and the dQ block are
+// its three products); Config<D, BLOCK_M, DQ_WARPS> replaces step 12's constants; pair_at is new;
+// the visiting order (t_first, next_tile) staggers the atomic blocks; the autotuner (candidates,
+// ProblemClass, tuner, tuned_launch) replaces step 12's launch_dim. delta, convert and the dQ kernel
+// are step 12's.
 //
-// What the measurements say (doc 13): 8 warps win with the atomic variant at head_dim 128 (about
-// +15% over step 12's default at long sequences) and lose with the deterministic one at head_dim
-// 64 (one 170-register block of 8 warps per SM against three of 4); neither reaches SDPA's
-// FlashAttention-2 backward at long sequences, which is what this step set out to do.
+// What the measurements say (doc 13): at head_dim 128 about as fast as SDPA's FlashAttention-2
+// backward up to seq 2048 and a few per cent slower beyond; at head_dim 64 slower (up to 12%).
 //
 // Build + run:  cmake --build build --target 13_tuned_backward && build/bin/13_tuned_backward
 // =============================================================================================
@@ -774,8 +775,8 @@ fa::Problem default_problem() {
 const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {
     fa::StepInfo s{"13_tuned_backward",
-                   "the tuned backward: 4 or 8 warps per block picked per problem by the autotuner; atomic dQ "
-                   "blocks start at staggered query tiles",
+                   "the tuned backward: 2-D warp tiles per product (Pᵀ, dSᵀ through shared memory), the query "
+                   "tile picked per problem by the autotuner, staggered atomic dQ blocks",
                    fa::Family::Attention};
     s.attn_fwd = step11::info().attn_fwd;
     s.attn_bwd = backward;
