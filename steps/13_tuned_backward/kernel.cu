@@ -48,8 +48,8 @@
 // ProblemClass, tuner, tuned_launch) replaces step 12's launch_dim. delta, convert and the dQ kernel
 // are step 12's.
 //
-// What the measurements say (doc 13): at head_dim 128 about as fast as SDPA's FlashAttention-2
-// backward up to seq 2048 and a few per cent slower beyond; at head_dim 64 slower (up to 12%).
+// What the measurements say (doc 13): at head_dim 128 at or above SDPA's FlashAttention-2 backward
+// up to seq 2048 and 1-11% slower beyond; at head_dim 64 up to 19% slower (bf16, long sequences).
 //
 // Build + run:  cmake --build build --target 13_tuned_backward && build/bin/13_tuned_backward
 // =============================================================================================
