@@ -16,7 +16,7 @@
 //
 //   1. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ  [128 keys, BLOCK_M queries]  4 × 2 warps of [32, BLOCK_M/2]
 //   2. dV += Pᵀ·dO, dK += dSᵀ·Q  [128 keys, D]              4 × 2 warps of [32, D/2]
-//   3. dQ = dS·K (atomic)        [BLOCK_M queries, D]        2 × 4 warps of [BLOCK_M/2, D/4]
+//   3. dQ = dS·K (atomic)        [BLOCK_M queries, D]        4 × 2 or 2 × 4 warps of [32, D/2 or D/4]
 //
 // Phase 2 needs all of a key row's Pᵀ and dSᵀ, which phase 1 spread over two warps: both go to
 // shared memory (step 12 stored only dSᵀ, and only in the atomic variant), and a barrier separates
@@ -92,13 +92,19 @@ enum Variant { kAtomic = 0, kDeterministic = 1 };  // the default first: atomic,
 // A compiled instance (the autotuner's candidates, bottom of the file): head_dim instance D, the
 // query tile BLOCK_M a key block of BLOCK_N = 128 keys walks, and the warps of the deterministic
 // dQ kernel. The dK/dV kernel has 8 warps, tiled 2-D in each of its three phases (its banner).
-template <int D_, int BLOCK_M_, int DQ_WARPS_>
+template <int D_, int BLOCK_M_, int DQ_WARPS_, bool SPLIT_KV_>
 struct Config {
   static constexpr int D = D_, WARPS = 8, THREADS = WARPS * kWarp, BLOCK_N = 128, BLOCK_M = BLOCK_M_;
-  // The warp tiles of the dK/dV kernel: Sᵀ and dPᵀ 4 × 2, dK and dV 4 × 2, dQ 2 × 4.
+  // The warp tiles of the dK/dV kernel: Sᵀ and dPᵀ 4 × 2, dK and dV 4 × 2, dQ Q_WARPS × (8 / Q_WARPS),
+  // the squarer of 4 × 2 and 2 × 4 ([32, 32] rather than [64, 16] at head_dim 64, BLOCK_M 128).
   static constexpr int S_KEYS = BLOCK_N / 4, S_QUERIES = BLOCK_M / 2;  // [32, 32] or [32, 64]
-  static constexpr int KV_KEYS = BLOCK_N / 4, KV_DIMS = D / 2;         // [32, 32] or [32, 64]
-  static constexpr int Q_QUERIES = BLOCK_M / 2, Q_DIMS = D / 4;        // [32, 16], [32, 32], [64, 16]
+  // dK and dV: SPLIT_KV, warps 0-3 dV and 4-7 dK, 2 × 2 of [64, D/2] each; else every warp both, 4 × 2
+  // of [32, D/2].
+  static constexpr bool SPLIT_KV = SPLIT_KV_;
+  static constexpr int KV_WARPS = SPLIT_KV ? 2 : 4, KV_ACCS = SPLIT_KV ? 1 : 2;  // along the keys; tiles a warp owns
+  static constexpr int KV_KEYS = BLOCK_N / KV_WARPS, KV_DIMS = D / 2;  // [64, 32], [64, 64], [32, 64]
+  static constexpr int Q_WARPS = BLOCK_M > D ? 4 : 2;                                 // along the queries
+  static constexpr int Q_QUERIES = BLOCK_M / Q_WARPS, Q_DIMS = D * Q_WARPS / WARPS;  // [32, 16] or [32, 32]
   // The dQ kernel (deterministic variant): step 12's, each warp owning 16 queries.
   static constexpr int DQ_WARPS = DQ_WARPS_, DQ_THREADS = DQ_WARPS * kWarp, DQ_ROWS = 16 * DQ_WARPS;
   // dK/dV: K, V [BLOCK_N, D]; Q[2], dO[2] [BLOCK_M, D]; Pᵀ, dSᵀ [BLOCK_N, BLOCK_M]; LSE[2], delta[2] [BLOCK_M] fp32.
@@ -136,12 +142,15 @@ __device__ __forceinline__ void copy_tile(T* dst, const T* __restrict__ src, int
   constexpr int ROW_STEP = THREADS / CHUNKS;  // 16 | 8 (4 warps), 32 | 16 (8 warps)
   static_assert(ROWS % ROW_STEP == 0 && ROW_STEP % 8 == 0, "whole passes, one swizzled column per thread");
   const int r0 = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
+  const bool col_in = 8 * c < head_dim;  // head_dim % 8 == 0: a chunk is wholly in or out
+  // One 64-bit product per tile, then one add per row: a product per row cost the dK/dV kernel about
+  // 150 instructions per query tile and warp (ncu source counters), 13% of all it executed.
+  const T* from = src + (std::size_t(row0 + r0) * head_dim + 8 * c);
+  const std::size_t step = std::size_t(ROW_STEP) * head_dim;
 #pragma unroll
-  for (int i = 0; i < ROWS / ROW_STEP; ++i) {
-    const int r = r0 + i * ROW_STEP;
-    const bool in = row0 + r < seq && 8 * c < head_dim;  // head_dim % 8 == 0: a chunk is wholly in or out
-    const T* from = in ? src + std::size_t(row0 + r) * head_dim + 8 * c : src;  // a valid address either way
-    cp_async_16(dst + swz<D>(r, c), from, in ? 16 : 0);
+  for (int i = 0; i < ROWS / ROW_STEP; ++i, from += step) {
+    const bool in = col_in && row0 + r0 + i * ROW_STEP < seq;
+    cp_async_16(dst + swz<D>(r0 + i * ROW_STEP, c), in ? from : src, in ? 16 : 0);  // src: a valid address
   }
 }
 
@@ -192,8 +201,10 @@ __global__ void __launch_bounds__(kDeltaThreads)
 // Per query tile, three phases, each with its own 2-D tiling of the 8 warps (Config):
 //   1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ   [BLOCK_N keys, BLOCK_M queries]  4 × 2 warps of [S_KEYS, S_QUERIES]
 //      Pᵀ and dSᵀ -> shared memory (fp16/bf16, rows = keys)                       __syncthreads
-//   2. dV += Pᵀ·dO, dK += dSᵀ·Q     [BLOCK_N keys, D]               4 × 2 warps of [KV_KEYS, KV_DIMS]
-//   3. dQ  = dS·K  (atomic only)    [BLOCK_M queries, D]            2 × 4 warps of [Q_QUERIES, Q_DIMS]
+//   2. dV += Pᵀ·dO (warps 0-3)      [BLOCK_N keys, D]               2 × 2 warps of [KV_KEYS, KV_DIMS]
+//      dK += dSᵀ·Q (warps 4-7)      [BLOCK_N keys, D]               2 × 2 warps of [KV_KEYS, KV_DIMS]
+//      (not SPLIT_KV: every warp both products, 4 × 2 warps of [KV_KEYS, KV_DIMS])
+//   3. dQ  = dS·K  (atomic only)    [BLOCK_M queries, D]            Q_WARPS × 8/Q_WARPS of [Q_QUERIES, Q_DIMS]
 // Why faster than step 12's warps of 16 rows: a warp's [m, n] tile of a product reads m + n
 // operand rows from shared memory for 2·m·n·k FLOPs. Step 12's [16, 64] tiles do 12.8 FLOP per
 // byte read, below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and
@@ -225,8 +236,9 @@ __global__ void __launch_bounds__(C::THREADS)
   const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
   // This warp's tile in each phase: first key / query / dim.
   const int sk0 = warp % 4 * C::S_KEYS, sq0 = warp / 4 * C::S_QUERIES;  // phase 1
-  const int vk0 = warp % 4 * C::KV_KEYS, vd0 = warp / 4 * C::KV_DIMS;   // phase 2
-  const int qq0 = warp % 2 * C::Q_QUERIES, qd0 = warp / 2 * C::Q_DIMS;  // phase 3
+  const bool dk_warp = C::SPLIT_KV && warp >= 4;  // phase 2: SPLIT_KV, this warp's product is dK (else dV)
+  const int vk0 = warp % C::KV_WARPS * C::KV_KEYS, vd0 = (C::SPLIT_KV ? warp / 2 % 2 : warp / 4) * C::KV_DIMS;  // phase 2
+  const int qq0 = warp % C::Q_WARPS * C::Q_QUERIES, qd0 = warp / C::Q_WARPS * C::Q_DIMS;  // phase 3
   constexpr int SM = C::S_KEYS / 16, SN = C::S_QUERIES / 8;   // phase 1: m-tiles of 16 keys, n-tiles of 8 queries
   constexpr int VM = C::KV_KEYS / 16, VN = C::KV_DIMS / 16;   // phase 2: m-tiles of 16 keys, 16-dim slices
   constexpr int QM = C::Q_QUERIES / 16, QN = C::Q_DIMS / 16;  // phase 3: m-tiles of 16 queries, 16-dim slices
@@ -284,14 +296,16 @@ __global__ void __launch_bounds__(C::THREADS)
   }
   cp_async_commit();
 
-  float dk_acc[VM][2 * VN][4];  // [KV_KEYS, KV_DIMS] this warp's tile of dK (unscaled), C fragments
-  float dv_acc[VM][2 * VN][4];  // [KV_KEYS, KV_DIMS] this warp's tile of dV
+  // [KV_KEYS, KV_DIMS] this warp's tile of dV, then of dK (unscaled); SPLIT_KV: one, of dK or dV. C fragments.
+  float kv_acc[C::KV_ACCS][VM][2 * VN][4];
 #pragma unroll
-  for (int mt = 0; mt < VM; ++mt)
+  for (int a = 0; a < C::KV_ACCS; ++a)
 #pragma unroll
-    for (int j = 0; j < 2 * VN; ++j)
+    for (int mt = 0; mt < VM; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dk_acc[mt][j][e] = dv_acc[mt][j][e] = 0.f;
+      for (int j = 0; j < 2 * VN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kv_acc[a][mt][j][e] = 0.f;
 
   // [S_KEYS, S_QUERIES] += A·Bᵀ with A rows (keys) from X, B rows (queries) from Y: the forward's
   // S = Q·Kᵀ with this warp's keys for Q and the tile's queries for K (plain ldmatrix both).
@@ -407,9 +421,16 @@ __global__ void __launch_bounds__(C::THREADS)
     }
     __syncthreads();  // every warp's Pᵀ and dSᵀ are in
 
-    // Phase 2. dV += Pᵀ·dO, dK += dSᵀ·Q (unscaled; scale once at the end).
-    product_kv(dv_acc, Pt, dOt);
-    product_kv(dk_acc, dSt, Qt);
+    // Phase 2. dV += Pᵀ·dO, dK += dSᵀ·Q (unscaled; scale once at the end). SPLIT_KV, why faster
+    // than every warp doing both as 4 × 2 of [32, D/2]: a [64, D/2] tile reads 64 + D/2 operand rows
+    // for 64·D/2 outputs, not 2·(32 + D/2) for 2·32·D/2 (21 or 32 FLOP per byte, not 16 or 21).
+    // Its cost: 16 registers of A fragments, not 8 (doc 13: at head_dim 128 the tuner decides).
+    if constexpr (C::SPLIT_KV) {
+      product_kv(kv_acc[0], dk_warp ? dSt : Pt, dk_warp ? Qt : dOt);  // warp-uniform: no divergence
+    } else {
+      product_kv(kv_acc[0], Pt, dOt);
+      product_kv(kv_acc[1], dSt, Qt);
+    }
 
     if constexpr (ATOMIC_DQ) {
       // Phase 3. dQ[query][d] += Σ_key dS[query][key]·K[key][d] for this warp's [Q_QUERIES, Q_DIMS].
@@ -434,28 +455,36 @@ __global__ void __launch_bounds__(C::THREADS)
           }
         }
       }
-#pragma unroll
-      for (int mt = 0; mt < QM; ++mt)
-#pragma unroll
-        for (int n = 0; n < 2 * QN; ++n) {
-          // One 16-byte atomic per lane (sm_90: RED.E.ADD.F32x4, the result is not read) instead
-          // of four scalar ones. A lane holds two columns of rows g and g+8; lanes t4 and t4^1
-          // trade pairs so that the even one holds 4 columns of row g, the odd one of row g+8.
-          const bool odd = t4 & 1;
-          const float x0 = __shfl_xor_sync(0xffffffffu, odd ? c[mt][n][0] : c[mt][n][2], 1);
-          const float x1 = __shfl_xor_sync(0xffffffffu, odd ? c[mt][n][1] : c[mt][n][3], 1);
-          const float4 four = odd ? make_float4(x0, x1, c[mt][n][2], c[mt][n][3])
-                                  : make_float4(c[mt][n][0], c[mt][n][1], x0, x1);
-          const int row = m0 + qq0 + 16 * mt + g + (odd ? 8 : 0), col = qd0 + 8 * n + 4 * (t4 / 2);
-          if (row < seq_q && col < head_dim) {  // head_dim % 8 == 0: four columns wholly in or out
-            float* to = dq_accum + std::size_t(row) * head_dim + col;
+      // Each lane adds its two columns of rows g and g + 8 of every fragment with 8-byte atomics
+      // (sm_90: RED.E.ADD.F32x2, the result is not read). A whole tile (every row < seq_q, head_dim
+      // = D) adds at constant offsets from one pointer, without checks: gathering 16 bytes per lane
+      // by shuffles, with a 64-bit address and a branch per atomic, cost about 170 instructions per
+      // tile and warp, against about 20 here (ncu source counters).
+      float* to = dq_accum + (std::size_t(m0 + qq0 + g) * head_dim + qd0 + 2 * t4);
+      auto add = [](float* at, float x, float y) {
 #if __CUDA_ARCH__ >= 900
-            atomicAdd(reinterpret_cast<float4*>(to), four);
+        atomicAdd(reinterpret_cast<float2*>(at), make_float2(x, y));
 #else
-            atomicAdd(to, four.x), atomicAdd(to + 1, four.y), atomicAdd(to + 2, four.z), atomicAdd(to + 3, four.w);
+        atomicAdd(at, x), atomicAdd(at + 1, y);
 #endif
-          }
-        }
+      };
+      if (head_dim == D && m0 + BLOCK_M <= seq_q) {
+#pragma unroll
+        for (int mt = 0; mt < QM; ++mt)
+#pragma unroll
+          for (int n = 0; n < 2 * QN; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) add(to + (16 * mt + 8 * h) * D + 8 * n, c[mt][n][2 * h], c[mt][n][2 * h + 1]);
+      } else {  // the last query tile of a ragged seq_q, or head_dim padded up to D
+#pragma unroll
+        for (int mt = 0; mt < QM; ++mt)
+#pragma unroll
+          for (int n = 0; n < 2 * QN; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              if (m0 + qq0 + 16 * mt + g + 8 * h < seq_q && qd0 + 8 * n < head_dim)
+                add(to + (16 * mt + 8 * h) * head_dim + 8 * n, c[mt][n][2 * h], c[mt][n][2 * h + 1]);
+      }
     }
     if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the first barrier
   };
@@ -465,21 +494,24 @@ __global__ void __launch_bounds__(C::THREADS)
   cp_async_wait<0>();                                             // an empty group at most; nothing pending at exit
   __syncthreads();  // every warp is done with K and V (phase 3 reads every key)
 
-  // dK = scale·dK_acc and dV into the K and V tiles (this warp's [KV_KEYS, KV_DIMS]), then 16-byte
-  // stores of whole rows: each 8-lane group writes 128 bytes (step 11's epilogue). Keys past
-  // seq_k and padding columns are not stored; a block no query sees stores zeros.
+  // dK = scale·dK_acc into the K tile and dV into the V tile (this warp's [KV_KEYS, KV_DIMS] of
+  // each, or SPLIT_KV of its one), then 16-byte stores of whole rows: each 8-lane group writes 128
+  // bytes (step 11's epilogue). Keys past seq_k and padding columns are not stored; a block no
+  // query sees stores zeros.
 #pragma unroll
   for (int mt = 0; mt < VM; ++mt)
 #pragma unroll
     for (int j = 0; j < 2 * VN; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = vk0 + 16 * mt + g + 8 * h, c = vd0 / 8 + j;
-        *reinterpret_cast<std::uint32_t*>(Ks + swz<D>(r, c) + 2 * t4) =
-            pack<T>(scale * dk_acc[mt][j][2 * h], scale * dk_acc[mt][j][2 * h + 1]);
-        *reinterpret_cast<std::uint32_t*>(Vs + swz<D>(r, c) + 2 * t4) =
-            pack<T>(dv_acc[mt][j][2 * h], dv_acc[mt][j][2 * h + 1]);
-      }
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int a = 0; a < C::KV_ACCS; ++a) {
+          const bool is_dk = C::SPLIT_KV ? dk_warp : a == 1;
+          const float f = is_dk ? scale : 1.f;
+          const int r = vk0 + 16 * mt + g + 8 * h, c = vd0 / 8 + j;
+          *reinterpret_cast<std::uint32_t*>((is_dk ? Ks : Vs) + swz<D>(r, c) + 2 * t4) =
+              pack<T>(f * kv_acc[a][mt][j][2 * h], f * kv_acc[a][mt][j][2 * h + 1]);
+        }
   __syncthreads();  // the whole block's rows are in
   dk += bh * seq_k * head_dim, dv += bh * seq_k * head_dim;
   constexpr int CHUNKS = D / 8;
@@ -709,15 +741,19 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 
 using Candidate = fa::TuneCandidate<fa::AttnBwdArgs>;
 
-// The candidates (name: m BLOCK_M, q DQ_WARPS). head_dim 64: query tiles of 128 (phase 1 tiles of
-// [32, 64]) or 64; head_dim 128: 64 (the dK, dV accumulators take 128 registers a thread) with a
+// The candidates (name: m BLOCK_M, q DQ_WARPS, s SPLIT_KV). head_dim 64: query tiles of 128 (phase 1
+// tiles of [32, 64]) or 64, dK and dV split between the warps; head_dim 128: query tiles of 64 (the
+// dK, dV accumulators take 128 registers a thread), split or not (the split's A fragments push the
+// kernel to 255 registers: measured faster in bf16 and slower in fp16 at seq 16384, doc 13), with a
 // dQ kernel of 8 or 4 warps.
 template <class T>
 const std::vector<Candidate>& candidates(int d) {
-  static const std::vector<Candidate> d64 = {{"d64m128q4", launch<T, Config<64, 128, 4>>},
-                                             {"d64m64q4", launch<T, Config<64, 64, 4>>}};
-  static const std::vector<Candidate> d128 = {{"d128m64q8", launch<T, Config<128, 64, 8>>},
-                                              {"d128m64q4", launch<T, Config<128, 64, 4>>}};
+  static const std::vector<Candidate> d64 = {{"d64m128q4s", launch<T, Config<64, 128, 4, true>>},
+                                             {"d64m64q4s", launch<T, Config<64, 64, 4, true>>}};
+  static const std::vector<Candidate> d128 = {{"d128m64q8", launch<T, Config<128, 64, 8, false>>},
+                                              {"d128m64q8s", launch<T, Config<128, 64, 8, true>>},
+                                              {"d128m64q4", launch<T, Config<128, 64, 4, false>>},
+                                              {"d128m64q4s", launch<T, Config<128, 64, 4, true>>}};
   return d <= 64 ? d64 : d128;
 }
 
