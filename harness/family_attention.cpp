@@ -390,8 +390,8 @@ double check_lowp(const Problem& p, const Runs& runs, const Outputs& out, const 
 //           all its query rows, ~4·seq_q·seq_k·d (one head whatever that costs: some seconds on
 //           16 cores at seq 16384, d 128), then ~8·seq_q·d per key row.
 // Every element of each gradient against the previous step's (when it runs the backward) with
-// the largest per-row bound of its sampled rows. Returns max |mine - previous step| over the
-// gradients, or -1 without them.
+// kSampledBoundMargin times the largest per-row bound of its sampled rows. Returns max |mine -
+// previous step| over the gradients, or -1 without them.
 double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, const Outputs* theirs, Report& report) {
   const AttnParams& a = p.attn;
   const std::size_t D = a.head_dim, bh = std::size_t(a.batch) * a.heads;
@@ -418,15 +418,17 @@ double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, co
                                     : std::to_string(k_rows.size()) + " key rows of " + std::to_string(heads.size()) +
                                           " of " + n_heads + " heads";
   }
-  // Against the previous step, every element: the sampled rows' largest bound, plus one ulp of the
-  // element (rtol = ulp(1)): two steps that sum in different orders may round the same gradient to
+  // Against the previous step, every element: the sampled rows' largest bound times
+  // kSampledBoundMargin (a row outside the sample may need more), plus one ulp of the element
+  // (rtol = ulp(1)): two steps that sum in different orders may round the same gradient to
   // neighbouring 16-bit values, and the sampled rows' ulp covers only their own magnitudes.
   for (int g = 0; theirs && g < 3; ++g) {
-    const double max_bound = *std::max_element(bound[g].begin(), bound[g].end());
+    const double max_bound = tol::kSampledBoundMargin * *std::max_element(bound[g].begin(), bound[g].end());
     const CompareResult c = compare(*out.grad(g), *theirs->grad(g), Tolerance{max_bound, ulp(a.dtype, 1.0)},
                                     grad_of_queries(g) ? q_shape(a) : k_shape(a));
-    report(name + " " + kGradNames[g] + " vs " + runs.prev_label() + ", every element, atol = the largest per-row " +
-               "bound of the " + sampled[g] + " checked against fp64, rtol = 1 ulp",
+    report(name + " " + kGradNames[g] + " vs " + runs.prev_label() +
+               ", every element, atol = " + std::to_string(int(tol::kSampledBoundMargin)) +
+               " × the largest per-row bound of the " + sampled[g] + " checked against fp64, rtol = 1 ulp",
            c);
     err_prev = std::max(err_prev, c.max_abs_err);
   }

@@ -15,14 +15,17 @@
 // and each of its three phases tiles the warps its own way (Config, and the banner of the kernel):
 //
 //   1. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ  [128 keys, BLOCK_M queries]  4 × 2 warps of [32, BLOCK_M/2]
-//   2. dV += Pᵀ·dO, dK += dSᵀ·Q  [128 keys, D]              4 × 2 warps of [32, D/2]
+//   2. dV += Pᵀ·dO, dK += dSᵀ·Q  [128 keys, D]              4 × 2 warps of [32, D/2] doing both, or
+//                                                            (SPLIT_KV) 2 × 2 of [64, D/2] for each
 //   3. dQ = dS·K (atomic)        [BLOCK_M queries, D]        4 × 2 or 2 × 4 warps of [32, D/2 or D/4]
 //
 // Phase 2 needs all of a key row's Pᵀ and dSᵀ, which phase 1 spread over two warps: both go to
 // shared memory (step 12 stored only dSᵀ, and only in the atomic variant), and a barrier separates
 // the phases. Every swizzled ldmatrix address is one XOR of a per-lane offset (pair_at) instead of
 // the five or so instructions of swz: with the loops unrolled, this took the kernel from 779 to 590
-// million instructions (ncu, d 128 fp16 atomic at seq 2048; FA2's backward: 539 million).
+// million instructions (ncu, d 128 fp16 atomic at seq 2048; FA2's backward: 539 million). Reading
+// the per-instruction counts then took it to 476 million: one 64-bit product per tile in the loads
+// (copy_tile) and 8-byte dQ atomics at constant offsets (phase 3).
 //
 // The staggered start (atomic only): key block b visits its masked tiles (the diagonal) first, then
 // its unmasked ones starting at the (b mod count)-th and wrapping around, so that the key blocks of
@@ -43,13 +46,13 @@
 //
 // Reading `diff steps/12_tensor_core_backward/kernel.cu steps/13_tuned_backward/kernel.cu`: the
 // dK/dV kernel is rewritten around the three phases (product_t, product_kv and the dQ block are
-// its three products); Config<D, BLOCK_M, DQ_WARPS> replaces step 12's constants; pair_at is new;
+// its three products); Config<D, BLOCK_M, DQ_WARPS, SPLIT_KV> replaces step 12's constants; pair_at is new;
 // the visiting order (t_first, next_tile) staggers the atomic blocks; the autotuner (candidates,
 // ProblemClass, tuner, tuned_launch) replaces step 12's launch_dim. delta, convert and the dQ kernel
 // are step 12's.
 //
-// What the measurements say (doc 13): at head_dim 128 at or above SDPA's FlashAttention-2 backward
-// up to seq 2048 and 1-11% slower beyond; at head_dim 64 up to 19% slower (bf16, long sequences).
+// What the measurements say (doc 13): at or above SDPA's FlashAttention-2 backward in 25 of the 40
+// cells with seq >= 1024 (median 1.03x), up to 6% slower in the others, all at seq >= 4096.
 //
 // Build + run:  cmake --build build --target 13_tuned_backward && build/bin/13_tuned_backward
 // =============================================================================================
@@ -208,7 +211,8 @@ __global__ void __launch_bounds__(kDeltaThreads)
 // Why faster than step 12's warps of 16 rows: a warp's [m, n] tile of a product reads m + n
 // operand rows from shared memory for 2·m·n·k FLOPs. Step 12's [16, 64] tiles do 12.8 FLOP per
 // byte read, below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and
-// clock) ahead of shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21.
+// clock) ahead of shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21,
+// [64, 64] ones 32.
 template <class T, class C, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(C::THREADS)
     backward_dkdv(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
@@ -237,7 +241,8 @@ __global__ void __launch_bounds__(C::THREADS)
   // This warp's tile in each phase: first key / query / dim.
   const int sk0 = warp % 4 * C::S_KEYS, sq0 = warp / 4 * C::S_QUERIES;  // phase 1
   const bool dk_warp = C::SPLIT_KV && warp >= 4;  // phase 2: SPLIT_KV, this warp's product is dK (else dV)
-  const int vk0 = warp % C::KV_WARPS * C::KV_KEYS, vd0 = (C::SPLIT_KV ? warp / 2 % 2 : warp / 4) * C::KV_DIMS;  // phase 2
+  const int vk0 = warp % C::KV_WARPS * C::KV_KEYS;  // phase 2
+  const int vd0 = (C::SPLIT_KV ? warp / 2 % 2 : warp / 4) * C::KV_DIMS;
   const int qq0 = warp % C::Q_WARPS * C::Q_QUERIES, qd0 = warp / C::Q_WARPS * C::Q_DIMS;  // phase 3
   constexpr int SM = C::S_KEYS / 16, SN = C::S_QUERIES / 8;   // phase 1: m-tiles of 16 keys, n-tiles of 8 queries
   constexpr int VM = C::KV_KEYS / 16, VN = C::KV_DIMS / 16;   // phase 2: m-tiles of 16 keys, 16-dim slices
