@@ -548,6 +548,7 @@ BLOCKS = {
     "docs/12_tensor_core_backward.md": {"results:tc_bwd": lambda: tc_bwd_table()},
     "docs/13_tuned_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("13_tuned_backward", "deterministic",
                                                                          "step 12", other_vs_sdpa=True)},
+    "docs/14_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
@@ -849,6 +850,58 @@ def tc_target_block():
             "\n\nEach cell: SDPA flash's time over step 11's, same `profiles/bench.py` run, truncated to three " \
             "decimals (✓ at or above 1.0×); \"-\": not measured."
     return text + "\n\n" + tc_source()
+
+
+HOPPER_FWD, HOPPER_TARGET_PREV, HOPPER_TARGET_CUDNN = "14_hopper_forward", 1.3, 0.75
+
+
+def hopper_fwd_table():
+    """Step 14 on the FA2 forward shapes: TFLOP/s and its ratios to step 11 (interleaved in the same
+    process), SDPA flash and SDPA cuDNN per cell, then the medians over seq >= 1024 against the
+    step's targets (docs/conventions.md: >= 1.3× step 11 and >= 0.75× cuDNN, medians)."""
+    times = tc_times()
+    flash, cudnn = times["sdpa_flash"], times["sdpa_cudnn"]
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    mine, prev = {}, {}
+    for r in (read_csv(path) if os.path.exists(path) else []):
+        p = split_problem(r["problem"])
+        if r["step"] != HOPPER_FWD or not p or p["mode"] != "fwd" or p["dtype"] not in TC_DTYPES:
+            continue
+        if p["seq"] != p["seq_k"] or p["batch"] * p["seq"] != 16384 or p["heads"] * p["d"] != 2048:
+            continue
+        cell = (p["dtype"], p["d"], p["causal"], p["seq"])
+        mine.setdefault(cell, fp_float(r["time_ms"]))
+        if fp_float(r["prev_time_ms"]) and fp_float(r["prev_time_ms"]) > 0:
+            prev.setdefault(cell, fp_float(r["prev_time_ms"]))
+    if not mine:
+        return "Not measured yet (no step 14 rows in `bench.csv`).\n\n" + tc_source()
+    body = []
+    for cell in tc_cells():
+        if cell not in mine:
+            continue
+        t = mine[cell]
+        dt, d, causal, seq = cell
+        body.append([dt, str(d), "yes" if causal else "no", str(seq), f"{tc_rate(cell, t):.1f}",
+                     ratio_text(prev.get(cell), t), ratio_text(flash.get(cell), t), ratio_text(cudnn.get(cell), t)])
+    cells = [c for c in tc_cells() if c[3] >= TARGET_MIN_SEQ and c in mine]
+
+    def summary(name, base, goal=None):
+        r = sorted(base[c] / mine[c] for c in cells if c in base)
+        if not r:
+            return [name, "0", "-", "-", "-", "-"]
+        med = r[len(r) // 2] if len(r) % 2 else (r[len(r) // 2 - 1] + r[len(r) // 2]) / 2
+        verdict = "-" if goal is None else (f"**met** (≥ {goal:.2f}×)" if med >= goal else f"**missed** (< {goal:.2f}×)")
+        return [name, str(len(r)), f"{r[0]:.2f}×", f"{med:.2f}×", f"{r[-1]:.2f}×", verdict]
+
+    table = md_table(["dtype", "d", "causal", "seq", "14 TFLOP/s", "× step 11", "× SDPA-FA2", "× SDPA-cuDNN"], body)
+    sums = md_table(["ratio (seq ≥ 1024)", "cells", "min", "median", "max", "target at the median"],
+                    [summary("× step 11", prev, HOPPER_TARGET_PREV), summary("× SDPA-FA2", flash),
+                     summary("× SDPA-cuDNN", cudnn, HOPPER_TARGET_CUDNN)])
+    return table + "\n\n" + sums + "\n\nForward, fp16/bf16 inputs with fp32 accumulation, FlashAttention-2 " \
+        "benchmark shapes (batch·seq = 16384, heads = 2048/d); TFLOP/s by the FlashAttention convention (4·B·H·S²·d, " \
+        "halved when causal). \"× y\" is y's time over step 14's (above 1.00× step 14 is faster): step 11 timed " \
+        "interleaved in the same process, SDPA's FlashAttention-2 and cuDNN backends in the same `profiles/bench.py` " \
+        "run.\n\n" + tc_source()
 
 
 def step11_candidates_table():
