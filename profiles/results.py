@@ -702,7 +702,7 @@ def tc_times():
     """bench.csv -> {step: {cell: time_ms}} for the forward rows of fp16/bf16 on the FA2 shapes
     (batch·seq = 16384, heads·d = 2048), the tensor-core steps and both SDPA backends."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
-    out = {st: {} for st in TC_FWD + ("sdpa_flash", "sdpa_cudnn")}
+    out = {st: {} for st in TC_FWD + (HOPPER_FWD, "sdpa_flash", "sdpa_cudnn")}
     for r in (read_csv(path) if os.path.exists(path) else []):
         p = split_problem(r["problem"])
         t = fp_float(r["time_ms"])
@@ -785,7 +785,7 @@ def tc_vs_sdpa_table(steps=TC_FWD):
     return "\n\n".join(parts)
 
 
-def tc_climb_table(steps=TC_FWD):
+def tc_climb_table(steps=TC_FWD + ("14_hopper_forward",)):
     """Per step and dtype, over the target's cells (seq >= 1024): the ratio to SDPA flash and cuDNN,
     min / median / max, and how many cells reach 1.0× flash."""
     times = tc_times()

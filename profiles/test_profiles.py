@@ -453,6 +453,25 @@ class TensorCoreTables(unittest.TestCase):
         only09 = self.results.blocks_of("docs/09_x.md", "<!-- results:tc_vs_sdpa:09:begin -->")
         self.assertNotIn("10 TFLOP/s", only09["results:tc_vs_sdpa:09"]())
 
+    def test_hopper_forward_table(self):
+        # step 14 at 0.5 ms with step 11 (its interleaved prev) at 0.7 ms: 1.40× step 11; cuDNN at 0.4 ms: 0.80×
+        rows = self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.4) + self.sweep("14_hopper_forward", 0.5)
+        for r in rows:
+            if r["step"] == "14_hopper_forward":
+                r["prev_step"], r["prev_time_ms"] = "11_tuned_forward", "0.7"
+        self.write(rows)
+        table = self.results.hopper_fwd_table()
+        self.assertIn("| f16 | 64 | no | 512 | 137.4 | 1.40× | 2.00× | 0.80× |", table)
+        self.assertIn("| × step 11 | 40 | 1.40× | 1.40× | 1.40× | **met** (≥ 1.30×) |", table)
+        self.assertIn("| × SDPA-cuDNN | 40 | 0.80× | 0.80× | 0.80× | **met** (≥ 0.75×) |", table)
+        self.write(self.sweep("sdpa_cudnn", 0.3) + self.sweep("14_hopper_forward", 0.5))  # no prev: '-'
+        table = self.results.hopper_fwd_table()
+        self.assertIn("| × SDPA-cuDNN | 40 | 0.60× | 0.60× | 0.60× | **missed** (< 0.75×) |", table)
+        self.assertIn("| × step 11 | 0 | - |", table)
+        self.write(self.sweep("sdpa_flash", 1.0))
+        self.assertIn("Not measured yet (no step 14 rows", self.results.hopper_fwd_table())
+        self.assertIn("| 14_hopper_forward | f16 | 0 of 20 | not measured yet |", self.results.tc_climb_table())
+
     def test_met_and_incomplete(self):
         base = self.sweep("sdpa_flash", 1.0)
         self.write(base + self.sweep("11_tuned_forward", 0.99))
