@@ -700,9 +700,11 @@ def tc_cells():
 
 def tc_times():
     """bench.csv -> {step: {cell: time_ms}} for the forward rows of fp16/bf16 on the FA2 shapes
-    (batch·seq = 16384, heads·d = 2048), the tensor-core steps and both SDPA backends."""
+    (batch·seq = 16384, heads·d = 2048), the tensor-core steps and both SDPA backends; and under
+    "<step> prev" each step's previous step, timed interleaved with it (prev_time_ms)."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
-    out = {st: {} for st in TC_FWD + (HOPPER_FWD, "sdpa_flash", "sdpa_cudnn")}
+    steps = TC_FWD + (HOPPER_FWD,)
+    out = {st: {} for st in steps + tuple(st + " prev" for st in steps) + ("sdpa_flash", "sdpa_cudnn")}
     for r in (read_csv(path) if os.path.exists(path) else []):
         p = split_problem(r["problem"])
         t = fp_float(r["time_ms"])
@@ -710,8 +712,17 @@ def tc_times():
             continue
         if p["seq"] != p["seq_k"] or p["batch"] * p["seq"] != 16384 or p["heads"] * p["d"] != 2048:
             continue
-        out[r["step"]].setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), t)
+        cell = (p["dtype"], p["d"], p["causal"], p["seq"])
+        out[r["step"]].setdefault(cell, t)
+        prev = fp_float(r["prev_time_ms"])
+        if r["step"] in steps and prev and prev > 0:
+            out[r["step"] + " prev"].setdefault(cell, prev)
     return out
+
+
+def median(r):
+    """The median of a sorted, non-empty list."""
+    return r[len(r) // 2] if len(r) % 2 else (r[len(r) // 2 - 1] + r[len(r) // 2]) / 2
 
 
 def fp_float(text):
@@ -798,7 +809,7 @@ def tc_climb_table(steps=TC_FWD + ("14_hopper_forward",)):
             have = [c for c in mine if c in times[st]]
             rf = sorted(flash[c] / times[st][c] for c in have if c in flash)
             rc = sorted(cudnn[c] / times[st][c] for c in have if c in cudnn)
-            spread = lambda r: f"{r[0]:.2f}× / {r[len(r) // 2] if len(r) % 2 else (r[len(r) // 2 - 1] + r[len(r) // 2]) / 2:.2f}× / {r[-1]:.2f}×" if r else "-"  # noqa: E731
+            spread = lambda r: f"{r[0]:.2f}× / {median(r):.2f}× / {r[-1]:.2f}×" if r else "-"  # noqa: E731
             if not have:
                 body.append([st, dt, f"0 of {len(mine)}", "not measured yet", "-", "-"])
                 continue
@@ -861,18 +872,7 @@ def hopper_fwd_table():
     step's targets (docs/conventions.md: >= 1.3× step 11 and >= 0.75× cuDNN, medians)."""
     times = tc_times()
     flash, cudnn = times["sdpa_flash"], times["sdpa_cudnn"]
-    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
-    mine, prev = {}, {}
-    for r in (read_csv(path) if os.path.exists(path) else []):
-        p = split_problem(r["problem"])
-        if r["step"] != HOPPER_FWD or not p or p["mode"] != "fwd" or p["dtype"] not in TC_DTYPES:
-            continue
-        if p["seq"] != p["seq_k"] or p["batch"] * p["seq"] != 16384 or p["heads"] * p["d"] != 2048:
-            continue
-        cell = (p["dtype"], p["d"], p["causal"], p["seq"])
-        mine.setdefault(cell, fp_float(r["time_ms"]))
-        if fp_float(r["prev_time_ms"]) and fp_float(r["prev_time_ms"]) > 0:
-            prev.setdefault(cell, fp_float(r["prev_time_ms"]))
+    mine, prev = times[HOPPER_FWD], times[HOPPER_FWD + " prev"]
     if not mine:
         return "Not measured yet (no step 14 rows in `bench.csv`).\n\n" + tc_source()
     body = []
@@ -889,7 +889,7 @@ def hopper_fwd_table():
         r = sorted(base[c] / mine[c] for c in cells if c in base)
         if not r:
             return [name, "0", "-", "-", "-", "-"]
-        med = r[len(r) // 2] if len(r) % 2 else (r[len(r) // 2 - 1] + r[len(r) // 2]) / 2
+        med = median(r)
         verdict = "-" if goal is None else (f"**met** (≥ {goal:.2f}×)" if med >= goal else f"**missed** (< {goal:.2f}×)")
         return [name, str(len(r)), f"{r[0]:.2f}×", f"{med:.2f}×", f"{r[-1]:.2f}×", verdict]
 
