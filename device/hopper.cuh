@@ -19,6 +19,11 @@
 //   smem_desc(addr, lbo, sbo)            a wgmma matrix descriptor, 128-byte swizzle
 //   wgmma_ss<N, T>(d, desc_a, desc_b, accumulate)      D[64, N] (+)= A·B, A and B K-major in smem
 //   wgmma_rs<N, T>(d, a, desc_b, accumulate)           D[64, N] (+)= A·B, A in registers, B MN-major
+//
+// What step 15 adds (warp specialisation):
+//   mbarrier_arrive(bar)                 one plain arrival: a consumer hands a slot back
+//   named_barrier_sync(id, n), named_barrier_arrive(id, n)   bar.sync / bar.arrive on barrier id 1-15
+//   setmaxnreg_dec<N>(), setmaxnreg_inc<N>()                 shrink / grow this warpgroup's registers
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -62,6 +67,11 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, int parity) {
       "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
       "r"(parity)
       : "memory");
+}
+
+// One arrival, no bytes (release: this thread's reads of the slot happen before the arrival counts).
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 
 // ---- the bulk tensor copy (TMA) -------------------------------------------------------------------------
@@ -182,6 +192,28 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t 
                  : FA_WGMMA_D64 : FA_WGMMA_AB);
 #undef FA_WGMMA_AB
 #undef FA_WGMMA_RS
+}
+
+// ---- named barriers and register reallocation (step 15) -----------------------------------------------
+// A block has 16 hardware barriers; __syncthreads is barrier 0 over every thread. bar.sync id, n
+// waits until n threads (a multiple of 32) have reached barrier id through bar.sync or bar.arrive;
+// bar.arrive counts this thread and goes on without waiting.
+__device__ __forceinline__ void named_barrier_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+// Every warp of a warpgroup, together: release registers down to N per thread, or wait until the
+// block's pool has enough to grow to N. N a multiple of 8 in [24, 256]. Takes effect only in a kernel
+// with a register cap at entry (__launch_bounds__(threads, 1)); ptxas warns when it ignores one.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
 }  // namespace fa::ptx

@@ -1,0 +1,73 @@
+// Step 15 (the warp-specialised Hopper forward; sm_90a) against step 14 in the same dtype, and
+// against the fp64 reference with the per-row low-precision rule of harness/tolerance.h. The shared
+// checks of tests/tensor_core_checks.h (both dtypes, both head-dim instances, causal and not, ragged
+// lengths, seq_q ≠ seq_k both ways, padded head dims, what it refuses), plus what is particular to
+// this step: every ablation variant computes the same attention, and a persistent block that walks
+// many tiles (more tiles than SMs, causal groups of heads, ragged ends) restarts its state per tile.
+#include "tensor_core_checks.h"
+
+namespace step14 {
+const fa::StepInfo& info();
+}
+namespace step15 {
+const fa::StepInfo& info();
+}
+
+namespace {
+using namespace tensor_core_checks;
+const fa::StepInfo& kStep = step15::info();
+const fa::StepInfo& kPrev = step14::info();
+
+TEST(Step15WarpSpecialized, MatchesStep14OnRealisticShapes) { matches_prev_on_realistic_shapes(kStep, kPrev); }
+TEST(Step15WarpSpecialized, MatchesStep14WhenSeqQDiffersFromSeqK) {
+  matches_prev_when_seq_q_differs_from_seq_k(kStep, kPrev);
+}
+TEST(Step15WarpSpecialized, MatchesGoldenInputs) { matches_golden_inputs(kStep); }
+TEST(Step15WarpSpecialized, MatchesFp64OnEdgeShapes) { matches_fp64_on_edge_shapes(kStep); }
+TEST(Step15WarpSpecialized, PaddedHeadDims) { matches_fp64_with_padded_head_dims(kStep); }
+TEST(Step15WarpSpecialized, LongSequenceMatchesFp64) { matches_fp64_on_a_long_sequence(kStep); }
+TEST(Step15WarpSpecialized, RefusesWhatItCannotRun) { refuses_what_it_cannot_run(kStep); }
+
+// Against fp64 on fresh inputs, in variant `variant` (AttnParams::variant), every output NaN-poisoned.
+void expect_variant_matches_fp64(const Shape& s, int variant) {
+  const std::uint64_t seed = fa::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", variant " + kStep.variants.at(variant));
+  const Inputs in = random_inputs(s, seed);
+  fa::AttnParams p = s.params();
+  p.variant = variant;
+  fa::attention::Run r(kStep, p, false, in);
+  expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64");
+}
+
+// Each technique switched off (doc 15's ablation) leaves the result within the same bounds: the
+// variants differ in who waits for whom, not in the arithmetic.
+TEST(Step15WarpSpecialized, EveryVariantMatchesFp64) {
+  ASSERT_EQ(kStep.variants.size(), 6u);
+  for (int v = 0; v < int(kStep.variants.size()); ++v)
+    for (fa::DType t : kTypes)
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) expect_variant_matches_fp64({2, 3, 333, 300, d, causal, 0, t}, v);
+}
+
+// More tiles than the H100 has SMs (132): each persistent block walks several tiles of different
+// heads and lengths of work, so the barriers' phases carry over from tile to tile; causal, heads are
+// grouped and the heaviest query blocks go first. Ragged ends in both lengths.
+TEST(Step15WarpSpecialized, PersistentBlocksWalkManyTiles) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) expect_matches_reference(kStep, {3, 37, 300, 270, d, causal, 0, t}, false);
+}
+
+// An unknown variant is refused with a message, not launched.
+TEST(Step15WarpSpecialized, UnknownVariantIsRefused) {
+  const Shape s{1, 1, 64, 64, 64, false, 0, fa::DType::F16};
+  fa::AttnParams p = s.params();
+  p.variant = int(kStep.variants.size());
+  EXPECT_THROW(
+      {
+        fa::attention::Run r(kStep, p, false, random_inputs(s, 1));
+        r.forward(nullptr);
+      },
+      fa::UsageError);
+}
+}  // namespace
