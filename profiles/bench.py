@@ -109,6 +109,18 @@ def step_exes(build, only):
     return [e for e in exes if not only or os.path.basename(e)[:2] in only]
 
 
+# An ablation variant ("no-...": the step with one technique switched off, step 15) is timed on these
+# cells only, fp16, not on the whole sweep: FA2 shapes at a short and a long sequence, each head_dim,
+# causal and not. The default variant's sweep rows hold the same cells.
+ABLATION_SEQS = (2048, 8192)
+
+
+def ablation_args():
+    return [["--batch", str(TOKENS // s), "--heads", str(MODEL_DIM // d), "--seq", str(s), "--head-dim", str(d),
+             "--dtype", "f16"] + (["--causal"] if causal else [])
+            for s in ABLATION_SEQS for d in ATTN_DIMS for causal in (False, True)]
+
+
 def step_rows(exes):
     rows, failed = [], 0
     for exe in exes:
@@ -117,8 +129,11 @@ def step_rows(exes):
         # (--variant) sweeps once per variant; the rows of a non-default one name it ("[name]").
         cmd = [exe, "--sweep", "--bwd", "--csv"] if has_backward(exe) else [exe, "--sweep", "--csv"]
         for v in variants(exe) or [None]:
-            r, rc = run_csv(cmd + (["--variant", v] if v else []))
-            rows, failed = rows + r, failed + (rc != 0)
+            cmds = [[exe, "--bench", "--csv", "--variant", v] + a for a in ablation_args()] \
+                if v and v.startswith("no-") else [cmd + (["--variant", v] if v else [])]
+            for c in cmds:
+                r, rc = run_csv(c)
+                rows, failed = rows + r, failed + (rc != 0)
     return rows, failed
 
 

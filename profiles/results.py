@@ -549,6 +549,8 @@ BLOCKS = {
     "docs/13_tuned_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("13_tuned_backward", "deterministic",
                                                                          "step 12", other_vs_sdpa=True)},
     "docs/14_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
+    "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
+                                           "results:hopper_ablation": lambda: hopper_ablation_table()},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
@@ -703,7 +705,7 @@ def tc_times():
     (batch·seq = 16384, heads·d = 2048), the tensor-core steps and both SDPA backends; and under
     "<step> prev" each step's previous step, timed interleaved with it (prev_time_ms)."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
-    steps = TC_FWD + (HOPPER_FWD,)
+    steps = TC_FWD + (HOPPER_FWD, HOPPER_WS)
     out = {st: {} for st in steps + tuple(st + " prev" for st in steps) + ("sdpa_flash", "sdpa_cudnn")}
     for r in (read_csv(path) if os.path.exists(path) else []):
         p = split_problem(r["problem"])
@@ -796,7 +798,7 @@ def tc_vs_sdpa_table(steps=TC_FWD):
     return "\n\n".join(parts)
 
 
-def tc_climb_table(steps=TC_FWD + ("14_hopper_forward",)):
+def tc_climb_table(steps=TC_FWD + ("14_hopper_forward", "15_hopper_warp_specialized")):
     """Per step and dtype, over the target's cells (seq >= 1024): the ratio to SDPA flash and cuDNN,
     min / median / max, and how many cells reach 1.0× flash."""
     times = tc_times()
@@ -904,6 +906,144 @@ def hopper_fwd_table():
         "run.\n\n" + tc_source()
 
 
+HOPPER_WS = "15_hopper_warp_specialized"
+WS_TARGET_CUDNN_MEDIAN, WS_TARGET_CUDNN_MIN, WS_TARGET_CUDNN_MIN_SEQ = 1.0, 0.9, 2048
+WS_TARGET_TFLOPS, WS_TARGET_TFLOPS_D, WS_TARGET_TFLOPS_MIN_SEQ = 600.0, 128, 8192
+
+
+def hopper_ws_table():
+    """Step 15 on the FA2 forward shapes: TFLOP/s and its ratios to step 14 (interleaved in the same
+    process), SDPA flash and SDPA cuDNN per cell, then the step's three targets (docs/conventions.md):
+    >= 1.0× cuDNN at the median (seq >= 1024), >= 0.9× cuDNN in every cell with seq >= 2048, and
+    >= 600 TFLOP/s at head_dim 128, not causal, seq >= 8192."""
+    times = tc_times()
+    flash, cudnn = times["sdpa_flash"], times["sdpa_cudnn"]
+    mine, prev = times[HOPPER_WS], times[HOPPER_WS + " prev"]
+    if not mine:
+        return "Not measured yet (no step 15 rows in `bench.csv`).\n\n" + tc_source()
+    body = [[dt, str(d), "yes" if causal else "no", str(seq), f"{tc_rate(c, mine[c]):.1f}", ratio_text(prev.get(c), mine[c]),
+             ratio_text(flash.get(c), mine[c]), ratio_text(cudnn.get(c), mine[c])]
+            for c in tc_cells() if c in mine for dt, d, causal, seq in [c]]
+    cells = [c for c in tc_cells() if c[3] >= TARGET_MIN_SEQ]
+    where = lambda c: f"{c[0]} d{c[1]} {'causal' if c[2] else 'not causal'} seq {c[3]}"  # noqa: E731
+
+    def verdict(ok, n, need):
+        return "not measured" if n == 0 else ("**met**" if ok and n == need else
+                                              "**missed**" if not ok else f"incomplete ({n} of {need} cells)")
+
+    def spread(base):
+        r = sorted(base[c] / mine[c] for c in cells if c in base and c in mine)
+        return [str(len(r)), f"{r[0]:.2f}×", f"{median(r):.2f}×", f"{r[-1]:.2f}×"] if r else ["0", "-", "-", "-"]
+
+    rc = sorted(cudnn[c] / mine[c] for c in cells if c in cudnn and c in mine)
+    long_cells = [c for c in cells if c[3] >= WS_TARGET_CUDNN_MIN_SEQ]
+    low = sorted((cudnn[c] / mine[c], c) for c in long_cells if c in cudnn and c in mine)
+    big = [c for c in cells if c[1] == WS_TARGET_TFLOPS_D and not c[2] and c[3] >= WS_TARGET_TFLOPS_MIN_SEQ]
+    rates = sorted((tc_rate(c, mine[c]), c) for c in big if c in mine)
+    targets = [
+        [f"median × SDPA-cuDNN, seq ≥ {TARGET_MIN_SEQ}", f"≥ {WS_TARGET_CUDNN_MEDIAN:.2f}×",
+         f"{median(rc):.2f}× over {len(rc)} cells" if rc else "-",
+         verdict(bool(rc) and median(rc) >= WS_TARGET_CUDNN_MEDIAN, len(rc), len(cells))],
+        [f"every cell × SDPA-cuDNN, seq ≥ {WS_TARGET_CUDNN_MIN_SEQ}", f"≥ {WS_TARGET_CUDNN_MIN:.2f}×",
+         f"lowest {low[0][0]:.2f}× ({where(low[0][1])}); {sum(1 for r, _ in low if r < WS_TARGET_CUDNN_MIN)} of "
+         f"{len(low)} below" if low else "-",
+         verdict(bool(low) and low[0][0] >= WS_TARGET_CUDNN_MIN, len(low), len(long_cells))],
+        [f"TFLOP/s at d {WS_TARGET_TFLOPS_D}, not causal, seq ≥ {WS_TARGET_TFLOPS_MIN_SEQ}",
+         f"≥ {WS_TARGET_TFLOPS:.0f}", f"lowest {rates[0][0]:.0f} ({where(rates[0][1])})" if rates else "-",
+         verdict(bool(rates) and rates[0][0] >= WS_TARGET_TFLOPS, len(rates), len(big))]]
+    table = md_table(["dtype", "d", "causal", "seq", "15 TFLOP/s", "× step 14", "× SDPA-FA2", "× SDPA-cuDNN"], body)
+    sums = md_table([f"ratio (seq ≥ {TARGET_MIN_SEQ})", "cells", "min", "median", "max"],
+                    [["× step 14"] + spread(prev), ["× SDPA-FA2"] + spread(flash), ["× SDPA-cuDNN"] + spread(cudnn)])
+    return table + "\n\n" + sums + "\n\n" + md_table(["target", "goal", "measured", "verdict"], targets) + \
+        "\n\nForward, fp16/bf16 inputs with fp32 accumulation, FlashAttention-2 benchmark shapes (batch·seq = 16384, " \
+        "heads = 2048/d); TFLOP/s by the FlashAttention convention (4·B·H·S²·d, halved when causal). \"× y\" is y's " \
+        "time over step 15's (above 1.00× step 15 is faster): step 14 timed interleaved in the same process, SDPA's " \
+        "FlashAttention-2 and cuDNN backends in the same `profiles/bench.py` run.\n\n" + tc_source()
+
+
+# FlashAttention-3's published ablation (Shah et al. 2024, "FlashAttention-3: Fast and Accurate Attention with
+# Asynchrony and Low-precision", the ablation table: head_dim 128, seq 8k, FP16, their H100 SXM5): quoted, not measured.
+FA3_ABLATION = (("FlashAttention-3", 661), ("no GEMM-softmax pipelining, warp-specialised", 582),
+                ("GEMM-softmax pipelining, no warp specialisation", 570))
+WS_VARIANTS = (("full", "nothing: the step as it is"), ("no-pingpong", "ping-pong between the consumers"),
+               ("no-overlap", "S of the next tile issued before the softmax (intra-warpgroup)"),
+               ("no-overlaps", "both overlaps (warp specialisation, setmaxnreg and persistence kept)"),
+               ("no-persistent", "the persistent grid (one block per tile, the hardware schedules)"),
+               ("no-setmaxnreg", "the register reallocation (every thread capped at the launch's share)"))
+
+
+def hopper_ablation_table():
+    """Step 15 with each technique switched off (its "no-..." variants, profiles/bench.py ABLATION_SEQS), beside
+    the full step (its sweep rows) and step 14 (no warp specialisation at all): fp16 TFLOP/s per cell."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    got = {}
+    for r in (read_csv(path) if os.path.exists(path) else []):
+        m = re.match(r"^(.*) \[([\w-]+)\]$", r["problem"])
+        problem, variant = (m.group(1), m.group(2)) if m else (r["problem"], "full")
+        p, t = split_problem(problem), fp_float(r["time_ms"])
+        if r["step"] not in (HOPPER_WS, HOPPER_FWD) or not p or p["mode"] != "fwd" or p["dtype"] != "f16" or not t:
+            continue
+        if t <= 0 or p["batch"] * p["seq"] != 16384 or p["heads"] * p["d"] != 2048 or p["seq"] != p["seq_k"]:
+            continue
+        name = variant if r["step"] == HOPPER_WS else "step 14"
+        got.setdefault(name, {}).setdefault((p["d"], p["causal"], p["seq"]), t)
+    cells = [(d, causal, s) for d in TC_DIMS for causal in (False, True) for s in (2048, 8192)]
+    if not any(k != "full" and k != "step 14" for k in got):
+        return "Not measured yet (no rows of step 15's \"no-...\" variants in `bench.csv`).\n\n" + tc_source()
+    full = got.get("full", {})
+    rate = lambda c, t: tc_rate(("f16",) + c, t)  # noqa: E731
+
+    def line(name, what):
+        mine = got.get(name, {})
+        out = [f"`{name}`" if name != "step 14" else "step 14", what]
+        for c in cells:
+            if c not in mine:
+                out.append("-")
+                continue
+            share = f" ({mine[c] / full[c] * 100 - 100:+.0f}%)" if name != "full" and c in full else ""
+            out.append(f"{rate(c, mine[c]):.0f}{share}")
+        return out
+
+    body = [line(n, w) for n, w in WS_VARIANTS] + [line("step 14", "warp specialisation and everything after it")]
+    table = md_table(["variant", "removed"] + [f"d{d}{' causal' if causal else ''} {s}" for d, causal, s in cells],
+                     body)
+    ours = {"full": full.get((128, False, 8192)), "no-overlaps": got.get("no-overlaps", {}).get((128, False, 8192)),
+            "step 14": got.get("step 14", {}).get((128, False, 8192))}
+    fa3 = md_table(["FA3 (published)", "TFLOP/s", "closest here", "TFLOP/s here"],
+                   [[n, str(v), k, f"{rate((128, False, 8192), ours[k]):.0f}" if ours[k] else "-"]
+                    for (n, v), k in zip(FA3_ABLATION, ("full", "no-overlaps", "step 14"))])
+    return table + "\n\n" + fa3 + "\n\nfp16 forward, FlashAttention-2 benchmark shapes (batch·seq = 16384, heads = " \
+        "2048/d), TFLOP/s by the FlashAttention convention. Each variant switches one technique off (`--variant`); " \
+        "in brackets, how much faster the full step is than the variant (its time over the full step's, minus 1). " \
+        "The full step's and step 14's numbers are their sweep rows, the variants' from `--bench` on the same cells, " \
+        "all in one `profiles/bench.py` run. FA3's numbers are quoted from its paper's ablation (head_dim 128, seq " \
+        "8k, FP16, on their H100): \"closest here\" is the variant that removes the same thing, except that step 14 " \
+        "removes the pipelining as well as the warp specialisation.\n\n" + tc_source()
+
+
+def headline_block():
+    """README's headline: where the series ends against both SDPA backends, from bench.csv: the last forward
+    step (15) and the last backward step (13), median (min-max) of SDPA's time over the step's, seq >= 1024."""
+    def spread(r):
+        r = sorted(r)
+        return f"{median(r):.2f}× ({r[0]:.2f}-{r[-1]:.2f}×, {len(r)} cells)" if r else "not measured"
+
+    times = tc_times()
+    fwd = {c: t for c, t in times[HOPPER_WS].items() if c[3] >= TARGET_MIN_SEQ}
+    bwd = {c: v for c, v in bwd_cells(TC_BWD[-1]).items() if c[3] >= TARGET_MIN_SEQ and ("bwd", "") in v}
+    f_flash = [times["sdpa_flash"][c] / t for c, t in fwd.items() if c in times["sdpa_flash"]]
+    f_cudnn = [times["sdpa_cudnn"][c] / t for c, t in fwd.items() if c in times["sdpa_cudnn"]]
+    b_flash = [v[("bwd", "sdpa_flash")] / v[("bwd", "")] for v in bwd.values() if ("bwd", "sdpa_flash") in v]
+    b_cudnn = [v[("bwd", "sdpa_cudnn")] / v[("bwd", "")] for v in bwd.values() if ("bwd", "sdpa_cudnn") in v]
+    return (f"Where the series ends on the H100 (PyTorch SDPA's time over the step's, median and range over the "
+            f"FlashAttention-2 benchmark cells with seq ≥ {TARGET_MIN_SEQ}, fp16 and bf16, head_dim 64 and 128, causal "
+            f"and not; above 1.00× the step is faster):\n\n" +
+            md_table(["", "× SDPA FlashAttention-2", "× SDPA cuDNN"],
+                     [[f"forward, step 15 ({HOPPER_WS})", spread(f_flash), spread(f_cudnn)],
+                      [f"backward, step 13 ({TC_BWD[-1]})", spread(b_flash), spread(b_cudnn)]]) +
+            "\n\n" + tc_source())
+
+
 def step11_candidates_table():
     """Step 11's candidates, each pinned, per shape: TFLOP/s, the fastest in bold (profiles/candidates.py)."""
     path = CANDIDATES_OVERRIDE or os.path.join(gpu_dir(), "step11_candidates.csv")
@@ -946,7 +1086,7 @@ def ptxas_table(nns):
 
 
 # Blocks rendered wherever their markers are (README.md, profiles/README.md, docs/*.md).
-ANYWHERE = {"results:tc_vs_sdpa": tc_vs_sdpa_table, "results:tc_climb": tc_climb_table,
+ANYWHERE = {"results:headline": headline_block, "results:tc_vs_sdpa": tc_vs_sdpa_table, "results:tc_climb": tc_climb_table,
             "results:tc_target": tc_target_block, "sass:tc_forward": sass_tc_block,
             "results:tc_steps": lambda: attention_table(TC_FWD, first_prev="06_causal_stages"),
             "results:step11_candidates": step11_candidates_table}

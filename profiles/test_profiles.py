@@ -472,6 +472,45 @@ class TensorCoreTables(unittest.TestCase):
         self.assertIn("Not measured yet (no step 14 rows", self.results.hopper_fwd_table())
         self.assertIn("| 14_hopper_forward | f16 | 0 of 20 | not measured yet |", self.results.tc_climb_table())
 
+    def test_warp_specialized_table(self):
+        # step 15 at 0.5 ms, step 14 (its interleaved prev) at 0.6 ms; cuDNN at 0.55 ms (1.10×) but 0.4 ms (0.80×) in
+        # one seq-2048 cell: median met, the every-cell target missed there
+        rows = self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.55) + self.sweep(self.results.HOPPER_WS, 0.5)
+        for r in rows:
+            if r["step"] == self.results.HOPPER_WS:
+                r["prev_step"], r["prev_time_ms"] = "14_hopper_forward", "0.6"
+            if r["step"] == "sdpa_cudnn" and r["problem"] == "B8 H32 S2048 D64 causal bf16":
+                r["time_ms"] = "0.4"
+        self.write(rows)
+        table = self.results.hopper_ws_table()
+        self.assertIn("| f16 | 64 | no | 512 | 137.4 | 1.20× | 2.00× | 1.10× |", table)
+        self.assertIn("| × step 14 | 40 | 1.20× | 1.20× | 1.20× |", table)
+        self.assertIn("| median × SDPA-cuDNN, seq ≥ 1024 | ≥ 1.00× | 1.10× over 40 cells | **met** |", table)
+        self.assertIn("lowest 0.80× (bf16 d64 causal seq 2048); 1 of 32 below | **missed** |", table)
+        # 4·16384·8192·2048 FLOP in 0.5 ms: 2199 TFLOP/s at d128 not causal seq 8192 (twice at 16384)
+        self.assertIn("| ≥ 600 | lowest 2199 (bf16 d128 not causal seq 8192) | **met** |", table)
+        self.write(self.sweep("sdpa_cudnn", 0.3))
+        self.assertIn("Not measured yet (no step 15 rows", self.results.hopper_ws_table())
+
+    def test_ablation_table(self):
+        rows = self.sweep(self.results.HOPPER_WS, 0.5) + self.sweep("14_hopper_forward", 1.0)
+        self.write(rows)
+        self.assertIn("Not measured yet (no rows of step 15's", self.results.hopper_ablation_table())
+        rows.append(bench_row(self.results.HOPPER_WS, "B2 H16 S8192 D128 f16 [no-pingpong]", 0.55))
+        rows.append(bench_row(self.results.HOPPER_WS, "B2 H16 S8192 D128 bf16 [no-overlap]", 0.1))  # bf16: not used
+        self.write(rows)
+        table = self.results.hopper_ablation_table()
+        # full at d128 seq 8192: 2199 TFLOP/s; no-pingpong 0.55 ms: 1999, the full step 10% faster; step 14 at 1.0 ms
+        self.assertIn("| `no-pingpong` | ping-pong between the consumers | - | - | - | - | - | 1999 (+10%) | - | - |",
+                      table)
+        self.assertIn("| step 14 | warp specialisation and everything after it | 275 (+100%) |", table)
+        self.assertIn("| `full` | nothing: the step as it is | ", table)
+        self.assertIn("| `no-overlap` | S of the next tile issued before the softmax (intra-warpgroup) | - | - | - | -"
+                      " | - | - | - | - |", table)
+        self.assertIn("| FlashAttention-3 | 661 | full | 2199 |", table)
+        self.assertIn("| no GEMM-softmax pipelining, warp-specialised | 582 | no-overlaps | - |", table)
+        self.assertIn("| GEMM-softmax pipelining, no warp specialisation | 570 | step 14 | 1100 |", table)
+
     def test_met_and_incomplete(self):
         base = self.sweep("sdpa_flash", 1.0)
         self.write(base + self.sweep("11_tuned_forward", 0.99))

@@ -11,7 +11,7 @@
 //      rows each). Full barriers say "the copy landed", empty barriers say "every consumer warp is
 //      done with the slot": no __syncthreads in the loop, and K is handed back before V.
 //   2. setmaxnreg. The producer needs ~24 registers, the consumers all they can get: the producer
-//      gives its registers back (dec 24) and the consumers take them (inc 240).
+//      gives its registers back (dec 24) and the consumers take them (inc 240; 160 at d 64).
 //   3. Ping-pong (PINGPONG). Two named barriers pass a token: a consumer issues its GEMMs only when
 //      it holds it, then hands it over, so one warpgroup's softmax runs under the other's GEMMs.
 //   4. Intra-warpgroup overlap (OVERLAP). S_j = Q·K_jᵀ is issued together with O += P_{j-1}·V_{j-1}
@@ -91,7 +91,7 @@ __device__ __forceinline__ Tile tile_at(int i, int n_qb, int bh_count, int group
   return {causal ? n_qb - 1 - q : q, first + within % heads};
 }
 
-// ---- the kernel: a persistent block, its producer and its two consumers ------------------------------------
+// ---- the kernel: a persistent block, its producer and its consumers -----------------------------------------
 // grid (min(tiles, SMs)); block C::THREADS; next_tile: a counter, zero at launch. T: __half or __nv_bfloat16. The tensor maps describe
 // Q [bh, seq_q, head_dim] and K, V [bh, seq_k, head_dim] in boxes of [rows, 64].
 template <class T, class C>
@@ -383,7 +383,8 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream, bool persistent) {
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
   const long long n_work = (long long)((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M) * bh;
-  if (n_work > 0x7fffffff) throw fa::UsageError(std::string(name) + ": more than 2^31 tiles");
+  // The counter hands out indices up to grid + n_work: keep both within an int.
+  if (n_work >= (1LL << 30)) throw fa::UsageError(std::string(name) + ": 2^30 query tiles or more");
   // Causal: as many heads per group as half the L2 holds K and V of (doc 15); otherwise one.
   const long long kv_bytes = 2LL * p.seq_k * C::D * 2;
   const int group = p.causal ? int(std::clamp<long long>(l2 / 2 / kv_bytes, 1, bh)) : 1;
