@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
   T* Ks = reinterpret_cast<T*>(smem + C::Q_BYTES);  // [STAGES][HALVES][BLOCK_N][64]
   T* Vs = Ks + STAGES * BLOCK_N * D;                // [STAGES][HALVES][BLOCK_N][64]
   auto* bars = reinterpret_cast<std::uint64_t*>(Vs + STAGES * BLOCK_N * D);
-  std::uint64_t *q_full = bars, *q_empty = bars + 1;  // Q landed / every consumer warp done with it
+  std::uint64_t *q_full = bars, *q_empty = bars + 1;  // Q landed / every consumer thread done with it
   std::uint64_t *k_full = bars + 2, *v_full = k_full + STAGES;     // [STAGES]: the slot's copy landed
   std::uint64_t *k_empty = v_full + STAGES, *v_empty = k_empty + STAGES;  // [STAGES]: handed back
   volatile int* tile_slot = reinterpret_cast<int*>(v_empty + STAGES);     // the tile Q belongs to; −1: done
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
 
   if (threadIdx.x == 0) {
     mbarrier_init(q_full, 1);
-    mbarrier_init(q_empty, C::CONSUMER_WARPS);
+    mbarrier_init(q_empty, C::CONSUMERS * kWarpgroup);
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(&k_full[s], 1), mbarrier_init(&v_full[s], 1);
       mbarrier_init(&k_empty[s], C::CONSUMER_WARPS), mbarrier_init(&v_empty[s], C::CONSUMER_WARPS);
@@ -182,6 +182,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
   auto hand_back = [&](std::uint64_t* bar) {  // one arrival per warp, after the warp's wgmma_wait
     if (lane == 0) mbarrier_arrive(bar);
   };
+  // q_empty instead takes one arrival per thread: besides Q (read by wgmma) it releases tile_slot,
+  // which every thread read with an ordinary load, and an arrival releases only its own thread's
+  // accesses (compute-sanitizer's racecheck flags lane 0 arriving for the warp).
   // Ping-pong: barrier 1 + cg is "consumer cg's turn"; 256 threads meet there: its own 128 (sync)
   // and the previous consumer's 128 (arrive, when it hands the turn on). A ring: 0, 1, (2,) 0, ...
   auto take_turn = [&] {
@@ -288,7 +291,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
       pass_turn();
       wgmma_wait<0>();
       hand_back(&k_empty[slot(0)]);
-      if (n_tiles == 1) hand_back(q_empty);  // the producer may load the next tile's Q
+      if (n_tiles == 1) mbarrier_arrive(q_empty);  // the producer may load the next tile's Q
       softmax(0);
       pack_p();
       for (int j = 1; j < n_tiles; ++j) {
@@ -300,7 +303,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         pass_turn();
         wgmma_wait<1>();  // S_j has landed; P_{j-1}·V_{j-1} may still be running
         hand_back(&k_empty[slot(j)]);
-        if (j == n_tiles - 1) hand_back(q_empty);
+        if (j == n_tiles - 1) mbarrier_arrive(q_empty);
         softmax(j);
         wgmma_wait<0>();  // O += P_{j-1}·V_{j-1} has landed: O may be rescaled, p overwritten
         hand_back(&v_empty[slot(j - 1)]);
@@ -323,7 +326,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         pass_turn();
         wgmma_wait<0>();
         hand_back(&k_empty[slot]);
-        if (j == n_tiles - 1) hand_back(q_empty);
+        if (j == n_tiles - 1) mbarrier_arrive(q_empty);
         softmax(j);
         rescale();
         pack_p();
