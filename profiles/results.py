@@ -969,7 +969,8 @@ WS_VARIANTS = (("full", "nothing: the step as it is"), ("no-pingpong", "ping-pon
                ("no-overlap", "S of the next tile issued before the softmax (intra-warpgroup)"),
                ("no-overlaps", "both overlaps (warp specialisation, setmaxnreg and persistence kept)"),
                ("no-persistent", "the persistent grid (one block per tile, the hardware schedules)"),
-               ("no-setmaxnreg", "the register reallocation (every thread capped at the launch's share)"))
+               ("no-setmaxnreg", "the register reallocation (every thread capped at the launch's share)"),
+               ("no-rescale-skip", "skipping O's rescale when no row max moved (d 64 only: the same kernel at d 128)"))
 
 
 def hopper_ablation_table():

@@ -2,8 +2,10 @@
 // against the fp64 reference with the per-row low-precision rule of harness/tolerance.h. The shared
 // checks of tests/tensor_core_checks.h (both dtypes, both head-dim instances, causal and not, ragged
 // lengths, seq_q ≠ seq_k both ways, padded head dims, what it refuses), plus what is particular to
-// this step: every ablation variant computes the same attention, and a persistent block that walks
-// many tiles (more tiles than SMs, causal groups of heads, ragged ends) restarts its state per tile.
+// this step: every ablation variant computes the same attention (the rescale skip to the bit), and a
+// persistent block that walks many tiles (more tiles than SMs, causal groups of heads, ragged ends) restarts its state per tile.
+#include <cstring>
+
 #include "tensor_core_checks.h"
 
 namespace step14 {
@@ -42,11 +44,40 @@ void expect_variant_matches_fp64(const Shape& s, int variant) {
 // Each technique switched off (doc 15's ablation) leaves the result within the same bounds: the
 // variants differ in who waits for whom, not in the arithmetic.
 TEST(Step15WarpSpecialized, EveryVariantMatchesFp64) {
-  ASSERT_EQ(kStep.variants.size(), 6u);
+  ASSERT_EQ(kStep.variants.size(), 7u);
   for (int v = 0; v < int(kStep.variants.size()); ++v)
     for (fa::DType t : kTypes)
       for (int d : {64, 128})
         for (bool causal : {false, true}) expect_variant_matches_fp64({2, 3, 333, 300, d, causal, 0, t}, v);
+}
+
+// At d 64 the rescale of O is skipped when alpha = 1 for every row of the warp; multiplying by 1
+// changes no bit, so the step with and without the skip gives the same bits in O and LSE. Long
+// rows (many K/V tiles, most of them skipped) and ragged ends; both dtypes, causal and not.
+TEST(Step15WarpSpecialized, RescaleSkipChangesNoBit) {
+  int skipless = -1;
+  for (int v = 0; v < int(kStep.variants.size()); ++v)
+    if (kStep.variants[v] == "no-rescale-skip") skipless = v;
+  ASSERT_GE(skipless, 0);
+  for (fa::DType t : kTypes)
+    for (bool causal : {false, true}) {
+      const Shape s{1, 4, 1500, 1700, 64, causal, 0, t};
+      const std::uint64_t seed = fa::fresh_seed();
+      SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
+      const Inputs in = random_inputs(s, seed);
+      fa::attention::Outputs out[2];
+      for (int k = 0; k < 2; ++k) {
+        fa::AttnParams p = s.params();
+        p.variant = k == 0 ? 0 : skipless;
+        fa::attention::Run r(kStep, p, false, in);
+        out[k] = fa::attention::run_checked(r, false);
+      }
+      ASSERT_EQ(out[0].o.size(), out[1].o.size());
+      ASSERT_EQ(out[0].lse.size(), out[1].lse.size());
+      EXPECT_EQ(std::memcmp(out[0].o.data(), out[1].o.data(), out[0].o.size() * sizeof(float)), 0) << "O differs";
+      EXPECT_EQ(std::memcmp(out[0].lse.data(), out[1].lse.data(), out[0].lse.size() * sizeof(float)), 0)
+          << "LSE differs";
+    }
 }
 
 // More tiles than the H100 has SMs (132): each persistent block walks several tiles of different
