@@ -12,7 +12,7 @@ std::vector<std::size_t> q_shape(const AttnParams& a) {
   return {std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q), std::size_t(a.head_dim)};
 }
 std::vector<std::size_t> k_shape(const AttnParams& a) {
-  return {std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_k), std::size_t(a.head_dim)};
+  return {std::size_t(a.batch), std::size_t(kv_heads_of(a)), std::size_t(a.seq_k), std::size_t(a.head_dim)};
 }
 std::vector<std::size_t> lse_shape(const AttnParams& a) {
   return {std::size_t(a.batch), std::size_t(a.heads), std::size_t(a.seq_q)};

@@ -28,9 +28,16 @@ namespace fa::attention {
 
 // Elements of Q (and O, dO, dQ); of K (and V, dK, dV); query rows (LSE), over all heads.
 inline std::size_t q_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_q * a.head_dim; }
-inline std::size_t k_elems(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_k * a.head_dim; }
+inline std::size_t k_elems(const AttnParams& a) {
+  return std::size_t(a.batch) * kv_heads_of(a) * a.seq_k * a.head_dim;
+}
+// The K/V head that query head `h` (flattened b·H + h) reads: b·KVH + h / (H / KVH).
+inline std::size_t kv_head_of(const AttnParams& a, std::size_t h) {
+  const std::size_t H = std::size_t(a.heads), group = H / std::size_t(kv_heads_of(a));
+  return h / H * (H / group) + h % H / group;
+}
 inline std::size_t rows(const AttnParams& a) { return std::size_t(a.batch) * a.heads * a.seq_q; }
-// Shapes for compare(): [B, H, seq_q, d], [B, H, seq_k, d], [B, H, seq_q].
+// Shapes for compare(): [B, H, seq_q, d], [B, KVH, seq_k, d], [B, H, seq_q].
 std::vector<std::size_t> q_shape(const AttnParams& a);
 std::vector<std::size_t> k_shape(const AttnParams& a);
 std::vector<std::size_t> lse_shape(const AttnParams& a);

@@ -33,17 +33,25 @@ ref::AttnShape head_shape(const AttnParams& a) {
   return {1, 1, a.seq_q, a.seq_k, a.head_dim, double(a.scale), a.causal};
 }
 
+// The backward of grouped-query attention sums dK and dV over each group of query heads; these
+// per-head references do not, so they refuse it (no step runs it yet).
+void refuse_gqa_backward(const AttnParams& a) {
+  if (kv_heads_of(a) != a.heads)
+    throw UsageError("the fp64 backward reference does not cover grouped-query attention (K/V heads " +
+                     std::to_string(kv_heads_of(a)) + " of " + std::to_string(a.heads) + ")");
+}
+
 }  // namespace
 
 HeadRef reference_heads(const AttnParams& a, bool backward, const Inputs& in, const std::vector<std::size_t>& heads) {
   const std::size_t n = heads.size(), qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
   HeadRef r{heads, std::vector<double>(n * qs), std::vector<double>(n * a.seq_q)};
-  if (backward) r.dq.resize(n * qs), r.dk.resize(n * ks), r.dv.resize(n * ks);
+  if (backward) refuse_gqa_backward(a), r.dq.resize(n * qs), r.dk.resize(n * ks), r.dv.resize(n * ks);
   const ref::AttnShape shape = head_shape(a);
   parallel_for(n, [&](std::size_t i) {
-    const std::size_t h = heads[i];
+    const std::size_t h = heads[i], g = kv_head_of(a, h);  // g: the K/V head it reads
     const std::vector<double> q(in.q.begin() + h * qs, in.q.begin() + (h + 1) * qs),
-        k(in.k.begin() + h * ks, in.k.begin() + (h + 1) * ks), v(in.v.begin() + h * ks, in.v.begin() + (h + 1) * ks);
+        k(in.k.begin() + g * ks, in.k.begin() + (g + 1) * ks), v(in.v.begin() + g * ks, in.v.begin() + (g + 1) * ks);
     ref::attention_forward(shape, q.data(), k.data(), v.data(), &r.o[i * qs], &r.lse[i * a.seq_q]);
     if (!backward) return;
     const std::vector<double> dout(in.dout.begin() + h * qs, in.dout.begin() + (h + 1) * qs);
@@ -85,7 +93,8 @@ RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<s
   parallel_for(n, [&](std::size_t t) {
     const std::size_t h = rows[t] / a.seq_q;
     const int i = int(rows[t] % a.seq_q);
-    const float *q = in.q.data() + h * qs, *k = in.k.data() + h * ks, *v = in.v.data() + h * ks;
+    const std::size_t g = kv_head_of(a, h);  // the K/V head query head h reads
+    const float *q = in.q.data() + h * qs, *k = in.k.data() + g * ks, *v = in.v.data() + g * ks;
     double lse_lowp;
     ref::attention_forward_rows(shape, q, k, v, &i, 1, nullptr, &r.o[t * D], &r.lse[t]);
     ref::attention_forward_rows(shape, q, k, v, &i, 1, rounding(a.dtype), &r.o_lowp[t * D], &lse_lowp);
@@ -96,6 +105,7 @@ RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<s
 BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
                              const std::vector<std::size_t>& k_rows) {
   const std::size_t D = a.head_dim, qs = std::size_t(a.seq_q) * D, ks = std::size_t(a.seq_k) * D;
+  refuse_gqa_backward(a);
   const ref::AttnShape shape = head_shape(a);
   const ref::Rounding lowp = rounding(a.dtype);
   BwdRowRef r{q_rows, k_rows};

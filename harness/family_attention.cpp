@@ -41,7 +41,7 @@ using namespace attention;
 constexpr double kRefMacs = double(1ll << 31);
 
 struct Flags {
-  long long batch = 8, heads = 32, seq = 0, seq_q = 2048, seq_k = 2048, head_dim = 64;
+  long long batch = 8, heads = 32, kv_heads = 0, seq = 0, seq_q = 2048, seq_k = 2048, head_dim = 64;
   double scale = 0;
   bool causal = false, bwd = false;
   std::string dtype;  // "" (not given): the step's default problem's
@@ -104,6 +104,9 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
   flags.head_dim = p.attn.head_dim, flags.causal = p.attn.causal, flags.bwd = p.backward;
   parser.add_int("--batch", &flags.batch, 1, 1 << 20, "batch size B");
   parser.add_int("--heads", &flags.heads, 1, 1 << 20, "heads H");
+  parser.add_int("--kv-heads", &flags.kv_heads, 1, 1 << 20,
+                 std::string("K/V heads (grouped-query attention; H a multiple of it; default H)") +
+                     (step.attn_rule.gqa ? "" : ": this step runs only the default"));
   parser.add_int("--seq", &flags.seq, 1, INT_MAX, "sequence length: sets --seq-q and --seq-k");
   parser.add_int("--seq-q", &flags.seq_q, 1, INT_MAX, "query length");
   parser.add_int("--seq-k", &flags.seq_k, 1, INT_MAX, "key/value length");
@@ -160,18 +163,22 @@ void read_input(const ArgParser& parser, Problem& p, RunOptions& o) {
         throw UsageError("'" + path + "' is " + shape_string(sh) + ": a dimension is 0 or too large");
   }
   const std::vector<std::size_t>&q = arrays[0].shape, &k = arrays[1].shape;
-  const std::string rule = " (Q and dO [batch, heads, seq_q, head_dim], K and V [batch, heads, seq_k, head_dim])";
-  if (arrays[2].shape != k || (p.backward && arrays[3].shape != q) || q[0] != k[0] || q[1] != k[1] || q[3] != k[3])
+  const std::string rule =
+      " (Q and dO [batch, heads, seq_q, head_dim], K and V [batch, kv_heads, seq_k, head_dim], heads a multiple of "
+      "kv_heads)";
+  if (arrays[2].shape != k || (p.backward && arrays[3].shape != q) || q[0] != k[0] || q[1] % k[1] != 0 || q[3] != k[3])
     throw UsageError("--input: " + shapes + ": the shapes do not agree" + rule);
-  const long long B = q[0], H = q[1], Sq = q[2], Sk = k[2], D = q[3];
+  const long long B = q[0], H = q[1], KVH = k[1], Sq = q[2], Sk = k[2], D = q[3];
   for (auto [flag, value, file] :
        {std::tuple{"--batch", flags.batch, B}, std::tuple{"--heads", flags.heads, H},
+        std::tuple{"--kv-heads", flags.kv_heads, KVH},
         std::tuple{"--seq", flags.seq, Sq}, std::tuple{"--seq", flags.seq, Sk}, std::tuple{"--seq-q", flags.seq_q, Sq},
         std::tuple{"--seq-k", flags.seq_k, Sk}, std::tuple{"--head-dim", flags.head_dim, D}})
     if (parser.given(flag) && value != file)
       throw UsageError(std::string(flag) + " " + std::to_string(value) +
                        " does not match the --input files: " + shapes + rule);
-  p.attn.batch = int(B), p.attn.heads = int(H), p.attn.seq_q = int(Sq), p.attn.seq_k = int(Sk),
+  p.attn.batch = int(B), p.attn.heads = int(H), p.attn.kv_heads = KVH == H ? 0 : int(KVH);
+  p.attn.seq_q = int(Sq), p.attn.seq_k = int(Sk),
   p.attn.head_dim = int(D);
   if (!parser.given("--scale")) p.attn.scale = float(1.0 / std::sqrt(double(D)));
   o.input_path = flags.input;
@@ -183,7 +190,7 @@ void read_input(const ArgParser& parser, Problem& p, RunOptions& o) {
 }
 
 void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
-  p.attn.batch = int(flags.batch), p.attn.heads = int(flags.heads);
+  p.attn.batch = int(flags.batch), p.attn.heads = int(flags.heads), p.attn.kv_heads = int(flags.kv_heads);
   p.attn.seq_q = int(flags.seq ? flags.seq : flags.seq_q);
   p.attn.seq_k = int(flags.seq ? flags.seq : flags.seq_k);
   p.attn.head_dim = int(flags.head_dim);
@@ -471,8 +478,11 @@ ResultRow make_row(const StepInfo& step, const StepInfo* prev, const Problem& p,
   r.step = step.name;
   r.idea = step.idea;
   r.problem = p.describe();
-  if (p.backward)
-    r.problem = make(a.batch, a.heads, a.seq_q, a.seq_k, a.head_dim, a.causal, a.dtype).describe() + " " + mode;
+  if (p.backward) {
+    Problem named = make(a.batch, a.heads, a.seq_q, a.seq_k, a.head_dim, a.causal, a.dtype);
+    named.attn.kv_heads = a.kv_heads;
+    r.problem = named.describe() + " " + mode;
+  }
   if (a.variant > 0 && std::size_t(a.variant) < step.variants.size())  // not the step's default
     r.problem += " [" + step.variants[a.variant] + "]";
   if (prev) r.prev_step = prev->name;

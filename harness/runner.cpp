@@ -33,11 +33,16 @@ std::string Problem::describe() const {
     }
     case Family::Attention: {
       const char* dt = dtype_name(attn.dtype);
+      char heads[48];  // "H32", or "H32 KV8" with grouped-query attention
+      if (kv_heads_of(attn) == attn.heads)
+        std::snprintf(heads, sizeof heads, "H%d", attn.heads);
+      else
+        std::snprintf(heads, sizeof heads, "H%d KV%d", attn.heads, kv_heads_of(attn));
       if (attn.seq_q == attn.seq_k)
-        std::snprintf(buf, sizeof buf, "B%d H%d S%d D%d%s %s%s", attn.batch, attn.heads, attn.seq_q, attn.head_dim,
+        std::snprintf(buf, sizeof buf, "B%d %s S%d D%d%s %s%s", attn.batch, heads, attn.seq_q, attn.head_dim,
                       attn.causal ? " causal" : "", dt, backward ? " fwd+bwd" : "");
       else
-        std::snprintf(buf, sizeof buf, "B%d H%d Sq%d Sk%d D%d%s %s%s", attn.batch, attn.heads, attn.seq_q, attn.seq_k,
+        std::snprintf(buf, sizeof buf, "B%d %s Sq%d Sk%d D%d%s %s%s", attn.batch, heads, attn.seq_q, attn.seq_k,
                       attn.head_dim, attn.causal ? " causal" : "", dt, backward ? " fwd+bwd" : "");
       break;
     }

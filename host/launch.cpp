@@ -25,6 +25,13 @@ std::string check_rule(const AttnRule& r, const AttnParams& p) {
   if (p.head_dim > r.max_head_dim || p.head_dim % r.head_dim_multiple != 0)
     return "head_dim must be a multiple of " + std::to_string(r.head_dim_multiple) + " and at most " +
            std::to_string(r.max_head_dim) + " (got " + std::to_string(p.head_dim) + ")";
+  const int kvh = kv_heads_of(p);
+  if (kvh < 1 || kvh > p.heads || p.heads % kvh != 0)
+    return "the query heads (" + std::to_string(p.heads) + ") must be a multiple of the K/V heads (" +
+           std::to_string(kvh) + ")";
+  if (kvh != p.heads && !r.gqa)
+    return "this step runs as many K/V heads as query heads only (no grouped-query attention: --kv-heads " +
+           std::to_string(kvh) + " with " + std::to_string(p.heads) + " heads)";
   if (static_cast<long long>(p.batch) * p.heads > r.max_batch_heads)
     return "batch·heads must be at most " + std::to_string(r.max_batch_heads) + " (grid.y)";
   return "";

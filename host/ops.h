@@ -49,11 +49,16 @@ using MatmulLauncher = void (*)(const MatmulArgs&, cudaStream_t);
 enum class DType { F32, F16, BF16 };
 struct AttnParams {
   int batch = 1, heads = 1, seq_q = 1, seq_k = 1, head_dim = 64;
+  // K/V heads (grouped-query attention): 0 means as many as query heads (MHA). Otherwise heads is a
+  // multiple of it and query head h reads K/V head h / (heads / kv_heads); 1 is MQA.
+  int kv_heads = 0;
   float scale = 0.125f;  // softmax scale, default 1/sqrt(head_dim)
   bool causal = false;
   DType dtype = DType::F32;
   int variant = 0;  // StepInfo::variants index: a named alternative of the step (0: its default)
 };
+// The K/V heads of a problem: kv_heads, or heads when it is 0 (MHA).
+inline int kv_heads_of(const AttnParams& p) { return p.kv_heads > 0 ? p.kv_heads : p.heads; }
 struct AttnFwdArgs {
   AttnParams p;
   const void *q, *k, *v;  // element type p.dtype
@@ -93,6 +98,7 @@ struct AttnRule {
   int head_dim_multiple = 4;              // ... and a multiple of this (the kernels' vector width)
   long long max_batch_heads = 65535;      // batch·heads is grid.y
   bool positive_scale = false;            // the row max is taken on unscaled scores
+  bool gqa = false;                       // runs fewer K/V heads than query heads (GQA, MQA)
 };
 
 struct StepInfo {

@@ -9,6 +9,9 @@
 #   head_dim   the accepted head dims form one rule, "a multiple of m, at most M", 64 included;
 #              every other one is refused with a reason
 #   bwd        --bwd is accepted (and by --sweep) or refused as "no backward pass"
+#   kv_heads   --kv-heads equal to --heads is accepted; one that does not divide it is refused; a
+#              divisor below it (GQA, MQA) is accepted or refused as "no grouped-query attention",
+#              as --help says
 set -u
 case_=$1 exe=$2
 small=(--batch 1 --heads 1 --seq 64)
@@ -87,6 +90,27 @@ case $case_ in
       echo "--bwd: refused: $reason"
       grep -q "no backward" <<< "$reason" || fail "the refusal of --bwd does not say the step has no backward pass"
     fi
+    ;;
+  kv_heads)
+    heads=(--batch 1 --heads 8 --seq 64)
+    probe "${heads[@]}" --kv-heads 8
+    [[ $r == yes ]] || fail "--kv-heads 8 with 8 heads (MHA) is not accepted: $reason"
+    probe "${heads[@]}" --kv-heads 3
+    [[ $r == no ]] && grep -q "must be a multiple of the K/V heads" <<< "$reason" ||
+      fail "--kv-heads 3 with 8 heads is not refused as 'must be a multiple of the K/V heads': $reason"
+    only_mha=no
+    "$exe" --help | grep -A1 -- "--kv-heads" | grep -q "runs only the default" && only_mha=yes
+    for kvh in 2 1; do
+      probe "${heads[@]}" --kv-heads "$kvh"
+      [[ $r == error ]] && fail "--kv-heads $kvh: neither accepted nor refused"
+      if [[ $only_mha == yes ]]; then
+        [[ $r == no ]] && grep -q "no grouped-query attention" <<< "$reason" ||
+          fail "--help says MHA only, but --kv-heads $kvh is not refused as 'no grouped-query attention': $reason"
+      else
+        [[ $r == yes ]] || fail "--help offers --kv-heads, but --kv-heads $kvh with 8 heads is refused: $reason"
+      fi
+    done
+    echo "--kv-heads: $([[ $only_mha == yes ]] && echo "MHA only, GQA refused" || echo "GQA and MQA accepted")"
     ;;
   *) fail "step_cli.sh: unknown case '$case_'" ;;
 esac

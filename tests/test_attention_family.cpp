@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "launch.h"
 #include "runner.h"
 
 namespace {
@@ -115,6 +116,32 @@ TEST(AttentionFamily, VariantSelectsANamedAlternativeAndThePreviousStepRunsItsDe
   fa::Problem q = fa::default_problem(step(lowp_only, f16_default));
   fa::kAttentionFamily.add_shape_flags(plain, step(lowp_only, f16_default), q);
   EXPECT_EQ(plain.help().find("--variant"), std::string::npos);  // a step without variants has no flag
+}
+
+// --kv-heads (grouped-query attention) reaches AttnParams; the problem's name says "KV<n>" only when
+// it differs from the query heads; a step whose rule does not allow GQA refuses it with a reason,
+// a step that does runs it; query heads that are not a multiple of the K/V heads are refused by both.
+TEST(AttentionFamily, KvHeadsAreParsedNamedAndRefusedWithoutGqa) {
+  const fa::StepInfo mha = step(lowp_only, f16_default);
+  fa::StepInfo gqa = mha;
+  gqa.attn_rule.gqa = true;
+  const Parsed plain = parse(mha, {"--heads", "8", "--seq", "64"});
+  EXPECT_EQ(fa::kv_heads_of(plain.p.attn), 8);
+  EXPECT_EQ(plain.p.describe(), "B8 H8 S64 D64 f16");
+  EXPECT_EQ(fa::step_supports(mha, plain.p), "");
+  const Parsed grouped = parse(mha, {"--heads", "8", "--kv-heads", "2", "--seq", "64"});
+  EXPECT_EQ(grouped.p.attn.kv_heads, 2);
+  EXPECT_EQ(grouped.p.describe(), "B8 H8 KV2 S64 D64 f16");
+  EXPECT_NE(fa::step_supports(mha, grouped.p).find("no grouped-query attention"), std::string::npos);
+  EXPECT_EQ(fa::step_supports(gqa, grouped.p), "");
+  const Parsed same = parse(mha, {"--heads", "8", "--kv-heads", "8", "--seq", "64"});  // = heads: MHA
+  EXPECT_EQ(same.p.describe(), "B8 H8 S64 D64 f16");
+  EXPECT_EQ(fa::step_supports(mha, same.p), "");
+  for (const char* kvh : {"3", "16"}) {
+    const Parsed bad = parse(gqa, {"--heads", "8", "--kv-heads", kvh, "--seq", "64"});
+    EXPECT_NE(fa::step_supports(gqa, bad.p).find("must be a multiple of the K/V heads"), std::string::npos) << kvh;
+    EXPECT_NE(fa::step_supports(mha, bad.p).find("must be a multiple of the K/V heads"), std::string::npos) << kvh;
+  }
 }
 
 }  // namespace

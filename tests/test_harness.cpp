@@ -276,6 +276,48 @@ TEST(AttentionInputs, RoundedOffsetAndOneLargeRow) {
   EXPECT_GT(row1, 5 * row2);
 }
 
+// Grouped-query attention: query head h of batch b reads K/V head b·KVH + h / (H / KVH). The fp64
+// references (whole heads and sampled rows) equal, to the bit, those of the same problem with each
+// K/V head copied out for every query head of its group (MHA); the backward references refuse GQA.
+TEST(AttentionReference, GroupedQueryHeadsReadTheirGroupsKvHead) {
+  for (int kvh : {1, 2, 3})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("kv_heads " + std::to_string(kvh) + (causal ? ", causal" : ""));
+      fa::AttnParams g = attn(2, 6, 9, 13, 16, causal, DType::F16);
+      g.kv_heads = kvh;
+      const fa::attention::Inputs in = fa::attention::make_inputs(g, false, 11 + kvh);
+      const std::size_t ks = 13 * 16, qs = 9 * 16;
+      ASSERT_EQ(in.k.size(), 2 * kvh * ks);
+      fa::AttnParams m = g;
+      m.kv_heads = 0;
+      fa::attention::Inputs rep = in;
+      rep.k.assign(2 * 6 * ks, 0.f), rep.v.assign(2 * 6 * ks, 0.f);
+      for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t h = 0; h < 6; ++h) {
+          const std::size_t src = b * kvh + h / (6 / kvh), dst = b * 6 + h;
+          EXPECT_EQ(fa::attention::kv_head_of(g, dst), src);
+          std::copy_n(in.k.begin() + src * ks, ks, rep.k.begin() + dst * ks);
+          std::copy_n(in.v.begin() + src * ks, ks, rep.v.begin() + dst * ks);
+        }
+      const std::vector<std::size_t> all{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+      const fa::attention::HeadRef hg = fa::attention::reference_heads(g, false, in, all),
+                                   hm = fa::attention::reference_heads(m, false, rep, all);
+      EXPECT_EQ(hg.o, hm.o);
+      EXPECT_EQ(hg.lse, hm.lse);
+      const std::vector<std::size_t> rows{0, 8, 9 * 5 + 3, 9 * 11 + 8};
+      const fa::attention::RowRef rg = fa::attention::reference_rows(g, in, rows),
+                                  rm = fa::attention::reference_rows(m, rep, rows);
+      EXPECT_EQ(rg.o, rm.o);
+      EXPECT_EQ(rg.o_lowp, rm.o_lowp);
+      EXPECT_EQ(rg.lse, rm.lse);
+      for (std::size_t i = 0; i < rows.size(); ++i)  // and the rows are those of the whole heads
+        for (std::size_t d = 0; d < 16; ++d) EXPECT_EQ(rg.o[i * 16 + d], hg.o[rows[i] / 9 * qs + rows[i] % 9 * 16 + d]);
+      const fa::attention::Inputs with_dout = fa::attention::make_inputs(g, true, 5);
+      EXPECT_THROW(fa::attention::reference_heads(g, true, with_dout, {0}), fa::UsageError);
+      EXPECT_THROW(fa::attention::reference_bwd_rows(g, with_dout, {0}, {0}), fa::UsageError);
+    }
+}
+
 TEST(AttentionReference, SampleRowsKeepsTheEndsAndTheLargeRow) {
   const std::vector<std::size_t> s = fa::attention::sample_rows(1000, 40);
   ASSERT_EQ(s.size(), 40u);
