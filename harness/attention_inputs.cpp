@@ -37,6 +37,18 @@ Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed) {
   return in;
 }
 
+Inputs repeat_kv_heads(const AttnParams& a, const Inputs& in) {
+  Inputs out = in;
+  const std::size_t n = std::size_t(a.seq_k) * a.head_dim, heads = std::size_t(a.batch) * a.heads;
+  out.k.resize(heads * n), out.v.resize(heads * n);
+  for (std::size_t h = 0; h < heads; ++h) {
+    const std::size_t src = kv_head_of(a, h) * n;
+    std::copy_n(in.k.begin() + src, n, out.k.begin() + h * n);
+    std::copy_n(in.v.begin() + src, n, out.v.begin() + h * n);
+  }
+  return out;
+}
+
 Run::Run(const StepInfo& s, const AttnParams& a, bool backward, const DeviceInputs& shared)
     : Run(s, a, backward, &shared, nullptr) {}
 Run::Run(const StepInfo& s, const AttnParams& a, bool backward, const Inputs& host)

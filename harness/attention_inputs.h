@@ -53,6 +53,9 @@ struct Inputs {
   std::vector<float> o;
 };
 Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed);
+// The same problem as MHA: K and V with each K/V head of `a` copied out for every query head of its
+// group ([B, H, seq_k, d]); q, dout and o as given. What a grouped-query result must equal.
+Inputs repeat_kv_heads(const AttnParams& a, const Inputs& in);
 
 struct DeviceInputs {
   DeviceTensor q, k, v, dout;

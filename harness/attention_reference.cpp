@@ -33,31 +33,61 @@ ref::AttnShape head_shape(const AttnParams& a) {
   return {1, 1, a.seq_q, a.seq_k, a.head_dim, double(a.scale), a.causal};
 }
 
-// The backward of grouped-query attention sums dK and dV over each group of query heads; these
-// per-head references do not, so they refuse it (no step runs it yet).
-void refuse_gqa_backward(const AttnParams& a) {
-  if (kv_heads_of(a) != a.heads)
-    throw UsageError("the fp64 backward reference does not cover grouped-query attention (K/V heads " +
-                     std::to_string(kv_heads_of(a)) + " of " + std::to_string(a.heads) + ")");
+// The query heads that read K/V head g (flattened b·KVH + kv): b·H + kv·G .. + G − 1, G = H / KVH.
+// With grouped-query attention dK and dV of g are the sums of their per-query-head terms over these.
+std::vector<std::size_t> group_of(const AttnParams& a, std::size_t g) {
+  const std::size_t kvh = std::size_t(kv_heads_of(a)), G = std::size_t(a.heads) / kvh;
+  std::vector<std::size_t> hs(G);
+  for (std::size_t i = 0; i < G; ++i) hs[i] = g / kvh * a.heads + g % kvh * G + i;
+  return hs;
+}
+
+// out (+)= x over n elements: the first term of a group's sum is copied, the others added in
+// ascending query head order (so a group of one is the per-head result itself, bit for bit).
+void add_term(double* out, const double* x, std::size_t n, bool first) {
+  for (std::size_t e = 0; e < n; ++e) out[e] = first ? x[e] : out[e] + x[e];
 }
 
 }  // namespace
 
 HeadRef reference_heads(const AttnParams& a, bool backward, const Inputs& in, const std::vector<std::size_t>& heads) {
   const std::size_t n = heads.size(), qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
-  HeadRef r{heads, std::vector<double>(n * qs), std::vector<double>(n * a.seq_q)};
-  if (backward) refuse_gqa_backward(a), r.dq.resize(n * qs), r.dk.resize(n * ks), r.dv.resize(n * ks);
+  HeadRef r{heads, {}, std::vector<double>(n * qs), std::vector<double>(n * a.seq_q)};
+  // The K/V heads of dK, dV: those the chosen query heads read. Each needs the backward of every
+  // query head of its group (all of them: `work`), not only of the chosen ones.
+  std::vector<std::size_t> work = heads;
+  if (backward) {
+    for (std::size_t h : heads) r.kv_heads.push_back(kv_head_of(a, h));
+    std::sort(r.kv_heads.begin(), r.kv_heads.end());
+    r.kv_heads.erase(std::unique(r.kv_heads.begin(), r.kv_heads.end()), r.kv_heads.end());
+    for (std::size_t g : r.kv_heads)
+      for (std::size_t h : group_of(a, g)) work.push_back(h);
+    std::sort(work.begin(), work.end());
+    work.erase(std::unique(work.begin(), work.end()), work.end());
+    r.dq.resize(n * qs), r.dk.resize(r.kv_heads.size() * ks), r.dv.resize(r.kv_heads.size() * ks);
+  }
   const ref::AttnShape shape = head_shape(a);
-  parallel_for(n, [&](std::size_t i) {
-    const std::size_t h = heads[i], g = kv_head_of(a, h);  // g: the K/V head it reads
+  std::vector<double> dq(backward ? work.size() * qs : 0), dk(dq.empty() ? 0 : work.size() * ks), dv(dk.size());
+  parallel_for(work.size(), [&](std::size_t w) {
+    const std::size_t h = work[w], g = kv_head_of(a, h);  // g: the K/V head it reads
     const std::vector<double> q(in.q.begin() + h * qs, in.q.begin() + (h + 1) * qs),
         k(in.k.begin() + g * ks, in.k.begin() + (g + 1) * ks), v(in.v.begin() + g * ks, in.v.begin() + (g + 1) * ks);
-    ref::attention_forward(shape, q.data(), k.data(), v.data(), &r.o[i * qs], &r.lse[i * a.seq_q]);
+    for (std::size_t i = 0; i < n; ++i)  // the chosen heads' forward (work also holds unchosen ones)
+      if (heads[i] == h) ref::attention_forward(shape, q.data(), k.data(), v.data(), &r.o[i * qs], &r.lse[i * a.seq_q]);
     if (!backward) return;
     const std::vector<double> dout(in.dout.begin() + h * qs, in.dout.begin() + (h + 1) * qs);
-    ref::attention_backward(shape, q.data(), k.data(), v.data(), dout.data(), &r.dq[i * qs], &r.dk[i * ks],
-                            &r.dv[i * ks]);
+    ref::attention_backward(shape, q.data(), k.data(), v.data(), dout.data(), &dq[w * qs], &dk[w * ks], &dv[w * ks]);
   });
+  if (!backward) return r;
+  auto at = [&](std::size_t h) { return std::size_t(std::lower_bound(work.begin(), work.end(), h) - work.begin()); };
+  for (std::size_t i = 0; i < n; ++i) std::copy_n(&dq[at(heads[i]) * qs], qs, &r.dq[i * qs]);
+  for (std::size_t t = 0; t < r.kv_heads.size(); ++t) {
+    const std::vector<std::size_t> group = group_of(a, r.kv_heads[t]);
+    for (std::size_t m = 0; m < group.size(); ++m) {
+      add_term(&r.dk[t * ks], &dk[at(group[m]) * ks], ks, m == 0);
+      add_term(&r.dv[t * ks], &dv[at(group[m]) * ks], ks, m == 0);
+    }
+  }
   return r;
 }
 
@@ -105,14 +135,14 @@ RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<s
 BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
                              const std::vector<std::size_t>& k_rows) {
   const std::size_t D = a.head_dim, qs = std::size_t(a.seq_q) * D, ks = std::size_t(a.seq_k) * D;
-  refuse_gqa_backward(a);
   const ref::AttnShape shape = head_shape(a);
   const ref::Rounding lowp = rounding(a.dtype);
   BwdRowRef r{q_rows, k_rows};
   r.dq.resize(q_rows.size() * D), r.dq_lowp.resize(q_rows.size() * D);
   for (auto* x : {&r.dk, &r.dk_lowp, &r.dv, &r.dv_lowp}) x->resize(k_rows.size() * D);
-  auto head = [&](std::size_t h) {  // pointers to one head's Q, K, V, dO
-    return std::tuple{in.q.data() + h * qs, in.k.data() + h * ks, in.v.data() + h * ks, in.dout.data() + h * qs};
+  auto head = [&](std::size_t h) {  // pointers to query head h's Q, dO and the K, V it reads
+    const std::size_t g = kv_head_of(a, h);
+    return std::tuple{in.q.data() + h * qs, in.k.data() + g * ks, in.v.data() + g * ks, in.dout.data() + h * qs};
   };
   auto given_o = [&](std::size_t h) { return in.o.empty() ? nullptr : in.o.data() + h * qs; };  // or null
 
@@ -128,10 +158,11 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
                                       given_o(q_rows[t] / a.seq_q));
   });
 
-  // The statistics (lse, delta; fp64 and low precision) of every query row of each head that
-  // has a key row, one query row per task.
-  std::map<std::size_t, std::size_t> slot;  // head -> its place in `stats`
-  for (std::size_t id : k_rows) slot.emplace(id / a.seq_k, slot.size());
+  // The statistics (lse, delta; fp64 and low precision) of every query row of each query head
+  // that reads a K/V head with a key row (its group), one query row per task.
+  std::map<std::size_t, std::size_t> slot;  // query head -> its place in `stats`
+  for (std::size_t id : k_rows)
+    for (std::size_t h : group_of(a, id / a.seq_k)) slot.emplace(h, slot.size());
   std::vector<std::size_t> heads(slot.size());
   for (auto [h, s] : slot) heads[s] = h;
   struct Stats {
@@ -152,19 +183,26 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
                                     given_o(heads[s]));
   });
 
+  // A key row of K/V head g: the sum over g's query heads of each one's dK, dV row (one term
+  // without GQA), in every precision.
   parallel_for(k_rows.size(), [&](std::size_t t) {
-    const std::size_t h = k_rows[t] / a.seq_k;
-    const auto [q, k, v, dout] = head(h);
-    const Stats& st = stats[slot.at(h)];
+    const std::vector<std::size_t> group = group_of(a, k_rows[t] / a.seq_k);
     const int j = int(k_rows[t] % a.seq_k);
-    ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse.data(), st.delta.data(), &j, 1, nullptr,
-                                      &r.dk[t * D], &r.dv[t * D]);
-    ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_lowp.data(), st.delta_lowp.data(), &j, 1, lowp,
-                                      &r.dk_lowp[t * D], &r.dv_lowp[t * D]);
-    if (given) {
-      std::vector<double> dv(D);  // = r.dv's row up to roundoff: dV does not depend on delta
-      ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_given.data(), st.delta_given.data(), &j, 1,
-                                        no_rounding, &r.dk_given[t * D], dv.data());
+    std::vector<double> dk(D), dv(D);
+    for (std::size_t m = 0; m < group.size(); ++m) {
+      const auto [q, k, v, dout] = head(group[m]);
+      const Stats& st = stats[slot.at(group[m])];
+      ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse.data(), st.delta.data(), &j, 1, nullptr,
+                                        dk.data(), dv.data());
+      add_term(&r.dk[t * D], dk.data(), D, m == 0), add_term(&r.dv[t * D], dv.data(), D, m == 0);
+      ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_lowp.data(), st.delta_lowp.data(), &j, 1, lowp,
+                                        dk.data(), dv.data());
+      add_term(&r.dk_lowp[t * D], dk.data(), D, m == 0), add_term(&r.dv_lowp[t * D], dv.data(), D, m == 0);
+      if (given) {  // dv: = the fp64 row up to roundoff (dV does not depend on delta), not kept
+        ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_given.data(), st.delta_given.data(), &j, 1,
+                                          no_rounding, dk.data(), dv.data());
+        add_term(&r.dk_given[t * D], dk.data(), D, m == 0);
+      }
     }
   });
   return r;

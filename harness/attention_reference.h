@@ -8,7 +8,8 @@
 //   reference_bwd_rows  fp64 and ref_lowp of rows of dQ (query rows) and of dK, dV (key rows):
 //                       the fp16/bf16 rule for the backward (harness/tolerance.h)
 // Rows are named by their flattened index over all heads: (b·H + h)·seq_q + i for a query row,
-// (b·H + h)·seq_k + j for a key row; results hold the chosen rows in the order given.
+// (b·KVH + kv)·seq_k + j for a key row (KVH = H without grouped-query attention); results hold
+// the chosen rows in the order given.
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -18,10 +19,13 @@
 namespace fa::attention {
 
 struct HeadRef {
-  std::vector<std::size_t> heads;          // flattened b·H + h
-  std::vector<double> o, lse, dq, dk, dv;  // those heads' outputs, one after the other
+  std::vector<std::size_t> heads;     // flattened b·H + h
+  std::vector<std::size_t> kv_heads;  // backward: the K/V heads (b·KVH + kv) those read, ascending
+  std::vector<double> o, lse, dq;     // the query heads' outputs, one after the other
+  std::vector<double> dk, dv;         // the K/V heads' gradients: with GQA summed over each group
 };
-// dq, dk, dv only with `backward`.
+// dq, dk, dv (and kv_heads) only with `backward`. With grouped-query attention dK and dV of a K/V
+// head need the backward of every query head of its group, chosen or not.
 HeadRef reference_heads(const AttnParams& a, bool backward, const Inputs& in, const std::vector<std::size_t>& heads);
 
 // `n` of `count` heads spread evenly (first and last included); all of them when n >= count.
@@ -47,8 +51,9 @@ struct BwdRowRef {
   // gradients (tolerance.h, lowp_row_bounds). dV does not depend on delta. Empty without a given O.
   std::vector<double> dq_given, dk_given;
 };
-// A key row needs the statistics of every query row of its head: each head with a key row costs
-// about 2·seq_q·seq_k·head_dim multiply-adds per precision before its first key row.
+// A key row needs the statistics of every query row of every query head that reads its K/V head:
+// each such head costs about 2·seq_q·seq_k·head_dim multiply-adds per precision before its first
+// key row, and with GQA a key row sums the dK, dV terms of its group's query heads.
 BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
                              const std::vector<std::size_t>& k_rows);
 

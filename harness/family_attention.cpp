@@ -342,7 +342,8 @@ double check_fp32(const Problem& p, Runs& runs, const Outputs& out, Report& repo
   const std::vector<double>* want[] = {&ref.dq, &ref.dk, &ref.dv};
   for (int g = 0; p.backward && g < 3; ++g)
     report(name + " " + kGradNames[g] + " vs fp64" + heads,
-           compare(gather_rows(*out.grad(g), ref.heads, grad_of_queries(g) ? qs : ks), *want[g], grad_tol(*want[g])));
+           compare(grad_of_queries(g) ? gather_rows(*out.grad(g), ref.heads, qs) : gather_rows(*out.grad(g), ref.kv_heads, ks),
+                   *want[g], grad_tol(*want[g])));
   return err_prev;
 }
 
@@ -393,26 +394,28 @@ double check_lowp(const Problem& p, const Runs& runs, const Outputs& out, const 
 // kRefMacs each:
 //   dQ      query rows over every head: ~6·seq_k·d multiply-adds each (the S, dP and dQ rows, in
 //           fp64 and in low precision), so every problem is checked against fp64;
-//   dK, dV  key rows in heads spread over batch and heads: a head first needs the statistics of
-//           all its query rows, ~4·seq_q·seq_k·d (one head whatever that costs: some seconds on
-//           16 cores at seq 16384, d 128), then ~8·seq_q·d per key row.
+//   dK, dV  key rows in K/V heads spread over batch and K/V heads: a K/V head first needs the
+//           statistics of all query rows of its G = H / KVH query heads, ~4·G·seq_q·seq_k·d (one
+//           K/V head whatever that costs: some seconds on 16 cores at seq 16384, d 128, G = 1),
+//           then ~8·G·seq_q·d per key row.
 // Every element of each gradient against the previous step's (when it runs the backward) with
 // kSampledBoundMargin times the largest per-row bound of its sampled rows. Returns max |mine -
 // previous step| over the gradients, or -1 without them.
 double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, const Outputs* theirs, Report& report) {
   const AttnParams& a = p.attn;
-  const std::size_t D = a.head_dim, bh = std::size_t(a.batch) * a.heads;
-  const double sq = a.seq_q, sk = a.seq_k, d = a.head_dim;
+  const std::size_t D = a.head_dim, bkv = std::size_t(a.batch) * kv_heads_of(a);
+  const double sq = a.seq_q, sk = a.seq_k, d = a.head_dim, G = double(a.heads / kv_heads_of(a));
   const std::vector<std::size_t> q_rows = sample_rows(rows(a), std::size_t(std::max(1.0, kRefMacs / (6 * sk * d))));
-  const std::vector<std::size_t> heads = spread_heads(bh, std::size_t(std::max(1.0, kRefMacs / (4 * sq * sk * d))));
-  std::vector<std::size_t> k_rows;  // sampled over the key rows of `heads`, then named in the whole problem
-  for (std::size_t t : sample_rows(heads.size() * a.seq_k, std::size_t(std::max(1.0, kRefMacs / (8 * sq * d)))))
+  const std::vector<std::size_t> heads = spread_heads(bkv, std::size_t(std::max(1.0, kRefMacs / (4 * G * sq * sk * d))));
+  std::vector<std::size_t> k_rows;  // sampled over the key rows of `heads` (K/V heads), then named in the whole problem
+  for (std::size_t t : sample_rows(heads.size() * a.seq_k, std::size_t(std::max(1.0, kRefMacs / (8 * G * sq * d)))))
     k_rows.push_back(heads[t / a.seq_k] * a.seq_k + t % a.seq_k);
   Inputs given = runs.in;  // ref_lowp's delta from the O this step's backward was given (out.o)
   given.o = out.o;
   const BwdRowRef ref = reference_bwd_rows(a, given, q_rows, k_rows);
 
-  const std::string name = runs.me.step.name, n_heads = std::to_string(bh);
+  const std::string name = runs.me.step.name,
+                    n_heads = std::to_string(bkv) + (kv_heads_of(a) == a.heads ? "" : " K/V");
   const std::vector<double>* fp64[] = {&ref.dq, &ref.dk, &ref.dv};
   const std::vector<double>* lowp[] = {&ref.dq_lowp, &ref.dk_lowp, &ref.dv_lowp};
   const std::vector<double>* from_o[] = {&ref.dq_given, &ref.dk_given, nullptr};

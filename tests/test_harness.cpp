@@ -278,7 +278,7 @@ TEST(AttentionInputs, RoundedOffsetAndOneLargeRow) {
 
 // Grouped-query attention: query head h of batch b reads K/V head b·KVH + h / (H / KVH). The fp64
 // references (whole heads and sampled rows) equal, to the bit, those of the same problem with each
-// K/V head copied out for every query head of its group (MHA); the backward references refuse GQA.
+// K/V head copied out for every query head of its group (MHA, repeat_kv_heads).
 TEST(AttentionReference, GroupedQueryHeadsReadTheirGroupsKvHead) {
   for (int kvh : {1, 2, 3})
     for (bool causal : {false, true}) {
@@ -290,14 +290,14 @@ TEST(AttentionReference, GroupedQueryHeadsReadTheirGroupsKvHead) {
       ASSERT_EQ(in.k.size(), 2 * kvh * ks);
       fa::AttnParams m = g;
       m.kv_heads = 0;
-      fa::attention::Inputs rep = in;
-      rep.k.assign(2 * 6 * ks, 0.f), rep.v.assign(2 * 6 * ks, 0.f);
+      const fa::attention::Inputs rep = fa::attention::repeat_kv_heads(g, in);
+      ASSERT_EQ(rep.k.size(), 2 * 6 * ks);
       for (std::size_t b = 0; b < 2; ++b)
         for (std::size_t h = 0; h < 6; ++h) {
           const std::size_t src = b * kvh + h / (6 / kvh), dst = b * 6 + h;
           EXPECT_EQ(fa::attention::kv_head_of(g, dst), src);
-          std::copy_n(in.k.begin() + src * ks, ks, rep.k.begin() + dst * ks);
-          std::copy_n(in.v.begin() + src * ks, ks, rep.v.begin() + dst * ks);
+          EXPECT_TRUE(std::equal(in.k.begin() + src * ks, in.k.begin() + (src + 1) * ks, rep.k.begin() + dst * ks));
+          EXPECT_TRUE(std::equal(in.v.begin() + src * ks, in.v.begin() + (src + 1) * ks, rep.v.begin() + dst * ks));
         }
       const std::vector<std::size_t> all{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
       const fa::attention::HeadRef hg = fa::attention::reference_heads(g, false, in, all),
@@ -312,9 +312,74 @@ TEST(AttentionReference, GroupedQueryHeadsReadTheirGroupsKvHead) {
       EXPECT_EQ(rg.lse, rm.lse);
       for (std::size_t i = 0; i < rows.size(); ++i)  // and the rows are those of the whole heads
         for (std::size_t d = 0; d < 16; ++d) EXPECT_EQ(rg.o[i * 16 + d], hg.o[rows[i] / 9 * qs + rows[i] % 9 * 16 + d]);
-      const fa::attention::Inputs with_dout = fa::attention::make_inputs(g, true, 5);
-      EXPECT_THROW(fa::attention::reference_heads(g, true, with_dout, {0}), fa::UsageError);
-      EXPECT_THROW(fa::attention::reference_bwd_rows(g, with_dout, {0}, {0}), fa::UsageError);
+    }
+}
+
+// The backward of grouped-query attention: dQ per query head as in MHA, dK and dV of a K/V head
+// the sum of its query heads' terms. Against the same problem with K/V repeated per query head
+// (MHA), summed over each group in ascending order: equal to the bit, on whole heads (a K/V head
+// of a single chosen query head still sums its whole group) and on sampled rows (fp64, low
+// precision and from a given O).
+TEST(AttentionReference, GroupedQueryBackwardSumsEachGroup) {
+  for (int kvh : {1, 2})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("kv_heads " + std::to_string(kvh) + (causal ? ", causal" : ""));
+      const std::size_t H = 4, B = 2, Sq = 7, Sk = 10, D = 8, qs = Sq * D, ks = Sk * D, G = H / kvh;
+      fa::AttnParams g = attn(int(B), int(H), int(Sq), int(Sk), int(D), causal, DType::BF16);
+      g.kv_heads = kvh;
+      fa::attention::Inputs in = fa::attention::make_inputs(g, true, 21 + kvh);
+      fa::AttnParams m = g;
+      m.kv_heads = 0;
+      fa::attention::Inputs rep = fa::attention::repeat_kv_heads(g, in);
+      auto group_sum = [&](const std::vector<double>& per_head, std::size_t kv, std::size_t n) {
+        std::vector<double> sum(per_head.begin() + (kv / kvh * H + kv % kvh * G) * n,
+                                per_head.begin() + (kv / kvh * H + kv % kvh * G + 1) * n);
+        for (std::size_t i = 1; i < G; ++i)
+          for (std::size_t e = 0; e < n; ++e) sum[e] += per_head[(kv / kvh * H + kv % kvh * G + i) * n + e];
+        return sum;
+      };
+      std::vector<std::size_t> all(B * H);
+      for (std::size_t h = 0; h < all.size(); ++h) all[h] = h;
+      const fa::attention::HeadRef hg = fa::attention::reference_heads(g, true, in, all),
+                                   hm = fa::attention::reference_heads(m, true, rep, all);
+      EXPECT_EQ(hg.kv_heads.size(), B * kvh);
+      EXPECT_EQ(hg.dq, hm.dq);
+      EXPECT_EQ(hg.o, hm.o);
+      for (std::size_t kv = 0; kv < B * kvh; ++kv) {
+        EXPECT_EQ(std::vector<double>(hg.dk.begin() + kv * ks, hg.dk.begin() + (kv + 1) * ks), group_sum(hm.dk, kv, ks));
+        EXPECT_EQ(std::vector<double>(hg.dv.begin() + kv * ks, hg.dv.begin() + (kv + 1) * ks), group_sum(hm.dv, kv, ks));
+      }
+      const fa::attention::HeadRef one = fa::attention::reference_heads(g, true, in, {H + 1});  // batch 1, head 1
+      ASSERT_EQ(one.kv_heads, (std::vector<std::size_t>{kvh + 1 / G}));
+      EXPECT_EQ(one.dk, group_sum(hm.dk, kvh + 1 / G, ks));
+      EXPECT_EQ(one.dq, std::vector<double>(hm.dq.begin() + (H + 1) * qs, hm.dq.begin() + (H + 2) * qs));
+
+      in.o.assign(B * H * qs, 0.f);  // a given O: the forward's, in the element type
+      for (std::size_t e = 0; e < in.o.size(); ++e) in.o[e] = fa::round_to(DType::BF16, float(hm.o[e]));
+      rep.o = in.o;
+      const std::vector<std::size_t> q_rows{0, 1, 9, Sq * 5 + 6};
+      std::vector<std::size_t> k_rows, k_rows_mha;  // key row j of K/V head kv, and of each query head in its group
+      for (std::size_t kv = 0; kv < B * kvh; ++kv)
+        for (std::size_t j : {std::size_t(0), Sk - 1, (3 * kv + 2) % Sk}) {
+          k_rows.push_back(kv * Sk + j);
+          for (std::size_t i = 0; i < G; ++i) k_rows_mha.push_back((kv / kvh * H + kv % kvh * G + i) * Sk + j);
+        }
+      const fa::attention::BwdRowRef rg = fa::attention::reference_bwd_rows(g, in, q_rows, k_rows),
+                                     rm = fa::attention::reference_bwd_rows(m, rep, q_rows, k_rows_mha);
+      EXPECT_EQ(rg.dq, rm.dq);
+      EXPECT_EQ(rg.dq_lowp, rm.dq_lowp);
+      EXPECT_EQ(rg.dq_given, rm.dq_given);
+      for (auto [mine, theirs] : {std::pair{&rg.dk, &rm.dk}, std::pair{&rg.dk_lowp, &rm.dk_lowp},
+                                  std::pair{&rg.dv, &rm.dv}, std::pair{&rg.dv_lowp, &rm.dv_lowp},
+                                  std::pair{&rg.dk_given, &rm.dk_given}}) {
+        ASSERT_EQ(mine->size(), k_rows.size() * D);
+        for (std::size_t t = 0; t < k_rows.size(); ++t)
+          for (std::size_t e = 0; e < D; ++e) {
+            double sum = (*theirs)[(t * G) * D + e];
+            for (std::size_t i = 1; i < G; ++i) sum += (*theirs)[(t * G + i) * D + e];
+            EXPECT_EQ((*mine)[t * D + e], sum) << "key row " << k_rows[t] << ", element " << e;
+          }
+      }
     }
 }
 
