@@ -92,6 +92,9 @@ std::vector<Problem> sweep(const StepInfo& step) {
         for (int seq : {512, 1024, 2048, 4096, 8192, 16384}) {
           out.push_back(fa2_problem(seq, d, causal, t));
           out.back().backward = flags.bwd;  // --sweep --bwd: the backward too
+          // --sweep --kv-heads N: the same shapes with N K/V heads (GQA; N equal to the heads: MHA)
+          if (flags.kv_heads > 0 && flags.kv_heads != out.back().attn.heads)
+            out.back().attn.kv_heads = int(flags.kv_heads);
           out.back().attn.variant = variant_index();
         }
   return out;
@@ -542,6 +545,6 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
 }  // namespace
 
 const FamilyOps kAttentionFamily{"attention",  add_flags, default_problem,     sweep, resolve, validate,
-                                 prev_problem, run,       {"--dtype", "--bwd", "--variant"}};
+                                 prev_problem, run,       {"--dtype", "--bwd", "--variant", "--kv-heads"}};
 
 }  // namespace fa

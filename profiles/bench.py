@@ -57,6 +57,9 @@ import fa_profiles as fp  # noqa: E402
 ATTN_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 ATTN_DIMS = (64, 128)
 TOKENS, MODEL_DIM = 16384, 2048
+# Grouped-query attention: the same shapes with this many K/V heads (4 query heads per K/V head at d 64,
+# 2 at d 128), forward only ('B8 H32 KV8 S2048 D64 f16').
+GQA_KV_HEADS = 8
 
 
 def say(msg):
@@ -121,20 +124,33 @@ def ablation_args():
             for s in ABLATION_SEQS for d in ATTN_DIMS for causal in (False, True)]
 
 
-def step_rows(exes):
+def step_rows(exes, gqa_only=False):
     rows, failed = [], 0
     for exe in exes:
         # A step with a backward sweeps with --bwd: its rows hold the forward, the backward and
         # their sum (a plain --sweep would repeat the forward rows). A step with named variants
         # (--variant) sweeps once per variant; the rows of a non-default one name it ("[name]").
+        # gqa_only: none of these, only the grouped-query sweep below.
         cmd = [exe, "--sweep", "--bwd", "--csv"] if has_backward(exe) else [exe, "--sweep", "--csv"]
-        for v in variants(exe) or [None]:
+        for v in [] if gqa_only else variants(exe) or [None]:
             cmds = [[exe, "--bench", "--csv", "--variant", v] + a for a in ablation_args()] \
                 if v and v.startswith("no-") else [cmd + (["--variant", v] if v else [])]
             for c in cmds:
                 r, rc = run_csv(c)
                 rows, failed = rows + r, failed + (rc != 0)
+        # A forward-only step that runs GQA: its sweep again with GQA_KV_HEADS K/V heads. (A step with a
+        # backward takes its forward from a forward step, whose GQA rows are these.)
+        if runs_gqa(exe) and not has_backward(exe):
+            r, rc = run_csv([exe, "--sweep", "--kv-heads", str(GQA_KV_HEADS), "--csv"])
+            rows, failed = rows + r, failed + (rc != 0)
     return rows, failed
+
+
+def runs_gqa(exe):
+    """Whether a step runs grouped-query attention: its --help offers --kv-heads without 'runs only the default'."""
+    p = subprocess.run([exe, "--help"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    m = re.search(r"^\s*--kv-heads\b(.*(?:\n\s{8,}.*)*)", p.stdout, re.M)
+    return bool(m) and "runs only the default" not in m.group(1)
 
 
 def variants(exe):
@@ -161,11 +177,18 @@ def has_backward(exe):
                           stderr=subprocess.DEVNULL).returncode == 0
 
 
-def merge_rows(old, new):
+def merge_rows(old, new, by_problem=False):
     """--merge: the new rows, and the old rows of every step this run did not measure. A numbered step
-    measured now replaces all its old rows; a baseline (sdpa_*) replaces only the rows (problems) it
-    measured now, so a forward-only SDPA run keeps the backward rows measured beside the backward steps.
+    measured now replaces all its old rows (with `by_problem`, as --gqa-only: only those of the problems it
+    measured now); a baseline (sdpa_*) replaces only the rows (problems) it measured now, so a forward-only
+    SDPA run keeps the backward rows measured beside the backward steps.
     -> (rows: numbered steps in order, then the baselines; how many old rows were kept)."""
+    if by_problem:
+        now = {(r["step"], r["problem"]) for r in new}
+        kept = [r for r in old if (r["step"], r["problem"]) not in now]
+        rows = kept + new
+        return sorted((r for r in rows if r["step"][:2].isdigit()), key=lambda r: r["step"]) + \
+            [r for r in rows if not r["step"][:2].isdigit()], len(kept)
     steps_now = {r["step"] for r in new if r["step"][:2].isdigit()}
     base_now = {(r["step"], r["problem"]): r for r in new if not r["step"][:2].isdigit()}
     kept, used = 0, set()
@@ -204,11 +227,13 @@ def median_ms(torch, fn, flush, reps, warmup):
 
 
 def time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd=True):
-    """-> (forward ms, backward ms or None) of SDPA under the backend in force."""
+    """-> (forward ms, backward ms or None) of SDPA under the backend in force. K and V with fewer heads
+    than Q: grouped-query attention (enable_gqa)."""
     import torch.nn.functional as F
+    gqa = k.shape[1] != q.shape[1]
 
     def fwd():
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **({"enable_gqa": True} if gqa else {}))
 
     if not bwd:  # timed as below (autograd on: the forward a training step runs, LSE saved as the steps write it)
         return median_ms(torch, fwd, flush, reps, warmup), None
@@ -218,8 +243,9 @@ def time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd=True):
     return tf, tb
 
 
-def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all"):
-    """modes: 'all' (fwd, bwd, fwd+bwd rows), 'fwd', or 'bwd' (the bwd and fwd+bwd rows only)."""
+def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
+    """modes: 'all' (fwd, bwd, fwd+bwd rows), 'fwd', or 'bwd' (the bwd and fwd+bwd rows only). kv_heads:
+    K and V with that many heads (grouped-query attention, problems 'B.. H.. KV..'); 0: as many as Q."""
     bwd = modes != "fwd"
     from torch.nn.attention import SDPBackend, sdpa_kernel
     props = torch.cuda.get_device_properties(0)
@@ -233,10 +259,11 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all"):
     for causal, d, seq in ((c, d, s) for c in (False, True) for d in ATTN_DIMS for s in ATTN_SEQS):
         b, h = TOKENS // seq, MODEL_DIM // d
         flop = 4.0 * b * h * seq * seq * d / (2.0 if causal else 1.0)
-        shape = f"B{b} H{h} S{seq} D{d}" + (" causal" if causal else "")
+        kvh = kv_heads if 0 < kv_heads < h else h
+        shape = f"B{b} H{h}" + (f" KV{kvh}" if kvh != h else "") + f" S{seq} D{d}" + (" causal" if causal else "")
         for dname, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
-            q, k, v = (torch.rand(b, h, seq, d, device="cuda", dtype=dtype).mul_(2).sub_(0.5).requires_grad_()
-                       for _ in range(3))
+            q, k, v = (torch.rand(b, heads, seq, d, device="cuda", dtype=dtype).mul_(2).sub_(0.5).requires_grad_()
+                       for heads in (h, kvh, kvh))
             dout = torch.rand(b, h, seq, d, device="cuda", dtype=dtype).mul_(2).sub_(1)
             for step, backend, what in backends:
                 try:
@@ -417,6 +444,9 @@ def main(argv=None):
                     help="SDPA rows to measure: all (fwd, bwd, fwd+bwd), fwd, bwd (bwd and fwd+bwd), or auto "
                          "(default): fwd when --steps names only forward-only steps, bwd when it names only steps "
                          "with a backward, else all")
+    ap.add_argument("--gqa-only", action="store_true",
+                    help="only grouped-query attention: the GQA sweep of each named forward step that runs it and "
+                         "SDPA's GQA forward; with --merge, every other row (of these steps too) kept")
     ap.add_argument("--merge", metavar="CSV",
                     help="keep CSV's rows of every step (and baseline) this run did not measure: re-measure a few "
                          "steps into a complete bench.csv")
@@ -459,7 +489,7 @@ def main(argv=None):
         say(f"no step executable in {a.build}/bin" + (f" matching --steps {a.steps}" if only else "") +
             " (build first: cmake --preset default && cmake --build build)")
     device, tensor_peak = device_info(exes[0]) if exes else ("", -1.0)
-    rows, failed = step_rows(exes)
+    rows, failed = step_rows(exes, a.gqa_only)
     sdpa_measured = False
     if not a.no_sdpa:
         torch, why = have_torch()
@@ -467,9 +497,13 @@ def main(argv=None):
             if tensor_peak <= 0:
                 built = step_exes(a.build, set())
                 device, tensor_peak = device_info(built[0]) if built else (device, -1.0)
-            modes = auto_sdpa_modes(a.sdpa_modes, bool(only), list(map(has_backward, exes)))
-            say(f"== SDPA baselines (PyTorch {torch.__version__}; rows: {modes})")
-            rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
+            modes = "fwd" if a.gqa_only else auto_sdpa_modes(a.sdpa_modes, bool(only), list(map(has_backward, exes)))
+            if not a.gqa_only:
+                say(f"== SDPA baselines (PyTorch {torch.__version__}; rows: {modes})")
+                rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
+            if modes in ("all", "fwd"):  # the forward baselines: also grouped-query attention's
+                say(f"== SDPA baselines, grouped-query attention ({GQA_KV_HEADS} K/V heads, forward)")
+                rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, "fwd", kv_heads=GQA_KV_HEADS)
             sdpa_measured = True
         else:
             say(why)
@@ -478,7 +512,7 @@ def main(argv=None):
         return 1
     device = device or next((r["device"] for r in rows if r.get("device")), "unknown")
     if a.merge:
-        rows, kept = merge_rows(fp.read_csv(a.merge), rows)
+        rows, kept = merge_rows(fp.read_csv(a.merge), rows, by_problem=a.gqa_only)
         say(f"merged: {kept} rows kept from {a.merge}")
         if exes and not sdpa_measured:
             say("note: the SDPA rows come from the earlier run in " + a.merge + ", not from this one: the ratios of "

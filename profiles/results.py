@@ -550,7 +550,8 @@ BLOCKS = {
                                                                          "step 12", other_vs_sdpa=True)},
     "docs/14_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
-                                           "results:hopper_ablation": lambda: hopper_ablation_table()},
+                                           "results:hopper_ablation": lambda: hopper_ablation_table(),
+                                           "results:gqa": lambda: gqa_table()},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
@@ -959,6 +960,64 @@ def hopper_ws_table():
         "heads = 2048/d); TFLOP/s by the FlashAttention convention (4·B·H·S²·d, halved when causal). \"× y\" is y's " \
         "time over step 15's (above 1.00× step 15 is faster): step 14 timed interleaved in the same process, SDPA's " \
         "FlashAttention-2 and cuDNN backends in the same `profiles/bench.py` run.\n\n" + tc_source()
+
+
+GQA_STEPS = ("11_tuned_forward", HOPPER_FWD, HOPPER_WS)  # the forward steps that run grouped-query attention
+GQA_TARGET_CUDNN_MEDIAN = 1.0
+
+
+def gqa_times():
+    """bench.csv -> {step: {cell: time_ms}} for the grouped-query forward rows (fewer K/V heads than query
+    heads) on the FA2 shapes: the GQA steps and both SDPA backends; and the K/V heads of each d."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    out, kv = {st: {} for st in GQA_STEPS + ("sdpa_flash", "sdpa_cudnn")}, {}
+    for r in (read_csv(path) if os.path.exists(path) else []):
+        p, t = split_problem(r["problem"], gqa=True), fp_float(r["time_ms"])
+        if r["step"] not in out or not p or p["mode"] != "fwd" or p["dtype"] not in TC_DTYPES or not t or t <= 0:
+            continue
+        if p["kv_heads"] == p["heads"] or p["seq"] != p["seq_k"] or p["batch"] * p["seq"] != 16384 or \
+                p["heads"] * p["d"] != 2048:
+            continue
+        kv[p["d"]] = p["kv_heads"]
+        out[r["step"]].setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), t)
+    return out, kv
+
+
+def gqa_table():
+    """Grouped-query attention on the FA2 forward shapes: per cell the TFLOP/s of steps 11, 14 and 15 and
+    SDPA's two backends, step 15's ratio to each backend, and the target: >= 1.0x SDPA-cuDNN's GQA at the
+    median (seq >= TARGET_MIN_SEQ)."""
+    times, kv = gqa_times()
+    mine, flash, cudnn = times[HOPPER_WS], times["sdpa_flash"], times["sdpa_cudnn"]
+    if not mine:
+        return "Not measured yet (no grouped-query rows of step 15 in `bench.csv`).\n\n" + tc_source()
+    rate = lambda st, c: f"{tc_rate(c, times[st][c]):.1f}" if c in times[st] else "-"  # noqa: E731
+    body = [[dt, str(d), "yes" if causal else "no", str(seq)] + [rate(st, c) for st in GQA_STEPS + ("sdpa_flash", "sdpa_cudnn")] +
+            [ratio_text(flash.get(c), mine[c]), ratio_text(cudnn.get(c), mine[c])]
+            for c in tc_cells() if c in mine for dt, d, causal, seq in [c]]
+    cells = [c for c in tc_cells() if c[3] >= TARGET_MIN_SEQ]
+
+    def spread(base):
+        r = sorted(base[c] / mine[c] for c in cells if c in base and c in mine)
+        return [str(len(r)), f"{r[0]:.2f}×", f"{median(r):.2f}×", f"{r[-1]:.2f}×"] if r else ["0", "-", "-", "-"]
+
+    rc = sorted(cudnn[c] / mine[c] for c in cells if c in cudnn and c in mine)
+    ok = bool(rc) and median(rc) >= GQA_TARGET_CUDNN_MEDIAN
+    verdict = "not measured" if not rc else ("**met**" if ok and len(rc) == len(cells) else "**missed**" if not ok
+                                               else f"incomplete ({len(rc)} of {len(cells)} cells)")
+    groups = ", ".join(f"d {d}: {2048 // d} query heads, {k} K/V heads" for d, k in sorted(kv.items()))
+    header = ["dtype", "d", "causal", "seq", "11 TFLOP/s", "14 TFLOP/s", "15 TFLOP/s", "SDPA-FA2 TFLOP/s",
+              "SDPA-cuDNN TFLOP/s", "15 × SDPA-FA2", "15 × SDPA-cuDNN"]
+    return md_table(header, body) + "\n\n" + \
+        md_table([f"step 15, ratio (seq ≥ {TARGET_MIN_SEQ})", "cells", "min", "median", "max"],
+                 [["× SDPA-FA2"] + spread(flash), ["× SDPA-cuDNN"] + spread(cudnn)]) + "\n\n" + \
+        md_table(["target", "goal", "measured", "verdict"],
+                 [[f"median × SDPA-cuDNN (GQA), seq ≥ {TARGET_MIN_SEQ}", f"≥ {GQA_TARGET_CUDNN_MEDIAN:.2f}×",
+                   f"{median(rc):.2f}× over {len(rc)} cells" if rc else "-", verdict]]) + \
+        f"\n\nGrouped-query forward ({groups}), fp16/bf16 inputs with fp32 accumulation, FlashAttention-2 " \
+        "benchmark shapes (batch·seq = 16384); TFLOP/s by the FlashAttention convention (4·B·H·S²·d over the query " \
+        "heads, halved when causal: GQA does the same arithmetic as MHA and reads fewer K/V bytes). \"× y\" is y's " \
+        "time over step 15's; SDPA (enable_gqa=True) in the same `profiles/bench.py` run.\n\n" + tc_source()
 
 
 # FlashAttention-3's published ablation (Shah et al. 2024, "FlashAttention-3: Fast and Accurate Attention with

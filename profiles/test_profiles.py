@@ -138,6 +138,12 @@ class RawCsv(unittest.TestCase):
         self.assertEqual((p["shape"], p["dtype"], p["mode"], p["seq"]), ("B8 H32 S2048 D64 causal", "bf16", "fwd+bwd", 2048))
         self.assertEqual(fp.split_problem("B4 H32 S4096 D64 f32")["mode"], "fwd")
         self.assertIsNone(fp.split_problem("4096x4096"))
+        # grouped-query attention: only when asked for, so that the MHA tables never mix it in
+        self.assertIsNone(fp.split_problem("B8 H32 KV8 S2048 D64 f16"))
+        g = fp.split_problem("B8 H32 KV8 S2048 D64 causal bf16", gqa=True)
+        self.assertEqual((g["heads"], g["kv_heads"], g["seq"], g["causal"], g["shape"]),
+                         (32, 8, 2048, True, "B8 H32 KV8 S2048 D64 causal"))
+        self.assertEqual(fp.split_problem("B8 H32 S2048 D64 f16", gqa=True)["kv_heads"], 32)
         self.assertEqual(fp.fmt_delta(100.0, 67.0, "size"), ("-33.0", "-33%"))
         self.assertEqual(fp.fmt_delta(32.0, 32.0, "int"), ("0", "0%"))
 
@@ -671,6 +677,15 @@ class BenchMerge(unittest.TestCase):
                          [("07_flash_backward", "B1 H1 S8 D64 f32 fwd", "1"), ("09_tensor_core_forward", "P f16", "8"),
                           ("09_tensor_core_forward", "P bf16", "8"), ("sdpa_flash", "P f16", "1.5"),
                           ("sdpa_flash", "P f16 bwd", "2"), ("sdpa_cudnn", "P f16", "3"), ("sdpa_flash", "Q f16", "4")])
+        # --gqa-only: a step's rows are replaced problem by problem, its other (MHA) rows kept
+        old = [bench_row("15_hopper_warp_specialized", "P f16", 5), bench_row("15_hopper_warp_specialized", "G f16", 6),
+               bench_row("sdpa_cudnn", "G f16", 7)]
+        new = [bench_row("15_hopper_warp_specialized", "G f16", 4), bench_row("sdpa_cudnn", "G f16", 3)]
+        rows, kept = bench.merge_rows(old, new, by_problem=True)
+        self.assertEqual(kept, 1)
+        self.assertEqual([(r["step"], r["problem"], r["time_ms"]) for r in rows],
+                         [("15_hopper_warp_specialized", "P f16", "5"), ("15_hopper_warp_specialized", "G f16", "4"),
+                          ("sdpa_cudnn", "G f16", "3")])
 
 
 class CommittedData(unittest.TestCase):

@@ -40,12 +40,14 @@ struct Shape {
   bool causal;
   double scale = 0;  // 0: 1/sqrt(head_dim)
   fa::DType dtype = fa::DType::F32;
+  int kv_heads = 0;  // K/V heads (GQA): 0 for as many as query heads
   fa::AttnParams params() const {
     fa::AttnParams p;
     p.batch = batch, p.heads = heads, p.seq_q = seq_q, p.seq_k = seq_k, p.head_dim = head_dim;
     p.scale = float(scale > 0 ? scale : 1.0 / std::sqrt(double(head_dim)));
     p.causal = causal;
     p.dtype = dtype;
+    p.kv_heads = kv_heads;
     return p;
   }
   fa::Problem problem() const {  // for StepInfo::supports
@@ -55,11 +57,13 @@ struct Shape {
     return pr;
   }
   std::size_t q_elems() const { return std::size_t(batch) * heads * seq_q * head_dim; }
-  std::size_t k_elems() const { return std::size_t(batch) * heads * seq_k * head_dim; }
+  int kvh() const { return kv_heads > 0 ? kv_heads : heads; }
+  std::size_t k_elems() const { return std::size_t(batch) * kvh() * seq_k * head_dim; }
   std::size_t rows() const { return std::size_t(batch) * heads * seq_q; }
   std::string str() const {
     return "B" + std::to_string(batch) + " H" + std::to_string(heads) + " Sq" + std::to_string(seq_q) + " Sk" +
            std::to_string(seq_k) + " D" + std::to_string(head_dim) + (causal ? " causal" : "") +
+           (kvh() != heads ? " KV" + std::to_string(kvh()) : "") +
            (fa::is_lowp(dtype) ? std::string(" ") + fa::dtype_name(dtype) : "");
   }
 };
@@ -136,7 +140,7 @@ inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& inputs,
   Inputs in = inputs;
   in.o = o;
   r.rows = fa::attention::reference_bwd_rows(s.params(), in, all_indices(s.rows()),
-                                             all_indices(std::size_t(s.batch) * s.heads * s.seq_k));
+                                             all_indices(std::size_t(s.batch) * s.kvh() * s.seq_k));
   using fa::tol::kAttnGradAtolFloor;  // fp32's cancellation floor (tolerance.h)
   r.bound[0] = fa::lowp_row_bounds(r.rows.dq, r.rows.dq_lowp, s.head_dim, s.dtype, &r.rows.dq_given, kAttnGradAtolFloor);
   r.bound[1] = fa::lowp_row_bounds(r.rows.dk, r.rows.dk_lowp, s.head_dim, s.dtype, &r.rows.dk_given, kAttnGradAtolFloor);
@@ -151,7 +155,7 @@ void expect_close_lowp_grads(const Outputs& got, const Want& want, const LowpBwd
                              const std::string& what) {
   const std::vector<std::size_t> qs{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_q),
                                     std::size_t(s.head_dim)},
-      ks{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_k), std::size_t(s.head_dim)};
+      ks{std::size_t(s.batch), std::size_t(s.kvh()), std::size_t(s.seq_k), std::size_t(s.head_dim)};
   for (auto [name, g, w, bound, shape] :
        {std::tuple{"dQ", &got.dq, &want.dq, &ref.bound[0], qs}, std::tuple{"dK", &got.dk, &want.dk, &ref.bound[1], ks},
         std::tuple{"dV", &got.dv, &want.dv, &ref.bound[2], ks}}) {
@@ -177,7 +181,7 @@ void expect_close(const Out& got, const Ref& want, const Shape& s, bool backward
   using namespace fa::tol;
   const std::vector<std::size_t> qs{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_q),
                                     std::size_t(s.head_dim)},
-      ks{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_k), std::size_t(s.head_dim)},
+      ks{std::size_t(s.batch), std::size_t(s.kvh()), std::size_t(s.seq_k), std::size_t(s.head_dim)},
       ls{std::size_t(s.batch), std::size_t(s.heads), std::size_t(s.seq_q)};
   const auto o = fa::compare(got.o, want.o, fa::scaled_tolerance(kAttnOutAtolRel, kAttnOutRtol, want.o), qs);
   EXPECT_TRUE(o.ok()) << s.str() << " O vs " << what << ": " << o.summary();

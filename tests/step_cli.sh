@@ -11,7 +11,7 @@
 #   bwd        --bwd is accepted (and by --sweep) or refused as "no backward pass"
 #   kv_heads   --kv-heads equal to --heads is accepted; one that does not divide it is refused; a
 #              divisor below it (GQA, MQA) is accepted or refused as "no grouped-query attention",
-#              as --help says
+#              as --help says; --sweep --kv-heads 8 likewise
 set -u
 case_=$1 exe=$2
 small=(--batch 1 --heads 1 --seq 64)
@@ -110,6 +110,14 @@ case $case_ in
         [[ $r == yes ]] || fail "--help offers --kv-heads, but --kv-heads $kvh with 8 heads is refused: $reason"
       fi
     done
+    # --sweep --kv-heads 8: the benchmark shapes with 8 K/V heads, none of which an MHA-only step runs
+    probe --sweep --kv-heads 8
+    if [[ $only_mha == yes ]]; then
+      [[ $r == no ]] && grep -q "supports none of the --sweep problems" <<< "$reason" ||
+        fail "--sweep --kv-heads 8 is not refused as 'supports none of the --sweep problems': $reason"
+    else
+      [[ $r == yes ]] || fail "--sweep --kv-heads 8 is refused: $reason"
+    fi
     echo "--kv-heads: $([[ $only_mha == yes ]] && echo "MHA only, GQA refused" || echo "GQA and MQA accepted")"
     ;;
   *) fail "step_cli.sh: unknown case '$case_'" ;;

@@ -98,6 +98,14 @@ inline void matches_fp64_with_padded_head_dims(const fa::StepInfo& step, int var
       expect_matches_fp64(step, s, variant);
 }
 
+// GQA backward: dQ per query head, dK and dV of a K/V head summed over its group's query heads;
+// against fp64 (the references sum each group) on the grouped shapes of tensor_core_checks.h.
+inline void grouped_kv_heads_match_fp64_backward(const fa::StepInfo& step, int variant) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (const Shape& s : grouped_shapes(d, t)) expect_matches_fp64(step, s, variant);
+}
+
 // A row whose LSE is −inf sees no key (made by hand, as in attention_checks.h): its dQ row is
 // exactly 0, nothing is NaN, and dK, dV match the fp64 backward with that row's dO set to 0, with
 // the per-row bounds.
@@ -124,11 +132,13 @@ inline void row_without_visible_keys_gets_no_gradient(const fa::StepInfo& step, 
 
 // The deterministic variant has no atomics: two backward runs on the same forward give the same
 // bits (every output NaN-poisoned before each run). Shapes with many key blocks per query row, so
-// that an atomic order would have room to vary.
+// that an atomic order would have room to vary; one with GQA (dK, dV summed over a group).
 inline void deterministic_variant_is_bitwise_reproducible(const fa::StepInfo& step) {
   for (fa::DType t : kTypes)
     for (int d : {64, 128})
-      for (const Shape& s : {Shape{2, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 1024, 1024, d, true, 0, t}}) {
+      for (const Shape& s : {Shape{2, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 1024, 1024, d, true, 0, t},
+                             Shape{1, 4, 1024, 1024, d, true, 0, t, 2}}) {  // the last: GQA
+        if (s.kv_heads && !step.attn_rule.gqa) continue;
         const std::uint64_t seed = fa::fresh_seed();
         SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
         fa::attention::Run r(step, params(s, variant_of(step, "deterministic")), true, random_inputs(s, seed));

@@ -54,6 +54,32 @@ inline void matches_fp64_on_a_long_sequence(const fa::StepInfo& step) {
   for (fa::DType t : kTypes) expect_matches_reference(step, {1, 1, 4096, 4096, 64, true, 0, t}, false);
 }
 
+// Grouped-query attention: groups of 2 and 3 query heads per K/V head and MQA (one K/V head),
+// ragged lengths, causal and not.
+inline std::vector<Shape> grouped_shapes(int d, fa::DType t) {
+  return {{2, 8, 200, 333, d, true, 0, t, 4}, {1, 6, 129, 129, d, true, 0, t, 2},
+          {1, 6, 300, 77, d, false, 0, t, 2}, {1, 4, 77, 300, d, false, 0, t, 1}};
+}
+
+// GQA forward: against fp64 on the grouped shapes; and, to the bit, what the same step gives on the
+// MHA problem with each K/V head repeated for every query head of its group (only where a query
+// head reads its K and V changed, not what it computes).
+inline void grouped_kv_heads_match_fp64_and_repeated_mha(const fa::StepInfo& step) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128}) {
+      for (const Shape& s : grouped_shapes(d, t)) expect_matches_reference(step, s, /*backward=*/false);
+      for (bool causal : {false, true}) {
+        const Shape g{2, 8, 300, 700, d, causal, 0, t, causal ? 2 : 1}, m{2, 8, 300, 700, d, causal, 0, t};
+        const std::uint64_t seed = fa::fresh_seed();
+        SCOPED_TRACE(g.str() + ", seed " + std::to_string(seed));
+        const Inputs in = random_inputs(g, seed);
+        const Outputs a = run(step, g, in, false), b = run(step, m, fa::attention::repeat_kv_heads(g.params(), in), false);
+        EXPECT_EQ(a.o, b.o) << "O differs from the MHA run on repeated K/V";
+        EXPECT_EQ(a.lse, b.lse) << "LSE differs from the MHA run on repeated K/V";
+      }
+    }
+}
+
 // fp32 and head dims that are not a multiple of 8 or above 128 are refused; fp16 is not.
 inline void refuses_what_it_cannot_run(const fa::StepInfo& step) {
   fa::Problem pr;

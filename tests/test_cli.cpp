@@ -275,14 +275,17 @@ TEST(StepMain, SweepConflictsWithShapeFlagsButNotDtypeOrBwd) {
   std::string err;
   EXPECT_EQ(run_step(s, {"--sweep", "--seq", "64"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err, "--sweep conflicts with --seq (--sweep runs the attention benchmark shapes")) << err;
-  EXPECT_TRUE(contains(err, "; of the shape flags it takes only --bwd, --dtype)")) << err;
+  EXPECT_TRUE(contains(err, "; of the shape flags it takes only --kv-heads, --bwd, --dtype)")) << err;
   EXPECT_EQ(run_step(attention_step({fa::DType::F32}, false), {"--causal", "--sweep"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err,
                        "--sweep conflicts with --causal (--sweep runs the attention benchmark shapes; of the "
-                       "shape flags it takes only --dtype)"))
+                       "shape flags it takes only --kv-heads, --dtype)"))
       << err;
   EXPECT_EQ(run_step(s, {"--input", "x", "--sweep"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err, "--sweep conflicts with --input")) << err;
+  // --sweep --kv-heads N (the sweep's shapes with N K/V heads) is past the parser too.
+  EXPECT_EQ(run_step(s, {"--sweep", "--kv-heads", "8"}, &err), fa::kExitUsage);
+  EXPECT_FALSE(contains(err, "conflicts")) << err;
   // --dtype and --bwd pick the sweep's variant: past the parser (the stand-in has no forward).
   EXPECT_EQ(run_step(s, {"--sweep", "--dtype", "f16", "--bwd"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err, "has no attention forward")) << err;

@@ -135,11 +135,13 @@ struct TileCopy {
 };
 
 // ---- the kernel ----------------------------------------------------------------------------------------
-// grid (query blocks, batch·heads); block C::THREADS. T: __half or __nv_bfloat16.
+// grid (query blocks, batch·heads); block C::THREADS. T: __half or __nv_bfloat16. GQA: query head
+// h of a batch reads K/V head h / heads_per_kv (1 for MHA).
 template <class T, class C>
 __global__ void __launch_bounds__(C::THREADS)
     tc_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
-               float* __restrict__ lse, int seq_q, int seq_k, int head_dim, float scale, bool causal) {
+               float* __restrict__ lse, int seq_q, int seq_k, int head_dim, float scale, bool causal,
+               int heads_per_kv) {
   constexpr int D = C::D, MF = C::MF, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES;
   // scale·log2(e): exp(scale·(s − m)) = 2^(s·sl2 − m·sl2), one FFMA + one EX2 per score
   const float sl2 = scale * 1.4426950408889634f;
@@ -152,7 +154,9 @@ __global__ void __launch_bounds__(C::THREADS)
   const int qb = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int m0 = qb * BLOCK_M;        // first query row of this block
   const std::size_t bh = blockIdx.y;  // flattened (batch, head)
-  q += bh * seq_q * head_dim, k += bh * seq_k * head_dim, v += bh * seq_k * head_dim;
+  // b·H + h over H/KVH = b·KVH + h/(H/KVH): the flattened (batch, K/V head), with no division by H.
+  const std::size_t kv_bh = bh / heads_per_kv;
+  q += bh * seq_q * head_dim, k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
   const int w0 = warp * 16 * MF;          // this warp's first row in the block: fragment mf = rows w0 + 16mf ..
@@ -364,7 +368,7 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   const dim3 grid((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M, p.batch * p.heads);
   tc_forward<T, C><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+      a.lse, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, p.heads / fa::kv_heads_of(p));
   FA_CHECK_LAUNCH();
 }
 
@@ -449,6 +453,7 @@ const fa::StepInfo& info() {
     s.attn_fwd = forward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;
+    s.attn_rule.gqa = true;  // grouped-query attention: each query head reads its group's K/V head
     return s;
   }();
   return i;

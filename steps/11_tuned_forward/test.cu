@@ -32,6 +32,7 @@ TEST(Step11TunedForward, MatchesGoldenInputs) { matches_golden_inputs(kStep); }
 TEST(Step11TunedForward, MatchesFp64OnEdgeShapes) { matches_fp64_on_edge_shapes(kStep); }
 TEST(Step11TunedForward, PaddedHeadDims) { matches_fp64_with_padded_head_dims(kStep); }
 TEST(Step11TunedForward, LongSequenceMatchesFp64) { matches_fp64_on_a_long_sequence(kStep); }
+TEST(Step11TunedForward, GroupedKvHeadsMatchFp64AndRepeatedMha) { grouped_kv_heads_match_fp64_and_repeated_mha(kStep); }
 TEST(Step11TunedForward, RefusesWhatItCannotRun) { refuses_what_it_cannot_run(kStep); }
 
 // Every candidate instance, not only the ones the autotuner picks here: each against fp64 on

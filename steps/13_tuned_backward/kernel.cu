@@ -213,12 +213,12 @@ __global__ void __launch_bounds__(kDeltaThreads)
 // byte read, below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and
 // clock) ahead of shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21,
 // [64, 64] ones 32.
-template <class T, class C, bool ATOMIC_DQ>
+template <class T, class C, bool ATOMIC_DQ, bool GROUPED>
 __global__ void __launch_bounds__(C::THREADS)
     backward_dkdv(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
                   const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
                   T* __restrict__ dv, float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim, float scale,
-                  bool causal) {
+                  bool causal, int heads_per_kv) {
   constexpr int D = C::D, THREADS = C::THREADS, BLOCK_N = C::BLOCK_N, BLOCK_M = C::BLOCK_M;
   const float sl2 = scale * kLog2e;    // P = 2^(s·sl2 − LSE·log2e): one FFMA and one EX2 per element
   extern __shared__ uint4 smem[];      // uint4: 16-byte alignment for ldmatrix and cp.async
@@ -231,10 +231,12 @@ __global__ void __launch_bounds__(C::THREADS)
   float* lse_s = reinterpret_cast<float*>(dSt + BLOCK_N * BLOCK_M);  // [2][BLOCK_M] LSE·log2e (+inf: P = 0)
   float* delta_s = lse_s + 2 * BLOCK_M;                              // [2][BLOCK_M]
 
-  const int n0 = blockIdx.x * BLOCK_N;  // first key of this block
-  const std::size_t bh = blockIdx.y;    // flattened (batch, head)
+  const int n0 = blockIdx.x * BLOCK_N;   // first key of this block
+  const std::size_t kv_bh = blockIdx.y;  // flattened (batch, K/V head)
+  // GQA: the heads_per_kv query heads of the group (1 for MHA) one after the other, their first here.
+  const std::size_t bh = kv_bh * heads_per_kv;  // flattened (batch, query head)
   q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
-  k += bh * seq_k * head_dim, v += bh * seq_k * head_dim;
+  k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
   if constexpr (ATOMIC_DQ) dq_accum += bh * seq_q * head_dim;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
@@ -292,14 +294,9 @@ __global__ void __launch_bounds__(C::THREADS)
     copy_tile<BLOCK_M, D, THREADS>(dOs + buf * BLOCK_M * D, dout, t * BLOCK_M, seq_q, head_dim);
   };
 
-  // K_j and V_j for the whole kernel, and the first query tile: one commit group.
+  // K_j and V_j for the whole kernel, and the first query tile (below): one commit group.
   copy_tile<BLOCK_N, D, THREADS>(Ks, k, n0, seq_k, head_dim);
   copy_tile<BLOCK_N, D, THREADS>(Vs, v, n0, seq_k, head_dim);
-  if (n_visit > 0) {
-    issue_query_tile(t_first, 0);
-    store_row_stat(0, fetch_row_stat(t_first * BLOCK_M));
-  }
-  cp_async_commit();
 
   // [KV_KEYS, KV_DIMS] this warp's tile of dV, then of dK (unscaled); SPLIT_KV: one, of dK or dV. C fragments.
   float kv_acc[C::KV_ACCS][VM][2 * VN][4];
@@ -493,11 +490,23 @@ __global__ void __launch_bounds__(C::THREADS)
     }
     if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the first barrier
   };
-  int i = 0, t = t_first;
-  for (; i < n_masked; t = next_tile(i++, t)) query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
-  for (; i < n_visit; t = next_tile(i++, t)) query_tile(i, t, std::false_type{});  // below it (all, if not causal)
-  cp_async_wait<0>();                                             // an empty group at most; nothing pending at exit
-  __syncthreads();  // every warp is done with K and V (phase 3 reads every key)
+  // GQA (GROUPED): dK and dV sum over the group's query heads, so the block walks each head's query
+  // tiles in turn into the same accumulators, K and V loaded once. MHA instances loop once, a
+  // constant: the code of a single pass, which keeps their registers as they were.
+  for (int head = 0; head < (GROUPED ? heads_per_kv : 1); ++head) {
+    if (n_visit > 0) {
+      issue_query_tile(t_first, 0);
+      store_row_stat(0, fetch_row_stat(t_first * BLOCK_M));
+    }
+    cp_async_commit();
+    int i = 0, t = t_first;
+    for (; i < n_masked; t = next_tile(i++, t)) query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
+    for (; i < n_visit; t = next_tile(i++, t)) query_tile(i, t, std::false_type{});  // below it (all, if not causal)
+    cp_async_wait<0>();  // an empty group at most; nothing pending at exit
+    __syncthreads();     // every warp is done with this head's tiles (and K, V: phase 3 reads every key)
+    q += std::size_t(seq_q) * head_dim, dout += std::size_t(seq_q) * head_dim, lse += seq_q, delta += seq_q;
+    if constexpr (ATOMIC_DQ) dq_accum += std::size_t(seq_q) * head_dim;
+  }
 
   // dK = scale·dK_acc into the K tile and dV into the V tile (this warp's [KV_KEYS, KV_DIMS] of
   // each, or SPLIT_KV of its one), then 16-byte stores of whole rows: each 8-lane group writes 128
@@ -518,7 +527,7 @@ __global__ void __launch_bounds__(C::THREADS)
               pack<T>(f * kv_acc[a][mt][j][2 * h], f * kv_acc[a][mt][j][2 * h + 1]);
         }
   __syncthreads();  // the whole block's rows are in
-  dk += bh * seq_k * head_dim, dv += bh * seq_k * head_dim;
+  dk += kv_bh * seq_k * head_dim, dv += kv_bh * seq_k * head_dim;
   constexpr int CHUNKS = D / 8;
 #pragma unroll
   for (int i = threadIdx.x; i < BLOCK_N * CHUNKS; i += THREADS) {
@@ -550,7 +559,7 @@ template <class T, class C>
 __global__ void __launch_bounds__(C::DQ_THREADS)
     backward_dq(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
                 const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dq, int seq_q,
-                int seq_k, int head_dim, float scale, bool causal) {
+                int seq_k, int head_dim, float scale, bool causal, int heads_per_kv) {
   constexpr int D = C::D, THREADS = C::DQ_THREADS, BLOCK_M = C::DQ_ROWS, BLOCK_N = kTile;  // step 12's names
   const float sl2 = scale * kLog2e;
   extern __shared__ uint4 smem[];
@@ -563,8 +572,9 @@ __global__ void __launch_bounds__(C::DQ_THREADS)
   const int qb = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int m0 = qb * BLOCK_M;        // first query of this block
   const std::size_t bh = blockIdx.y;  // flattened (batch, head)
+  const std::size_t kv_bh = bh / heads_per_kv;  // flattened (batch, K/V head): b·H + h over H/KVH (step 11)
   q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
-  k += bh * seq_k * head_dim, v += bh * seq_k * head_dim;
+  k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;
   const int w0 = warp * 16;  // this warp's first query in the block
@@ -695,11 +705,18 @@ std::size_t dq_accum_bytes(const fa::AttnParams& p) {
 }
 std::size_t bwd_workspace(const fa::AttnParams& p) { return dq_accum_bytes(p) + rows_of(p) * sizeof(float); }
 
+// The dK, dV kernel of a problem: the grouped instance (its loop over a K/V head's query heads) for GQA only.
+template <class T, class C, bool ATOMIC_DQ>
+auto dkdv_kernel(int heads_per_kv) {
+  return heads_per_kv > 1 ? backward_dkdv<T, C, ATOMIC_DQ, true> : backward_dkdv<T, C, ATOMIC_DQ, false>;
+}
+
 template <class T, class C>
 void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   static const bool ready = [] {  // once per instance: more than 48 KB of dynamic shared memory
-    fa::opt_in_shared_memory(backward_dkdv<T, C, true>, C::DKDV_BYTES, info().name);
-    fa::opt_in_shared_memory(backward_dkdv<T, C, false>, C::DKDV_BYTES, info().name);
+    for (auto* kernel : {backward_dkdv<T, C, true, false>, backward_dkdv<T, C, true, true>,
+                         backward_dkdv<T, C, false, false>, backward_dkdv<T, C, false, true>})
+      fa::opt_in_shared_memory(kernel, C::DKDV_BYTES, info().name);
     fa::opt_in_shared_memory(backward_dq<T, C>, C::DQ_BYTES, info().name);
     return true;
   }();
@@ -719,11 +736,12 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
       o, dout, delta, rows, p.head_dim);
   FA_CHECK_LAUNCH();
 
-  const dim3 grid_kv((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, p.batch * p.heads);
+  const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
+  const dim3 grid_kv((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, p.batch * kv_heads);  // GQA: a block per K/V head
   if (atomic) {
     FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(p), stream));
-    backward_dkdv<T, C, true><<<grid_kv, C::THREADS, C::DKDV_BYTES, stream>>>(
-        q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+    dkdv_kernel<T, C, true>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, stream>>>(
+        q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv);
     FA_CHECK_LAUNCH();
     const long long n = rows * p.head_dim;  // a multiple of 8
     convert_dq<T><<<unsigned((n / 4 + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
@@ -734,12 +752,12 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   // Deterministic: the two kernels read delta and write disjoint outputs, so they run side by
   // side (step 07's fork, after delta).
   fa::StreamFork fork(stream);
-  backward_dkdv<T, C, false><<<grid_kv, C::THREADS, C::DKDV_BYTES, fork.side()>>>(
-      q, k, v, dout, a.lse, delta, dk, dv, nullptr, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+  dkdv_kernel<T, C, false>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, fork.side()>>>(
+      q, k, v, dout, a.lse, delta, dk, dv, nullptr, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv);
   FA_CHECK_LAUNCH();
   const dim3 grid_q((p.seq_q + C::DQ_ROWS - 1) / C::DQ_ROWS, p.batch * p.heads);
-  backward_dq<T, C><<<grid_q, C::DQ_THREADS, C::DQ_BYTES, stream>>>(q, k, v, dout, a.lse, delta, dq, p.seq_q,
-                                                                   p.seq_k, p.head_dim, p.scale, p.causal);
+  backward_dq<T, C><<<grid_q, C::DQ_THREADS, C::DQ_BYTES, stream>>>(
+      q, k, v, dout, a.lse, delta, dq, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv);
   FA_CHECK_LAUNCH();
   fork.join();
 }
@@ -823,6 +841,7 @@ const fa::StepInfo& info() {
     s.attn_bwd = backward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;  // step 11's forward takes the row max on unscaled scores
+    s.attn_rule.gqa = true;  // dK, dV of a K/V head summed over its group of query heads (backward_dkdv)
     s.variants = {"atomic", "deterministic"};
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note = "delta, batch·heads·seq_q fp32; atomic variant: also dQ_accum, batch·heads·seq_q·head_dim fp32";

@@ -49,6 +49,11 @@ TEST(Step13TunedBackward, DeterministicVariantIsBitwiseReproducible) {
 TEST(Step13TunedBackward, WorkspaceIsDeltaPlusTheAtomicAccumulator) {
   workspace_is_delta_plus_the_atomic_accumulator(kStep);
 }
+// GQA: the forward (step 11's) and the backward in both variants, dK and dV summed over each group.
+TEST(Step13TunedBackward, GroupedKvHeadsMatchFp64) {
+  grouped_kv_heads_match_fp64_and_repeated_mha(kStep);
+  for (int variant : kVariants) grouped_kv_heads_match_fp64_backward(kStep, variant);
+}
 TEST(Step13TunedBackward, RefusesWhatItCannotRun) { refuses_what_it_cannot_run_backward(kStep); }
 
 // Every candidate pinned (FA_STEP13_CONFIG bypasses the tuner), both variants, against fp64 on

@@ -72,12 +72,13 @@ __device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0
 
 // ---- the kernel: one block of BLOCK_M query rows of one head, every K/V tile they see --------------------
 // grid (query blocks, batch·heads); block C::THREADS. T: __half or __nv_bfloat16. The tensor maps
-// describe Q [bh, seq_q, head_dim] and K, V [bh, seq_k, head_dim] in boxes of [rows, 64].
+// describe Q [bh, seq_q, head_dim] and K, V [batch·kv_heads, seq_k, head_dim] in boxes of [rows, 64];
+// query head h reads K/V head h / heads_per_kv (GQA; 1 for MHA).
 template <class T, class C>
 __global__ void __launch_bounds__(C::THREADS)
     hopper_forward(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                    const __grid_constant__ CUtensorMap tm_v, T* __restrict__ o, float* __restrict__ lse, int seq_q,
-                   int seq_k, int head_dim, float scale, bool causal) {
+                   int seq_k, int head_dim, float scale, bool causal, int heads_per_kv) {
   constexpr int D = C::D, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, HALVES = C::HALVES;
   const float sl2 = scale * 1.4426950408889634f;  // step 10: exp(scale·(s − m)) = 2^(s·sl2 − m·sl2)
   extern __shared__ uint4 smem_raw[];
@@ -96,6 +97,7 @@ __global__ void __launch_bounds__(C::THREADS)
   const int qb = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int m0 = qb * BLOCK_M;       // first query row of this block
   const int bh = blockIdx.y;         // flattened (batch, head): the tensor maps' outer coordinate
+  const int kv_bh = bh / heads_per_kv;  // flattened (batch, K/V head): b·H + h over H/KVH (step 11)
   const int wg = threadIdx.x / kWarpgroup;  // this thread's warpgroup: query rows 64·wg .. 64·wg + 63
   const int warp = threadIdx.x % kWarpgroup / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, q4 = lane % 4;   // accumulator rows g, g+8 of the warp's 16; columns 2·q4, +1
@@ -113,8 +115,8 @@ __global__ void __launch_bounds__(C::THREADS)
     mbarrier_arrive_expect_tx(&kv_full[s], 2 * C::KV_BYTES);
 #pragma unroll
     for (int h = 0; h < HALVES; ++h) {
-      tma_load_3d(Ks + (s * HALVES + h) * BLOCK_N * kBox, &tm_k, &kv_full[s], h * kBox, t * BLOCK_N, bh);
-      tma_load_3d(Vs + (s * HALVES + h) * BLOCK_N * kBox, &tm_v, &kv_full[s], h * kBox, t * BLOCK_N, bh);
+      tma_load_3d(Ks + (s * HALVES + h) * BLOCK_N * kBox, &tm_k, &kv_full[s], h * kBox, t * BLOCK_N, kv_bh);
+      tma_load_3d(Vs + (s * HALVES + h) * BLOCK_N * kBox, &tm_v, &kv_full[s], h * kBox, t * BLOCK_N, kv_bh);
     }
   };
   if (threadIdx.x == 0) {
@@ -247,14 +249,15 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   }();
   (void)ready;
   const fa::AttnParams& p = a.p;
-  const long long bh = (long long)p.batch * p.heads;
+  const long long bh = (long long)p.batch * p.heads, kv_bh = (long long)p.batch * fa::kv_heads_of(p);
   const char* name = info().name;
   const CUtensorMap tm_q = fa::tensor_map_16bit_3d(a.q, p.dtype, bh, p.seq_q, p.head_dim, C::BLOCK_M, kBox, name, "Q");
-  const CUtensorMap tm_k = fa::tensor_map_16bit_3d(a.k, p.dtype, bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "K");
-  const CUtensorMap tm_v = fa::tensor_map_16bit_3d(a.v, p.dtype, bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "V");
+  const CUtensorMap tm_k = fa::tensor_map_16bit_3d(a.k, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "K");
+  const CUtensorMap tm_v = fa::tensor_map_16bit_3d(a.v, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "V");
   const dim3 grid((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M, unsigned(bh));
   hopper_forward<T, C><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(tm_q, tm_k, tm_v, static_cast<T*>(a.o), a.lse,
-                                                                    p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal);
+                                                                    p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
+                                                                    p.heads / fa::kv_heads_of(p));
   FA_CHECK_LAUNCH();
 }
 
@@ -282,6 +285,7 @@ const fa::StepInfo& info() {
     s.attn_fwd = forward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;  // step 11's softmax: the row max on unscaled scores
+    s.attn_rule.gqa = true;             // grouped-query attention (step 11)
     s.needs_cc = 90;
     return s;
   }();

@@ -29,6 +29,7 @@ TEST(Step14HopperForward, MatchesGoldenInputs) { matches_golden_inputs(kStep); }
 TEST(Step14HopperForward, MatchesFp64OnEdgeShapes) { matches_fp64_on_edge_shapes(kStep); }
 TEST(Step14HopperForward, PaddedHeadDims) { matches_fp64_with_padded_head_dims(kStep); }
 TEST(Step14HopperForward, LongSequenceMatchesFp64) { matches_fp64_on_a_long_sequence(kStep); }
+TEST(Step14HopperForward, GroupedKvHeadsMatchFp64AndRepeatedMha) { grouped_kv_heads_match_fp64_and_repeated_mha(kStep); }
 TEST(Step14HopperForward, RefusesWhatItCannotRun) { refuses_what_it_cannot_run(kStep); }
 
 // Many heads of lengths that are not a multiple of a tile: the last box of every head reaches past

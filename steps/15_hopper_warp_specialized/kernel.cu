@@ -98,13 +98,14 @@ __device__ __forceinline__ Tile tile_at(int i, int n_qb, int bh_count, int group
 
 // ---- the kernel: a persistent block, its producer and its consumers -----------------------------------------
 // grid (min(tiles, SMs)); block C::THREADS; next_tile: a counter, zero at launch. T: __half or __nv_bfloat16. The tensor maps describe
-// Q [bh, seq_q, head_dim] and K, V [bh, seq_k, head_dim] in boxes of [rows, 64].
+// Q [bh, seq_q, head_dim] and K, V [batch·kv_heads, seq_k, head_dim] in boxes of [rows, 64]; query head h
+// reads K/V head h / heads_per_kv (GQA, step 11; 1 for MHA).
 template <class T, class C>
 __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at entry, which setmaxnreg needs
     hopper_ws_forward(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v, T* __restrict__ o, float* __restrict__ lse,
                       int seq_q, int seq_k, int head_dim, float scale, bool causal, int bh_count, int group,
-                      int* __restrict__ next_tile) {
+                      int heads_per_kv, int* __restrict__ next_tile) {
   constexpr int D = C::D, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, HALVES = C::HALVES;
   extern __shared__ uint4 smem_raw[];
   const std::uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;  // step 14: 1024-aligned
@@ -166,12 +167,12 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         mbarrier_arrive_expect_tx(&k_full[s], C::KV_BYTES);
 #pragma unroll
         for (int h = 0; h < HALVES; ++h)
-          tma_load_3d(Ks + (s * HALVES + h) * BLOCK_N * kBox, &tm_k, &k_full[s], h * kBox, t * BLOCK_N, w.bh);
+          tma_load_3d(Ks + (s * HALVES + h) * BLOCK_N * kBox, &tm_k, &k_full[s], h * kBox, t * BLOCK_N, w.bh / heads_per_kv);
         mbarrier_wait(&v_empty[s], parity);
         mbarrier_arrive_expect_tx(&v_full[s], C::KV_BYTES);
 #pragma unroll
         for (int h = 0; h < HALVES; ++h)
-          tma_load_3d(Vs + (s * HALVES + h) * BLOCK_N * kBox, &tm_v, &v_full[s], h * kBox, t * BLOCK_N, w.bh);
+          tma_load_3d(Vs + (s * HALVES + h) * BLOCK_N * kBox, &tm_v, &v_full[s], h * kBox, t * BLOCK_N, w.bh / heads_per_kv);
       }
       i = next;
     }
@@ -385,11 +386,11 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream, bool persistent) {
   }();
   (void)ready;
   const fa::AttnParams& p = a.p;
-  const int bh = p.batch * p.heads;
+  const int bh = p.batch * p.heads, heads_per_kv = p.heads / fa::kv_heads_of(p), kv_bh = bh / heads_per_kv;
   const char* name = info().name;
   const CUtensorMap tm_q = fa::tensor_map_16bit_3d(a.q, p.dtype, bh, p.seq_q, p.head_dim, C::BLOCK_M, kBox, name, "Q");
-  const CUtensorMap tm_k = fa::tensor_map_16bit_3d(a.k, p.dtype, bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "K");
-  const CUtensorMap tm_v = fa::tensor_map_16bit_3d(a.v, p.dtype, bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "V");
+  const CUtensorMap tm_k = fa::tensor_map_16bit_3d(a.k, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "K");
+  const CUtensorMap tm_v = fa::tensor_map_16bit_3d(a.v, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "V");
   int dev = 0, sms = 0, l2 = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -397,16 +398,17 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream, bool persistent) {
   const long long n_work = (long long)((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M) * bh;
   // The counter hands out indices up to grid + n_work: keep both within an int.
   if (n_work >= (1LL << 30)) throw fa::UsageError(std::string(name) + ": 2^30 query tiles or more");
-  // Causal: as many heads per group as half the L2 holds K and V of (doc 15); otherwise one.
+  // Causal: as many heads per group as half the L2 holds K and V of (doc 15); otherwise one. GQA:
+  // heads_per_kv neighbouring query heads share one K/V head, so a group holds that many times more.
   const long long kv_bytes = 2LL * p.seq_k * C::D * 2;
-  const int group = p.causal ? int(std::clamp<long long>(l2 / 2 / kv_bytes, 1, bh)) : 1;
+  const int group = p.causal ? int(std::clamp<long long>(l2 / 2 / kv_bytes * heads_per_kv, 1, bh)) : 1;
   const unsigned grid = unsigned(persistent ? std::min<long long>(n_work, sms) : n_work);
   if (!a.workspace) throw fa::UsageError(std::string(name) + ": needs its workspace (the tile counter)");
   int* next_tile = static_cast<int*>(a.workspace);
   FA_CUDA_CHECK(cudaMemsetAsync(next_tile, 0, sizeof(int), stream));
   hopper_ws_forward<T, C><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(tm_q, tm_k, tm_v, static_cast<T*>(a.o), a.lse,
                                                                        p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
-                                                                       bh, group, next_tile);
+                                                                       bh, group, heads_per_kv, next_tile);
   FA_CHECK_LAUNCH();
 }
 
@@ -441,6 +443,7 @@ const fa::StepInfo& info() {
     s.attn_fwd = forward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;  // step 11's softmax: the row max on unscaled scores
+    s.attn_rule.gqa = true;             // grouped-query attention (step 11)
     s.fwd_workspace_bytes = [](const fa::AttnParams&) -> std::size_t { return 16; };
     s.workspace_note = "the persistent grid's tile counter, 4 bytes";
     s.variants = {"full", "no-pingpong", "no-overlap", "no-overlaps", "no-persistent", "no-setmaxnreg", "no-rescale-skip"};

@@ -28,6 +28,7 @@ TEST(Step15WarpSpecialized, MatchesGoldenInputs) { matches_golden_inputs(kStep);
 TEST(Step15WarpSpecialized, MatchesFp64OnEdgeShapes) { matches_fp64_on_edge_shapes(kStep); }
 TEST(Step15WarpSpecialized, PaddedHeadDims) { matches_fp64_with_padded_head_dims(kStep); }
 TEST(Step15WarpSpecialized, LongSequenceMatchesFp64) { matches_fp64_on_a_long_sequence(kStep); }
+TEST(Step15WarpSpecialized, GroupedKvHeadsMatchFp64AndRepeatedMha) { grouped_kv_heads_match_fp64_and_repeated_mha(kStep); }
 TEST(Step15WarpSpecialized, RefusesWhatItCannotRun) { refuses_what_it_cannot_run(kStep); }
 
 // Against fp64 on fresh inputs, in variant `variant` (AttnParams::variant), every output NaN-poisoned.
