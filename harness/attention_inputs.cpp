@@ -2,6 +2,8 @@
 #include "attention_inputs.h"
 
 #include <algorithm>
+#include <limits>
+#include <string>
 
 #include "check.h"
 #include "random.h"
@@ -24,9 +26,30 @@ std::size_t workspace_bytes(const StepInfo& s, const AttnParams& a, bool backwar
   return w;
 }
 
-Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed) {
+void check_seq_lens(const AttnParams& a, const std::vector<int>& seq_lens) {
+  if (!a.kv_cache) {
+    if (!seq_lens.empty()) throw UsageError("sequence lengths are given, but the problem has no KV cache");
+    return;
+  }
+  if (seq_lens.size() != std::size_t(a.batch))
+    throw UsageError("a KV cache needs one length per sequence: " + std::to_string(seq_lens.size()) +
+                     " lengths for batch " + std::to_string(a.batch));
+  for (std::size_t b = 0; b < seq_lens.size(); ++b) {
+    const std::string which = "sequence " + std::to_string(b) + "'s length " + std::to_string(seq_lens[b]);
+    if (seq_lens[b] < 0) throw UsageError(which + " is negative");
+    if (seq_lens[b] > a.seq_k)
+      throw UsageError(which + " is above the cache capacity (seq_k " + std::to_string(a.seq_k) + ")");
+    if (a.causal && seq_lens[b] < a.seq_q)
+      throw UsageError(which + " is below seq_q " + std::to_string(a.seq_q) +
+                       ": causal, its first query would sit before the sequence's start");
+  }
+}
+
+Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std::vector<int> seq_lens) {
+  if (a.kv_cache && seq_lens.empty()) seq_lens.assign(std::size_t(a.batch), a.seq_k);
+  check_seq_lens(a, seq_lens);
   Inputs in{std::vector<float>(q_elems(a)), std::vector<float>(k_elems(a)), std::vector<float>(k_elems(a)),
-            std::vector<float>(with_dout ? q_elems(a) : 0)};
+            std::vector<float>(with_dout ? q_elems(a) : 0), {}, std::move(seq_lens)};
   fill_uniform(in.q, seed, -0.5f, 1.5f);
   fill_uniform(in.k, seed + 1, -0.5f, 1.5f);
   fill_uniform(in.v, seed + 2, -0.5f, 1.5f);
@@ -34,6 +57,13 @@ Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed) {
   const std::size_t big_row = std::min(1, a.seq_q - 1);
   for (int d = 0; d < a.head_dim; ++d) in.q[big_row * a.head_dim + d] *= 20.f;
   for (auto* t : {&in.q, &in.k, &in.v, &in.dout}) round_to(a.dtype, *t);
+  // A KV cache: the rows past each sequence's length are NaN (never to be read).
+  const std::size_t kvh = std::size_t(kv_heads_of(a)), D = std::size_t(a.head_dim);
+  for (std::size_t b = 0; b < in.seq_lens.size(); ++b)
+    for (std::size_t h = b * kvh; h < (b + 1) * kvh; ++h)
+      for (auto* t : {&in.k, &in.v})
+        std::fill(t->begin() + (h * a.seq_k + in.seq_lens[b]) * D, t->begin() + (h + 1) * a.seq_k * D,
+                  std::numeric_limits<float>::quiet_NaN());
   return in;
 }
 
@@ -64,7 +94,9 @@ Run::Run(const StepInfo& s, const AttnParams& a, bool backward, const DeviceInpu
       dk(a.dtype, backward ? k_elems(a) : 0),
       dv(a.dtype, backward ? k_elems(a) : 0),
       workspace(workspace_bytes(s, a, backward)) {
-  fwd = {a, in.q.get(), in.k.get(), in.v.get(), o.get(), lse.get(), workspace.get()};
+  if (a.kv_cache && in.seq_lens.size() != std::size_t(a.batch))
+    throw UsageError("a KV cache problem needs its sequences' lengths (Inputs::seq_lens)");
+  fwd = {a, in.q.get(), in.k.get(), in.v.get(), o.get(), lse.get(), workspace.get(), in.seq_lens.get()};
   bwd = {a,         in.q.get(), in.k.get(), in.v.get(), o.get(),        in.dout.get(),
          lse.get(), dq.get(),   dk.get(),   dv.get(),   workspace.get()};
 }

@@ -6,7 +6,9 @@
 //                  relative errors mean something), dO in [-1, 1), and query row 1 of head 0
 //                  20x larger (a very peaked softmax: the max-subtraction must work); all rounded
 //                  to the problem's element type (fp16/bf16: nearest even), so that what a step
-//                  gets is what the references and an fp32 previous step get (as float).
+//                  gets is what the references and an fp32 previous step get (as float). A KV
+//                  cache (AttnParams::kv_cache): the sequences' lengths, and every K/V row past
+//                  its sequence's length NaN, so that a step that reads one gives NaN.
 //   DeviceInputs   those inputs on the device in one element type (a step and a previous step
 //                  that runs the same type share one copy).
 //   Run            one step's device state on one problem: its outputs, its workspace and the
@@ -51,15 +53,26 @@ struct Inputs {
   // The O a backward under test is given (its forward's output), or empty: ref_lowp's delta is
   // then rowsum(dO∘O) of that O, as the backward computes it (reference_bwd_rows).
   std::vector<float> o;
+  std::vector<int> seq_lens;  // a.kv_cache: the length of each sequence, [batch]; else empty
 };
-Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed);
+// seq_lens (a.kv_cache only; empty: every sequence seq_k long) are checked (check_seq_lens).
+Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std::vector<int> seq_lens = {});
+// A KV cache's lengths: one per sequence, each in [0, seq_k], and causal needs seq_q <= each
+// (the first query would sit before the sequence's start). Throws UsageError saying which.
+void check_seq_lens(const AttnParams& a, const std::vector<int>& seq_lens);
+// Keys sequence b's queries may read: its length (KV cache) or seq_k.
+inline int keys_of(const AttnParams& a, const Inputs& in, std::size_t b) {
+  return a.kv_cache ? in.seq_lens.at(b) : a.seq_k;
+}
 // The same problem as MHA: K and V with each K/V head of `a` copied out for every query head of its
 // group ([B, H, seq_k, d]); q, dout and o as given. What a grouped-query result must equal.
 Inputs repeat_kv_heads(const AttnParams& a, const Inputs& in);
 
 struct DeviceInputs {
   DeviceTensor q, k, v, dout;
-  DeviceInputs(DType t, const Inputs& in) : q(t, in.q), k(t, in.k), v(t, in.v), dout(t, in.dout) {}
+  DeviceBuffer<int> seq_lens;  // empty without a KV cache
+  DeviceInputs(DType t, const Inputs& in)
+      : q(t, in.q), k(t, in.k), v(t, in.v), dout(t, in.dout), seq_lens(in.seq_lens) {}
 };
 
 struct Run {

@@ -8,6 +8,7 @@
 #include <thread>
 #include <tuple>
 
+#include "check.h"
 #include "reference.h"
 
 namespace fa::attention {
@@ -28,9 +29,14 @@ void parallel_for(std::size_t n, F&& f) {
   for (auto& t : pool) t.join();
 }
 
-// One head (batch and heads 1) of the problem, for the per-head references.
-ref::AttnShape head_shape(const AttnParams& a) {
-  return {1, 1, a.seq_q, a.seq_k, a.head_dim, double(a.scale), a.causal};
+// Query head h (flattened b·H + h) of the problem as a problem of its own (batch and heads 1),
+// for the per-head references. A KV cache: the keys of h's sequence only, causal aligned to its end.
+ref::AttnShape head_shape(const AttnParams& a, const Inputs& in, std::size_t h) {
+  const int keys = keys_of(a, in, h / std::size_t(a.heads));
+  return {1, 1, a.seq_q, keys, a.head_dim, double(a.scale), a.causal, a.kv_cache ? keys - a.seq_q : 0};
+}
+void refuse_kv_cache_backward(const AttnParams& a) {
+  if (a.kv_cache) throw UsageError("the backward references take no KV cache (per-sequence lengths)");
 }
 
 // The query heads that read K/V head g (flattened b·KVH + kv): b·H + kv·G .. + G − 1, G = H / KVH.
@@ -51,6 +57,7 @@ void add_term(double* out, const double* x, std::size_t n, bool first) {
 }  // namespace
 
 HeadRef reference_heads(const AttnParams& a, bool backward, const Inputs& in, const std::vector<std::size_t>& heads) {
+  if (backward) refuse_kv_cache_backward(a);
   const std::size_t n = heads.size(), qs = std::size_t(a.seq_q) * a.head_dim, ks = std::size_t(a.seq_k) * a.head_dim;
   HeadRef r{heads, {}, std::vector<double>(n * qs), std::vector<double>(n * a.seq_q)};
   // The K/V heads of dK, dV: those the chosen query heads read. Each needs the backward of every
@@ -66,10 +73,10 @@ HeadRef reference_heads(const AttnParams& a, bool backward, const Inputs& in, co
     work.erase(std::unique(work.begin(), work.end()), work.end());
     r.dq.resize(n * qs), r.dk.resize(r.kv_heads.size() * ks), r.dv.resize(r.kv_heads.size() * ks);
   }
-  const ref::AttnShape shape = head_shape(a);
   std::vector<double> dq(backward ? work.size() * qs : 0), dk(dq.empty() ? 0 : work.size() * ks), dv(dk.size());
   parallel_for(work.size(), [&](std::size_t w) {
     const std::size_t h = work[w], g = kv_head_of(a, h);  // g: the K/V head it reads
+    const ref::AttnShape shape = head_shape(a, in, h);
     const std::vector<double> q(in.q.begin() + h * qs, in.q.begin() + (h + 1) * qs),
         k(in.k.begin() + g * ks, in.k.begin() + (g + 1) * ks), v(in.v.begin() + g * ks, in.v.begin() + (g + 1) * ks);
     for (std::size_t i = 0; i < n; ++i)  // the chosen heads' forward (work also holds unchosen ones)
@@ -118,11 +125,11 @@ std::vector<std::size_t> sample_rows(std::size_t total, std::size_t n) {
 RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& rows) {
   const std::size_t n = rows.size(), D = a.head_dim;
   RowRef r{rows, std::vector<double>(n * D), std::vector<double>(n * D), std::vector<double>(n)};
-  const ref::AttnShape shape = head_shape(a);
   const std::size_t qs = std::size_t(a.seq_q) * D, ks = std::size_t(a.seq_k) * D;
   parallel_for(n, [&](std::size_t t) {
     const std::size_t h = rows[t] / a.seq_q;
     const int i = int(rows[t] % a.seq_q);
+    const ref::AttnShape shape = head_shape(a, in, h);
     const std::size_t g = kv_head_of(a, h);  // the K/V head query head h reads
     const float *q = in.q.data() + h * qs, *k = in.k.data() + g * ks, *v = in.v.data() + g * ks;
     double lse_lowp;
@@ -134,8 +141,9 @@ RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<s
 
 BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
                              const std::vector<std::size_t>& k_rows) {
+  refuse_kv_cache_backward(a);
   const std::size_t D = a.head_dim, qs = std::size_t(a.seq_q) * D, ks = std::size_t(a.seq_k) * D;
-  const ref::AttnShape shape = head_shape(a);
+  const ref::AttnShape shape = head_shape(a, in, 0);  // every head alike without a KV cache
   const ref::Rounding lowp = rounding(a.dtype);
   BwdRowRef r{q_rows, k_rows};
   r.dq.resize(q_rows.size() * D), r.dq_lowp.resize(q_rows.size() * D);

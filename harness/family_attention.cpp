@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <tuple>
 
@@ -46,6 +47,8 @@ struct Flags {
   bool causal = false, bwd = false;
   std::string dtype;  // "" (not given): the step's default problem's
   std::string input;    // --input PREFIX
+  std::string cache_lens;  // --cache-lens L[,L...]
+  bool kv_heads_given = false;  // --kv-heads on the command line (resolve)
   std::string variant;               // "" (not given): the step's first
   std::vector<std::string> variants;  // the step's (add_flags)
 } flags;
@@ -86,6 +89,16 @@ int variant_index() {
 
 std::vector<Problem> sweep(const StepInfo& step) {
   std::vector<Problem> out;
+  if (step.sweep) {  // the step's own benchmark shapes (decoding: step 16), in their own type unless --dtype
+    if (flags.kv_heads_given)
+      throw UsageError(std::string(step.name) + "'s --sweep names its own K/V heads: drop --kv-heads");
+    for (Problem p : step.sweep()) {
+      if (!flags.dtype.empty()) p.attn.dtype = parse_dtype(flags.dtype);
+      p.attn.variant = variant_index();
+      out.push_back(p);
+    }
+    return out;
+  }
   for (DType t : sweep_types(step))
     for (bool causal : {false, true})
       for (int d : {64, 128})
@@ -104,12 +117,14 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
   flags = Flags{};
   flags.variants = step.variants;
   flags.batch = p.attn.batch, flags.heads = p.attn.heads, flags.seq_q = p.attn.seq_q, flags.seq_k = p.attn.seq_k;
+  flags.kv_heads = p.attn.kv_heads;
   flags.head_dim = p.attn.head_dim, flags.causal = p.attn.causal, flags.bwd = p.backward;
   parser.add_int("--batch", &flags.batch, 1, 1 << 20, "batch size B");
   parser.add_int("--heads", &flags.heads, 1, 1 << 20, "heads H");
   parser.add_int("--kv-heads", &flags.kv_heads, 1, 1 << 20,
                  std::string("K/V heads (grouped-query attention; H a multiple of it; default H)") +
-                     (step.attn_rule.gqa ? "" : ": this step runs only the default"));
+                     (step.attn_rule.gqa ? "" : ": this step runs only the default") +
+                     (step.sweep ? "; its --sweep has its own K/V heads" : ""));
   parser.add_int("--seq", &flags.seq, 1, INT_MAX, "sequence length: sets --seq-q and --seq-k");
   parser.add_int("--seq-q", &flags.seq_q, 1, INT_MAX, "query length");
   parser.add_int("--seq-k", &flags.seq_k, 1, INT_MAX, "key/value length");
@@ -140,6 +155,11 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
                     std::string("read Q, K, V") + (step.attn_bwd ? " (and dO with --bwd)" : "") +
                         " from PREFIX.q.npy, PREFIX.k.npy, PREFIX.v.npy" + (step.attn_bwd ? " (PREFIX.dout.npy)" : "") +
                         ": 4-D [batch, heads, seq, head_dim], rounded to --dtype; the shape flags given must match");
+  parser.add_string("--cache-lens", &flags.cache_lens,
+                    std::string("a KV cache (decoding): each sequence's length, comma-separated (one per --batch entry, "
+                                "or one for all); --seq-k is the capacity (default: the longest); causal aligns each "
+                                "sequence's last query with its last key") +
+                        (step.attn_rule.kv_cache ? "" : ": this step runs none"));
   if (!step.variants.empty())  // named alternatives of the step, e.g. two ways to compute one output
     parser.add_string("--variant", &flags.variant, "which of the step's variants runs (default " + step.variants[0] + ")",
                       step.variants);
@@ -192,8 +212,35 @@ void read_input(const ArgParser& parser, Problem& p, RunOptions& o) {
   }
 }
 
+// --cache-lens: a KV cache, one length per sequence (or one for all); the capacity is --seq-k (or
+// --seq, or --input's K) if given, else the longest length.
+void read_cache_lens(const ArgParser& parser, Problem& p, RunOptions& o) {
+  std::vector<int> lens;
+  std::size_t at = 0;
+  const std::string& s = flags.cache_lens;
+  while (at <= s.size()) {
+    const std::size_t end = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, end - at);
+    char* stop = nullptr;
+    const long long v = item.empty() ? 0 : std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || v < INT_MIN || v > INT_MAX)
+      throw UsageError("--cache-lens " + s + ": '" + item + "' is not an integer (lengths are comma-separated)");
+    lens.push_back(int(v));
+    at = end + 1;
+  }
+  if (lens.size() == 1) lens.assign(std::size_t(p.attn.batch), lens[0]);
+  p.attn.kv_cache = true;
+  if (!parser.given("--seq-k") && !parser.given("--seq") && flags.input.empty())
+    p.attn.seq_k = std::max(1, *std::max_element(lens.begin(), lens.end()));
+  check_seq_lens(p.attn, lens);
+  o.seq_lens = std::move(lens);
+}
+
 void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
-  p.attn.batch = int(flags.batch), p.attn.heads = int(flags.heads), p.attn.kv_heads = int(flags.kv_heads);
+  flags.kv_heads_given = parser.given("--kv-heads");
+  // --heads without --kv-heads: MHA, whatever K/V heads the default problem had
+  const bool mha = parser.given("--heads") && !flags.kv_heads_given;
+  p.attn.batch = int(flags.batch), p.attn.heads = int(flags.heads), p.attn.kv_heads = mha ? 0 : int(flags.kv_heads);
   p.attn.seq_q = int(flags.seq ? flags.seq : flags.seq_q);
   p.attn.seq_k = int(flags.seq ? flags.seq : flags.seq_k);
   p.attn.head_dim = int(flags.head_dim);
@@ -203,6 +250,7 @@ void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
   p.backward = flags.bwd;
   p.attn.variant = variant_index();
   if (!flags.input.empty()) read_input(parser, p, o);
+  if (!flags.cache_lens.empty()) read_cache_lens(parser, p, o);
 }
 
 // The problem a previous step runs beside `p`: `p`, or, for a fp16/bf16 problem that the
@@ -265,8 +313,9 @@ struct Runs {
   bool prev_bwd = false;        // `before` runs its backward too
 
   Runs(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o)
-      : in(o.inputs.empty() ? make_inputs(p.attn, p.backward, o.seed)  // else --input, read and rounded by resolve()
-                            : Inputs{o.inputs[0], o.inputs[1], o.inputs[2], p.backward ? o.inputs[3] : std::vector<float>{}}),
+      : in(o.inputs.empty() ? make_inputs(p.attn, p.backward, o.seed, o.seq_lens)  // else --input, read by resolve()
+                            : Inputs{o.inputs[0], o.inputs[1], o.inputs[2], p.backward ? o.inputs[3] : std::vector<float>{},
+                                     {}, p.attn.kv_cache ? o.seq_lens : std::vector<int>{}}),
         inputs(p.attn.dtype, in),
         me(step, p.attn, p.backward, inputs) {
     if (!prev) return;
@@ -477,8 +526,10 @@ std::pair<std::string, double> check(const Problem& p, Runs& runs, const RunOpti
 // ---- time_runs: the step and the previous step interleaved; rows fwd (bwd, fwd+bwd) --------------
 // One result row of a timed (ms > 0) or untimed quantity; `flop_factor` in units of the forward's
 // FLOPs (FlashAttention's convention: forward 4·B·H·Sq·Sk·d, halved when causal; bwd 2.5x).
+// A KV cache (decoding) is memory-bound: its rows count the K/V bytes read (`kv_bytes`) per second,
+// against the device's measured copy bandwidth.
 ResultRow make_row(const StepInfo& step, const StepInfo* prev, const Problem& p, const DeviceInfo& dev,
-                   const std::string& mode, double ms, double prev_ms, double flop_factor) {
+                   const std::string& mode, double ms, double prev_ms, double flop_factor, double kv_bytes = 0) {
   const AttnParams& a = p.attn;
   ResultRow r;
   r.step = step.name;
@@ -492,7 +543,10 @@ ResultRow make_row(const StepInfo& step, const StepInfo* prev, const Problem& p,
   if (a.variant > 0 && std::size_t(a.variant) < step.variants.size())  // not the step's default
     r.problem += " [" + step.variants[a.variant] + "]";
   if (prev) r.prev_step = prev->name;
-  if (ms > 0) {
+  if (ms > 0 && a.kv_cache) {
+    set_rate(r, ms, kv_bytes, 1e-9, "GB/s", "copy", dev.copy_gbs);
+    if (prev_ms > 0) r.prev_time_ms = prev_ms, r.speedup_vs_prev = prev_ms / ms;
+  } else if (ms > 0) {
     const double flop =
         flop_factor * 4.0 * a.batch * a.heads * double(a.seq_q) * a.seq_k * a.head_dim / (a.causal ? 2.0 : 1.0);
     const bool f32 = a.dtype == DType::F32;
@@ -511,7 +565,10 @@ std::vector<ResultRow> time_runs(const StepInfo& step, const StepInfo* prev, con
   const std::vector<Timing> tf = time_interleaved(fwd, o.timing);
   FA_CHECK_LAUNCH();
   const double f_prev = before ? tf[1].median_ms : -1;
-  std::vector<ResultRow> out{make_row(step, prev, p, dev, "fwd", tf[0].median_ms, f_prev, 1.0)};
+  double kv_bytes = 0;  // K and V rows within each sequence's length
+  for (std::size_t b = 0; b < runs.in.seq_lens.size(); ++b)
+    kv_bytes += 2.0 * runs.in.seq_lens[b] * kv_heads_of(p.attn) * p.attn.head_dim * dtype_bytes(p.attn.dtype);
+  std::vector<ResultRow> out{make_row(step, prev, p, dev, "fwd", tf[0].median_ms, f_prev, 1.0, kv_bytes)};
   if (!p.backward) return out;
   std::vector<Launch> bwd{[&](cudaStream_t s) { me.backward(s); }};
   if (runs.prev_bwd) bwd.push_back([&](cudaStream_t s) { before->backward(s); });

@@ -38,12 +38,14 @@ std::string Problem::describe() const {
         std::snprintf(heads, sizeof heads, "H%d", attn.heads);
       else
         std::snprintf(heads, sizeof heads, "H%d KV%d", attn.heads, kv_heads_of(attn));
+      // "cache": a KV cache of capacity Sk with per-sequence lengths (step 16)
+      const char* mask = attn.kv_cache ? (attn.causal ? " cache causal" : " cache") : attn.causal ? " causal" : "";
       if (attn.seq_q == attn.seq_k)
-        std::snprintf(buf, sizeof buf, "B%d %s S%d D%d%s %s%s", attn.batch, heads, attn.seq_q, attn.head_dim,
-                      attn.causal ? " causal" : "", dt, backward ? " fwd+bwd" : "");
+        std::snprintf(buf, sizeof buf, "B%d %s S%d D%d%s %s%s", attn.batch, heads, attn.seq_q, attn.head_dim, mask,
+                      dt, backward ? " fwd+bwd" : "");
       else
         std::snprintf(buf, sizeof buf, "B%d %s Sq%d Sk%d D%d%s %s%s", attn.batch, heads, attn.seq_q, attn.seq_k,
-                      attn.head_dim, attn.causal ? " causal" : "", dt, backward ? " fwd+bwd" : "");
+                      attn.head_dim, mask, dt, backward ? " fwd+bwd" : "");
       break;
     }
   }

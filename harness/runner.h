@@ -27,6 +27,7 @@ struct RunOptions {
   // the problem's element type). Empty: random inputs from `seed`.
   std::string input_path;  // the --input value those came from (a file or a prefix)
   std::vector<std::vector<float>> inputs;
+  std::vector<int> seq_lens;  // attention, --cache-lens: each sequence's length (empty: seq_k each)
 };
 
 // One row of every results table (run_all, --bench, --sweep).

@@ -32,6 +32,8 @@ std::string check_rule(const AttnRule& r, const AttnParams& p) {
   if (kvh != p.heads && !r.gqa)
     return "this step runs as many K/V heads as query heads only (no grouped-query attention: --kv-heads " +
            std::to_string(kvh) + " with " + std::to_string(p.heads) + " heads)";
+  if (p.kv_cache && !r.kv_cache)
+    return "this step runs no KV cache (no per-sequence lengths: --cache-lens)";
   if (static_cast<long long>(p.batch) * p.heads > r.max_batch_heads)
     return "batch·heads must be at most " + std::to_string(r.max_batch_heads) + " (grid.y)";
   return "";

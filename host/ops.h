@@ -52,6 +52,12 @@ struct AttnParams {
   // K/V heads (grouped-query attention): 0 means as many as query heads (MHA). Otherwise heads is a
   // multiple of it and query head h reads K/V head h / (heads / kv_heads); 1 is MQA.
   int kv_heads = 0;
+  // A KV cache (decoding, step 16): seq_k is the cache's capacity, and sequence b has its own
+  // length, 0 <= seq_lens[b] <= seq_k (AttnFwdArgs::seq_lens): keys past it are never read. Causal
+  // then aligns each sequence's last query with its last key: query i sits at position
+  // len − seq_q + i and sees keys j <= len − seq_q + i. Off: every sequence has seq_k keys, causal
+  // top-left.
+  bool kv_cache = false;
   float scale = 0.125f;  // softmax scale, default 1/sqrt(head_dim)
   bool causal = false;
   DType dtype = DType::F32;
@@ -65,6 +71,7 @@ struct AttnFwdArgs {
   void* o;                // element type p.dtype
   float* lse;             // [batch, heads, seq_q]
   void* workspace;        // StepInfo::fwd_workspace_bytes(p) bytes, may be null if 0
+  const int* seq_lens = nullptr;  // p.kv_cache: [batch] int32 on the device, each in [0, seq_k]
 };
 struct AttnBwdArgs {
   AttnParams p;
@@ -99,6 +106,7 @@ struct AttnRule {
   long long max_batch_heads = 65535;      // batch·heads is grid.y
   bool positive_scale = false;            // the row max is taken on unscaled scores
   bool gqa = false;                       // runs fewer K/V heads than query heads (GQA, MQA)
+  bool kv_cache = false;                  // runs a KV cache with a length per sequence (AttnParams::kv_cache)
 };
 
 struct StepInfo {
@@ -120,6 +128,8 @@ struct StepInfo {
   // This step's default problem (run_all, and the executable without shape flags); null: the
   // family's default (attention: in attn_rule's first element type).
   Problem (*default_problem)() = nullptr;
+  // This step's benchmark shapes (--sweep) if not the family's (attention: the FA2 shapes).
+  std::vector<Problem> (*sweep)() = nullptr;
   // The GPU the step's kernels are built for, as major·10 + minor (90: Hopper, sm_90a kernels);
   // 0: any GPU the build targets. On another GPU the executable says so and exits with
   // kExitWrongDevice, and the step's GPU tests skip with that reason.

@@ -147,10 +147,11 @@ def step_rows(exes, gqa_only=False):
 
 
 def runs_gqa(exe):
-    """Whether a step runs grouped-query attention: its --help offers --kv-heads without 'runs only the default'."""
+    """Whether a step runs grouped-query attention on the FA2 sweep: its --help offers --kv-heads without 'runs
+    only the default', and its --sweep is the family's (step 16's decode shapes name their own K/V heads)."""
     p = subprocess.run([exe, "--help"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     m = re.search(r"^\s*--kv-heads\b(.*(?:\n\s{8,}.*)*)", p.stdout, re.M)
-    return bool(m) and "runs only the default" not in m.group(1)
+    return bool(m) and "runs only the default" not in m.group(1) and "its own K/V heads" not in m.group(1)
 
 
 def variants(exe):
@@ -243,6 +244,20 @@ def time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd=True):
     return tf, tb
 
 
+def under_backend(sdpa_kernel, backend, step, what, refused, fn):
+    """fn() under SDPA backend `backend`, or None when the backend refuses the shape: the refusal said once per
+    (step, reason), with `what` naming the shape."""
+    try:
+        with sdpa_kernel(backend):
+            return fn()
+    except RuntimeError as e:
+        why = str(e).strip().splitlines()[0][:160]
+        if (step, why) not in refused:
+            say(f"   {step}: {what}: {why} (skipped; further such skips not repeated)")
+            refused.add((step, why))
+        return None
+
+
 def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
     """modes: 'all' (fwd, bwd, fwd+bwd rows), 'fwd', or 'bwd' (the bwd and fwd+bwd rows only). kv_heads:
     K and V with that many heads (grouped-query attention, problems 'B.. H.. KV..'); 0: as many as Q."""
@@ -266,15 +281,11 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
                        for heads in (h, kvh, kvh))
             dout = torch.rand(b, h, seq, d, device="cuda", dtype=dtype).mul_(2).sub_(1)
             for step, backend, what in backends:
-                try:
-                    with sdpa_kernel(backend):
-                        tf, tb = time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd)
-                except RuntimeError as e:
-                    why = str(e).strip().splitlines()[0][:160]
-                    if (step, why) not in refused:
-                        say(f"   {step}: {shape} {dname}: {why} (skipped; further such skips not repeated)")
-                        refused.add((step, why))
+                times = under_backend(sdpa_kernel, backend, step, f"{shape} {dname}", refused,
+                                      lambda: time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd))
+                if times is None:
                     continue
+                tf, tb = times
                 both = tf + tb if tb is not None else None  # no backward timed in "fwd" mode
                 rows_of = {"all": (("", tf, 1.0), (" bwd", tb, 2.5), (" fwd+bwd", both, 3.5)),
                            "fwd": (("", tf, 1.0),), "bwd": ((" bwd", tb, 2.5), (" fwd+bwd", both, 3.5))}
@@ -287,6 +298,66 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
                                      speedup_vs_prev="-1", err_vs_prev="-1", check="", baseline="",
                                      baseline_time_ms="-1", vs_baseline="-1", device=device))
             say(f"   sdpa {shape} {dname}: done")
+    return rows
+
+
+# Decoding (step 16's sweep, harness: decode_sweep): one query row per head, 32 query heads of d 128 over
+# 32, 8 and 1 K/V heads, batch 1, 8, 64, full caches of 1k-128k keys, K and V at most 2^30 elements each.
+DECODE_BATCHES, DECODE_KV_HEADS, DECODE_LENS = (1, 8, 64), (32, 8, 1), (1024, 4096, 16384, 65536, 131072)
+DECODE_HEADS, DECODE_DIM = 32, 128
+
+
+def copy_gbs(torch, flush, reps, warmup):
+    """The device's copy bandwidth as the steps measure it (harness/device_info.cpp): a device-to-device copy
+    of a 1 GiB buffer, bytes read + written over the median time, GB/s."""
+    n = 1 << 30
+    src, dst = torch.empty(n, dtype=torch.uint8, device="cuda"), torch.empty(n, dtype=torch.uint8, device="cuda")
+    ms = median_ms(torch, lambda: dst.copy_(src), flush, reps, warmup)
+    del src, dst
+    return 2.0 * n / (ms * 1e-3) * 1e-9
+
+
+def sdpa_decode_rows(torch, reps, warmup):
+    """SDPA's forward on step 16's decode shapes, every backend that runs them (flash, cuDNN, efficient), each
+    sequence as long as the cache (SDPA has no per-sequence lengths); not causal (one query row sees the whole
+    cache, as step 16's causal does at the end of a sequence). Rows 'B8 H32 KV8 Sq1 Sk4096 D128 cache f16':
+    GB/s of K/V bytes read, against the copy bandwidth measured in the same run."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    props = torch.cuda.get_device_properties(0)
+    l2 = int(getattr(props, "L2_cache_size", 0) or (128 << 20))
+    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+    device = torch.cuda.get_device_name(0)
+    copy = copy_gbs(torch, flush, reps, warmup)
+    say(f"   copy bandwidth: {copy:.0f} GB/s")
+    backends = [("sdpa_flash", SDPBackend.FLASH_ATTENTION, "FlashAttention-2 backend"),
+                ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION, "cuDNN backend"),
+                ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION, "memory-efficient backend")]
+    rows, refused = [], set()
+    torch.manual_seed(0)
+    for b, kvh, n in ((b, k, n) for b in DECODE_BATCHES for k in DECODE_KV_HEADS for n in DECODE_LENS):
+        if b * kvh * n * DECODE_DIM > 1 << 30:
+            continue
+        h, d = DECODE_HEADS, DECODE_DIM
+        shape = f"B{b} H{h}" + (f" KV{kvh}" if kvh != h else "") + f" Sq1 Sk{n} D{d} cache f16"
+        q = torch.rand(b, h, 1, d, device="cuda", dtype=torch.float16)
+        k, v = (torch.rand(b, kvh, n, d, device="cuda", dtype=torch.float16) for _ in range(2))
+        extra = {"enable_gqa": True} if kvh != h else {}
+        kv_bytes = 2.0 * b * kvh * n * d * 2
+        for step, backend, what in backends:
+            with torch.no_grad():
+                ms = under_backend(sdpa_kernel, backend, step, shape, refused, lambda: median_ms(
+                    torch, lambda: F.scaled_dot_product_attention(q, k, v, **extra), flush, reps, warmup))
+            if ms is None:
+                continue
+            rate = kv_bytes / (ms * 1e-3) * 1e-9
+            rows.append(dict(step=step, idea=f"PyTorch {torch.__version__} SDPA, {what}", problem=shape,
+                             time_ms=f"{ms:.6g}", rate=f"{rate:.6g}", unit="GB/s", pct_peak=f"{100 * rate / copy:.4g}",
+                             peak="copy", peak_value=f"{copy:.6g}", prev_step="", prev_time_ms="-1",
+                             speedup_vs_prev="-1", err_vs_prev="-1", check="", baseline="", baseline_time_ms="-1",
+                             vs_baseline="-1", device=device))
+        del q, k, v
+        say(f"   sdpa {shape}: done")
     return rows
 
 
@@ -501,6 +572,9 @@ def main(argv=None):
             if not a.gqa_only:
                 say(f"== SDPA baselines (PyTorch {torch.__version__}; rows: {modes})")
                 rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
+            if not a.gqa_only and modes in ("all", "fwd") and (not only or "16" in only):  # step 16's baselines
+                say("== SDPA baselines, decoding (step 16's shapes)")
+                rows += sdpa_decode_rows(torch, a.reps, a.warmup)
             if modes in ("all", "fwd"):  # the forward baselines: also grouped-query attention's
                 say(f"== SDPA baselines, grouped-query attention ({GQA_KV_HEADS} K/V heads, forward)")
                 rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, "fwd", kv_heads=GQA_KV_HEADS)

@@ -552,6 +552,7 @@ BLOCKS = {
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
                                            "results:gqa": lambda: gqa_table()},
+    "docs/16_split_kv_decode.md": {"results:decode": lambda: decode_table()},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
@@ -1018,6 +1019,70 @@ def gqa_table():
         "benchmark shapes (batch·seq = 16384); TFLOP/s by the FlashAttention convention (4·B·H·S²·d over the query " \
         "heads, halved when causal: GQA does the same arithmetic as MHA and reads fewer K/V bytes). \"× y\" is y's " \
         "time over step 15's; SDPA (enable_gqa=True) in the same `profiles/bench.py` run.\n\n" + tc_source()
+
+
+DECODE = "16_split_kv_decode"
+DECODE_BASELINES = (("sdpa_flash", "SDPA-FA2"), ("sdpa_cudnn", "SDPA-cuDNN"), ("sdpa_efficient", "SDPA-efficient"))
+DECODE_L2_BYTES, DECODE_TARGET_COPY, DECODE_TARGET_SDPA = 50e6, 0.80, 1.0
+_DECODE = re.compile(r"^B(\d+) H(\d+)(?: KV(\d+))? Sq(\d+) Sk(\d+) D(\d+) cache (f16|bf16)$")
+
+
+def decode_table():
+    """Step 16 on its decode sweep (one query row per head over a full KV cache) beside every SDPA backend
+    that ran the shape in the same bench.py run: time, GB/s of K/V bytes, % of the measured copy bandwidth,
+    and the targets: >= 0.80 of the copy bandwidth where the K/V bytes exceed the L2 (50 MB), and >= 1.0x the
+    fastest SDPA backend on every shape."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    got = {}
+    for r in (read_csv(path) if os.path.exists(path) else []):
+        m = _DECODE.match(r["problem"].strip())
+        t = fp_float(r["time_ms"])
+        if not m or not t or t <= 0 or r["step"] not in (DECODE,) + tuple(s for s, _ in DECODE_BASELINES):
+            continue
+        b, h, kv, sq, sk, d, dt = m.groups()
+        key = (int(b), int(kv or h), int(sk))
+        got.setdefault(key, {})[r["step"]] = (t, fp_float(r["rate"]), fp_float(r["pct_peak"]),
+                                              2.0 * int(b) * int(kv or h) * int(sk) * int(d) * 2)
+    shapes = sorted(k for k in got if DECODE in got[k])
+    if not shapes:
+        return "Not measured yet (no step 16 rows in `bench.csv`).\n\n" + tc_source()
+    body, low_copy, low_sdpa, big, vs = [], [], [], 0, 0
+    for key in shapes:
+        cell = got[key]
+        t, rate, pct, kv_bytes = cell[DECODE]
+        ratios = [ratio_text(cell[s][0] if s in cell else None, t) for s, _ in DECODE_BASELINES]
+        fastest = min((cell[s][0] for s, _ in DECODE_BASELINES if s in cell), default=None)
+        body.append([str(key[0]), str(key[1]), str(key[2]), f"{kv_bytes / 1e6:.0f}", f"{1e3 * t:.1f}",
+                     f"{rate:.0f}", f"{pct:.0f}%"] + ratios)
+        if kv_bytes > DECODE_L2_BYTES:
+            big += 1
+            if pct < 100 * DECODE_TARGET_COPY:
+                low_copy.append((pct, key))
+        if fastest:
+            vs += 1
+            if fastest / t < DECODE_TARGET_SDPA:
+                low_sdpa.append((fastest / t, key))
+    name = lambda k: f"batch {k[0]}, {k[1]} K/V heads, {k[2]} keys"  # noqa: E731
+    copy_pcts = sorted(got[k][DECODE][2] for k in shapes if got[k][DECODE][3] > DECODE_L2_BYTES)
+    sdpa_ratios = sorted(min(got[k][s][0] for s, _ in DECODE_BASELINES if s in got[k]) / got[k][DECODE][0]
+                         for k in shapes if any(s in got[k] for s, _ in DECODE_BASELINES))
+    targets = [
+        [f"% of the copy bandwidth, K/V bytes > {DECODE_L2_BYTES / 1e6:.0f} MB", f"≥ {100 * DECODE_TARGET_COPY:.0f}%",
+         (f"lowest {copy_pcts[0]:.0f}%; {len(low_copy)} of {big} below" +
+          (f" (lowest: {name(min(low_copy)[1])})" if low_copy else "")) if copy_pcts else "-",
+         "not measured" if not big else "**met**" if not low_copy else "**missed**"],
+        ["× the fastest SDPA backend, every shape", f"≥ {DECODE_TARGET_SDPA:.2f}×",
+         (f"lowest {sdpa_ratios[0]:.2f}×; {len(low_sdpa)} of {vs} below" +
+          (f" (lowest: {name(min(low_sdpa)[1])})" if low_sdpa else "")) if sdpa_ratios else "-",
+         "not measured" if not vs else "**met**" if not low_sdpa else "**missed**"]]
+    header = ["batch", "K/V heads", "keys", "K/V MB", "16 µs", "16 GB/s", "% copy"] + \
+        [f"× {label}" for _, label in DECODE_BASELINES]
+    return md_table(header, body) + "\n\n" + md_table(["target", "goal", "measured", "verdict"], targets) + \
+        "\n\nDecoding: 32 query heads of d 128, one query row each, fp16, every sequence as long as the cache. " \
+        "GB/s: K and V bytes read (2·batch·K/V heads·keys·d·2) over the median time; % copy: of the device-to-device " \
+        "copy bandwidth the step measured in the same run. \"× y\" is SDPA backend y's time over step 16's (above " \
+        "1.00× step 16 is faster); \"-\": the backend refused the shape. SDPA in the same `profiles/bench.py` run.\n\n" + \
+        tc_source()
 
 
 # FlashAttention-3's published ablation (Shah et al. 2024, "FlashAttention-3: Fast and Accurate Attention with

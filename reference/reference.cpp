@@ -54,8 +54,10 @@ double softmax_row(const double* x, double* y, long long n) {
   return m + std::log(l);
 }
 
-// Number of keys query i may see: keys [0, n) (causal: j <= i, top-left aligned).
-int visible_keys(const AttnShape& s, int i) { return s.causal ? std::min(i + 1, s.seq_k) : s.seq_k; }
+// Number of keys query i may see: keys [0, n) (causal: j <= i + causal_offset; 0 top-left aligned).
+int visible_keys(const AttnShape& s, int i) {
+  return s.causal ? std::clamp(i + 1 + s.causal_offset, 0, s.seq_k) : s.seq_k;
+}
 
 // Query row i of one head (Q [seq_q, D], K and V [seq_k, D]) into o_row [D]; returns its LSE.
 // srow and prow: scratch of seq_k. round: see attention_forward_rows (null: plain fp64).

@@ -33,6 +33,9 @@ struct AttnShape {
   int batch, heads, seq_q, seq_k, head_dim;
   double scale;  // usually 1/sqrt(head_dim)
   bool causal;
+  // Causal: query i sees keys j <= i + causal_offset. 0: top-left (PyTorch's is_causal); seq_k −
+  // seq_q: bottom-right, the last query with the last key (a KV cache, fa::AttnParams::kv_cache).
+  int causal_offset = 0;
 };
 
 // o: [batch, heads, seq_q, head_dim]; lse: [batch, heads, seq_q].

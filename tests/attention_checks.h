@@ -41,6 +41,7 @@ struct Shape {
   double scale = 0;  // 0: 1/sqrt(head_dim)
   fa::DType dtype = fa::DType::F32;
   int kv_heads = 0;  // K/V heads (GQA): 0 for as many as query heads
+  bool kv_cache = false;  // a KV cache: lengths per sequence in the Inputs, seq_k the capacity (step 16)
   fa::AttnParams params() const {
     fa::AttnParams p;
     p.batch = batch, p.heads = heads, p.seq_q = seq_q, p.seq_k = seq_k, p.head_dim = head_dim;
@@ -48,6 +49,7 @@ struct Shape {
     p.causal = causal;
     p.dtype = dtype;
     p.kv_heads = kv_heads;
+    p.kv_cache = kv_cache;
     return p;
   }
   fa::Problem problem() const {  // for StepInfo::supports
@@ -63,7 +65,7 @@ struct Shape {
   std::string str() const {
     return "B" + std::to_string(batch) + " H" + std::to_string(heads) + " Sq" + std::to_string(seq_q) + " Sk" +
            std::to_string(seq_k) + " D" + std::to_string(head_dim) + (causal ? " causal" : "") +
-           (kvh() != heads ? " KV" + std::to_string(kvh()) : "") +
+           (kvh() != heads ? " KV" + std::to_string(kvh()) : "") + (kv_cache ? " cache" : "") +
            (fa::is_lowp(dtype) ? std::string(" ") + fa::dtype_name(dtype) : "");
   }
 };

@@ -36,6 +36,7 @@ fa::StepInfo step(std::string (*supports)(const fa::Problem&), fa::Problem (*def
 struct Parsed {
   fa::Problem p;
   std::vector<fa::Problem> sweep;
+  std::vector<int> seq_lens;  // --cache-lens
 };
 Parsed parse(const fa::StepInfo& s, std::vector<const char*> args) {
   fa::ArgParser parser("prog", "test");
@@ -46,6 +47,7 @@ Parsed parse(const fa::StepInfo& s, std::vector<const char*> args) {
   fa::RunOptions o;
   fa::kAttentionFamily.resolve(parser, out.p, o);
   out.sweep = fa::kAttentionFamily.sweep(s);
+  out.seq_lens = o.seq_lens;
   return out;
 }
 
@@ -142,6 +144,43 @@ TEST(AttentionFamily, KvHeadsAreParsedNamedAndRefusedWithoutGqa) {
     EXPECT_NE(fa::step_supports(gqa, bad.p).find("must be a multiple of the K/V heads"), std::string::npos) << kvh;
     EXPECT_NE(fa::step_supports(mha, bad.p).find("must be a multiple of the K/V heads"), std::string::npos) << kvh;
   }
+}
+
+// --cache-lens (a KV cache): one length per sequence or one for all, the capacity the longest
+// unless --seq-k gives it; the problem's name says "cache"; a step without a KV cache refuses it;
+// a length that is negative, above the capacity, or (causal) below seq_q, a wrong count and a
+// non-integer are refused with a message that names the sequence.
+TEST(AttentionFamily, CacheLengthsAreParsedCheckedAndRefusedWithoutAKvCache) {
+  const fa::StepInfo plain = step(lowp_only, f16_default);
+  fa::StepInfo cache = plain;
+  cache.attn_rule.kv_cache = true;
+  const Parsed three = parse(cache, {"--batch", "3", "--heads", "4", "--seq-q", "1", "--cache-lens", "5,0,300"});
+  EXPECT_TRUE(three.p.attn.kv_cache);
+  EXPECT_EQ(three.seq_lens, (std::vector<int>{5, 0, 300}));
+  EXPECT_EQ(three.p.attn.seq_k, 300);
+  EXPECT_EQ(three.p.describe(), "B3 H4 Sq1 Sk300 D64 cache f16");
+  EXPECT_EQ(fa::step_supports(cache, three.p), "");
+  EXPECT_NE(fa::step_supports(plain, three.p).find("runs no KV cache"), std::string::npos);
+  const Parsed all = parse(cache, {"--batch", "2", "--seq-q", "2", "--seq-k", "512", "--cache-lens", "100", "--causal"});
+  EXPECT_EQ(all.seq_lens, (std::vector<int>{100, 100}));
+  EXPECT_EQ(all.p.attn.seq_k, 512);
+  EXPECT_EQ(all.p.describe(), "B2 H32 Sq2 Sk512 D64 cache causal f16");
+  auto refusal = [&](std::vector<const char*> args) {
+    try {
+      parse(cache, args);
+    } catch (const fa::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal({"--batch", "2", "--cache-lens", "5,-1"}).find("sequence 1's length -1 is negative"),
+            std::string::npos);
+  EXPECT_NE(refusal({"--batch", "1", "--seq-k", "64", "--cache-lens", "65"}).find("above the cache capacity"),
+            std::string::npos);
+  EXPECT_NE(refusal({"--batch", "1", "--seq-q", "4", "--causal", "--cache-lens", "3"}).find("below seq_q 4"),
+            std::string::npos);
+  EXPECT_NE(refusal({"--batch", "3", "--cache-lens", "1,2"}).find("2 lengths for batch 3"), std::string::npos);
+  EXPECT_NE(refusal({"--batch", "2", "--cache-lens", "1,x"}).find("'x' is not an integer"), std::string::npos);
 }
 
 }  // namespace

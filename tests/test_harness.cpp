@@ -383,6 +383,58 @@ TEST(AttentionReference, GroupedQueryBackwardSumsEachGroup) {
     }
 }
 
+// A KV cache: sequence b has seq_lens[b] keys of the capacity seq_k, the rows past it NaN in the
+// inputs (make_inputs); causal aligns query i with key len − seq_q + i. Each query row of the
+// references (whole heads, and fp64 and low-precision rows) equals, to the bit, the plain
+// (non-causal) reference of its one head over exactly the keys it sees; a sequence of length 0
+// (not causal) has O = 0 and LSE = −inf. Backward references refuse a KV cache.
+TEST(AttentionReference, KvCacheReadsEachSequencesKeysAlignedToItsEnd) {
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    const int B = 3, H = 4, KVH = 2, Sq = 3, Sk = 20, D = 8;
+    fa::AttnParams a = attn(B, H, Sq, Sk, D, causal, DType::F16);
+    a.kv_heads = KVH, a.kv_cache = true;
+    const std::vector<int> lens = causal ? std::vector<int>{3, 20, 11} : std::vector<int>{0, 20, 7};
+    const fa::attention::Inputs in = fa::attention::make_inputs(a, false, 77, lens);
+    ASSERT_EQ(in.seq_lens, lens);
+    for (int b = 0; b < B; ++b)  // the rows past a sequence's length are NaN, the others not
+      for (int j = 0; j < Sk; ++j)
+        EXPECT_EQ(std::isnan(in.k[((std::size_t(b) * KVH + 1) * Sk + j) * D]), j >= lens[b]) << b << ", " << j;
+    std::vector<std::size_t> heads(B * H), rows(B * H * Sq);
+    for (std::size_t i = 0; i < heads.size(); ++i) heads[i] = i;
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = i;
+    const fa::attention::HeadRef hr = fa::attention::reference_heads(a, false, in, heads);
+    const fa::attention::RowRef rr = fa::attention::reference_rows(a, in, rows);
+    for (std::size_t h = 0; h < heads.size(); ++h)
+      for (int i = 0; i < Sq; ++i) {
+        const int len = lens[h / H], n = causal ? len - Sq + i + 1 : len;  // the keys row i sees
+        const std::size_t g = fa::attention::kv_head_of(a, h), r = h * Sq + i;
+        const ref::AttnShape one{1, 1, Sq, n, D, double(a.scale), false};
+        std::vector<double> o(D), o_lowp(D);
+        double lse = 0, lse_lowp = 0;
+        ref::attention_forward_rows(one, &in.q[h * Sq * D], &in.k[g * Sk * D], &in.v[g * Sk * D], &i, 1, nullptr,
+                                    o.data(), &lse);
+        ref::attention_forward_rows(one, &in.q[h * Sq * D], &in.k[g * Sk * D], &in.v[g * Sk * D], &i, 1,
+                                    fa::rounding(DType::F16), o_lowp.data(), &lse_lowp);
+        EXPECT_EQ(std::vector<double>(hr.o.begin() + r * D, hr.o.begin() + (r + 1) * D), o) << "head " << h << " row " << i;
+        EXPECT_EQ(hr.lse[r], lse);
+        EXPECT_EQ(std::vector<double>(rr.o.begin() + r * D, rr.o.begin() + (r + 1) * D), o);
+        EXPECT_EQ(std::vector<double>(rr.o_lowp.begin() + r * D, rr.o_lowp.begin() + (r + 1) * D), o_lowp);
+        EXPECT_EQ(rr.lse[r], lse);
+        if (n == 0) {
+          EXPECT_EQ(lse, -std::numeric_limits<double>::infinity());
+          EXPECT_EQ(o, std::vector<double>(D, 0.0));
+        }
+      }
+    EXPECT_THROW(fa::attention::reference_heads(a, true, in, {0}), fa::UsageError);
+  }
+  fa::AttnParams c = attn(2, 1, 4, 8, 8, true, DType::F16);
+  c.kv_cache = true;
+  for (const std::vector<int>& bad : {std::vector<int>{8, 3}, std::vector<int>{9, 8}, std::vector<int>{-1, 8},
+                                      std::vector<int>{8}})
+    EXPECT_THROW(fa::attention::make_inputs(c, false, 1, bad), fa::UsageError);
+}
+
 TEST(AttentionReference, SampleRowsKeepsTheEndsAndTheLargeRow) {
   const std::vector<std::size_t> s = fa::attention::sample_rows(1000, 40);
   ASSERT_EQ(s.size(), 40u);
