@@ -19,6 +19,11 @@ Conventions (docs/conventions.md, "Layout"; the same as reference/reference.h):
              (top-left aligned); P = softmax(S); O = P·V; LSE = log(sum_j exp(S_ij)).
              Backward for dO: dV = Pᵀ·dO, dP = dO·Vᵀ, delta = rowsum(dO∘O),
              dS = P∘(dP - delta), dQ = dS·K·scale, dK = dSᵀ·Q·scale.
+  attention_gqa    K, V with fewer heads (grouped-query attention): query head h reads K/V head
+             h // (heads / kv_heads); dK, dV of a K/V head are the sums over its query heads.
+  attention_cache  a KV cache: sequence b has keys [0, lens[b]) of the capacity seq_k, and causal
+             aligns its last query with its last key; the forward only. These two are checked
+             against the harness's references (tests/test_harness.cpp).
 """
 import argparse
 import difflib
@@ -64,20 +69,34 @@ def matmul(a, b, alpha, layout):
     return alpha * (a @ (b.T if layout == "nt" else b))
 
 
-def attention(q, k, v, dout, scale, causal):
-    """Forward and backward. q, dout: [B, H, Sq, D]; k, v: [B, H, Sk, D]."""
+def attention(q, k, v, dout, scale, causal, lens=None):
+    """Forward and backward. q, dout: [B, H, Sq, D]; k, v: [B, KVH, Sk, D], H a multiple of KVH: query head
+    h reads K/V head h // (H // KVH) (grouped-query attention; KVH = H is MHA), and dK, dV of a K/V head
+    sum over its query heads. lens (a KV cache): sequence b has keys [0, lens[b]) and causal aligns its
+    last query with its last key (query i sees keys j <= lens[b] - Sq + i); forward only."""
     t = lambda x: np.swapaxes(x, -1, -2)
-    s = scale * (q @ t(k))  # [B, H, Sq, Sk]
-    if causal:
-        sq, sk = s.shape[-2:]
-        s = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -np.inf, s)
+    b_, h_, kvh = q.shape[0], q.shape[1], k.shape[1]
+    g = h_ // kvh
+    ke, ve = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)  # each K/V head once per query head of its group
+    s = scale * (q @ t(ke))  # [B, H, Sq, Sk]
+    sq, sk = s.shape[-2:]
+    i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    if lens is not None:
+        for b, n in enumerate(lens):
+            s[b] = np.where((j >= n) | (causal & (j > i + n - sq)), -np.inf, s[b])
+    elif causal:
+        s = np.where(j > i, -np.inf, s)
     p, lse = softmax(s)
-    o = p @ v
+    o = p @ ve
+    if lens is not None:
+        return dict(o=o, lse=lse)
     dv = t(p) @ dout
-    dp = dout @ t(v)
+    dp = dout @ t(ve)
     delta = (dout * o).sum(axis=-1, keepdims=True)
     ds = p * (dp - delta)
-    return dict(o=o, lse=lse, dq=scale * (ds @ k), dk=scale * (t(ds) @ q), dv=dv)
+    dk = scale * (t(ds) @ q)
+    group_sum = lambda x: x.reshape(b_, kvh, g, *x.shape[2:]).sum(axis=2)  # noqa: E731
+    return dict(o=o, lse=lse, dq=scale * (ds @ ke), dk=group_sum(dk), dv=group_sum(dv))
 
 
 # ---- the cases ----------------------------------------------------------------------------------
@@ -161,6 +180,27 @@ def attention_case(seed, batch, heads, seq_q, seq_k, head_dim, causal, magnitude
     return Case("attention", name, params, inputs, outputs)
 
 
+def grouped_case(seed, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, lens=None):
+    """Grouped-query attention (op attention_gqa: forward and backward), or with `lens` a KV cache of that
+    capacity (op attention_cache: the forward; lens in the manifest as 5,0,7). The harness's references
+    (harness/attention_reference.h) are checked against these by tests/test_harness.cpp."""
+    rs = np.random.RandomState(seed)
+    scale = float(np.float32(1.0 / math.sqrt(head_dim)))  # as fa::AttnParams holds it: a float
+    qshape, kshape = (batch, heads, seq_q, head_dim), (batch, kv_heads, seq_k, head_dim)
+    q, k, v = (rs.standard_normal(s) + 0.5 for s in (qshape, kshape, kshape))
+    inputs = dict(q=q, k=k, v=v) if lens else dict(q=q, k=k, v=v, dout=rs.standard_normal(qshape))
+    inputs = {t: a.astype(np.float32) for t, a in inputs.items()}
+    dout = inputs["dout"].astype(np.float64) if "dout" in inputs else np.zeros(qshape)
+    outputs = attention(*(inputs[t].astype(np.float64) for t in ("q", "k", "v")), dout, scale, causal, lens)
+    op = "attention_cache" if lens else "attention_gqa"
+    name = f"{'ac' if lens else 'ag'}_{'causal_' if causal else ''}q{seq_q}_k{seq_k}_d{head_dim}_b{batch}h{heads}kv{kv_heads}"
+    params = dict(batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq_q, seq_k=seq_k, head_dim=head_dim,
+                  causal=int(causal), scale=repr(scale))
+    if lens:
+        params["lens"] = ",".join(str(n) for n in lens)
+    return Case(op, name, params, inputs, outputs)
+
+
 def all_cases():
     # Row lengths around the warp size (32) and the float4 width (4), and long ones.
     cases = [softmax_case(f"sm_cols_{cols}", seed, rows, cols)
@@ -192,6 +232,15 @@ def all_cases():
         (311, 1, 2, 65, 65, 128, True, 8.0),  # large magnitudes: S spans hundreds
         (312, 1, 1, 65, 40, 64, False, 8.0),
         (313, 1, 1, 33, 33, 64, True, 1.0, 0.3),  # a scale other than 1/sqrt(head_dim)
+    ]]
+    # (seed, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal[, lens])
+    cases += [grouped_case(*args) for args in [
+        (400, 2, 4, 2, 17, 33, 64, False),  # GQA, groups of 2
+        (401, 1, 6, 1, 33, 17, 64, True),   # MQA, seq_q > seq_k
+        (402, 2, 6, 3, 20, 40, 128, True),
+        (410, 3, 4, 2, 1, 70, 64, False, (70, 0, 9)),   # a KV cache: full, empty, short
+        (411, 2, 8, 2, 3, 50, 64, True, (50, 3)),       # causal at each sequence's end
+        (412, 2, 4, 4, 2, 33, 128, True, (17, 33)),     # MHA with a cache
     ]]
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

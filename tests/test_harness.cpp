@@ -14,6 +14,7 @@
 #include "check.h"
 #include "cli.h"
 #include "compare.h"
+#include "golden.h"
 #include "lowp.h"
 #include "random.h"
 #include "reference.h"
@@ -433,6 +434,48 @@ TEST(AttentionReference, KvCacheReadsEachSequencesKeysAlignedToItsEnd) {
   for (const std::vector<int>& bad : {std::vector<int>{8, 3}, std::vector<int>{9, 8}, std::vector<int>{-1, 8},
                                       std::vector<int>{8}})
     EXPECT_THROW(fa::attention::make_inputs(c, false, 1, bad), fa::UsageError);
+}
+
+// The golden cases of grouped-query attention (forward and backward: dK, dV summed over each group)
+// and of a KV cache (forward: per-sequence lengths, causal at each sequence's end), written by
+// reference/make_reference.py with NumPy, against the harness's fp64 references on every head, by
+// the rule of tests/golden.h.
+TEST(AttentionReference, GroupedQueryAndKvCacheMatchGoldenData) {
+  int n = 0;
+  for (const char* op : {"attention_gqa", "attention_cache"})
+    for (const golden::Case& c : golden::cases(FA_DATA_DIR, op)) {
+      SCOPED_TRACE(c.name);
+      const bool cache = c.op == "attention_cache";
+      fa::AttnParams a = attn(int(c.integer("batch")), int(c.integer("heads")), int(c.integer("seq_q")),
+                              int(c.integer("seq_k")), int(c.integer("head_dim")), c.integer("causal") != 0, DType::F32);
+      a.kv_heads = int(c.integer("kv_heads")), a.scale = float(c.number("scale")), a.kv_cache = cache;
+      auto floats = [&](const char* t) {
+        const fa::NpyArray x = fa::read_npy(c.path(t));
+        return std::vector<float>(x.data.begin(), x.data.end());
+      };
+      fa::attention::Inputs in{floats("q"), floats("k"), floats("v"), cache ? std::vector<float>{} : floats("dout")};
+      if (cache) {
+        const std::string lens = c.param("lens");
+        for (std::size_t at = 0; at <= lens.size();) {
+          const std::size_t end = std::min(lens.find(',', at), lens.size());
+          in.seq_lens.push_back(std::stoi(lens.substr(at, end - at)));
+          at = end + 1;
+        }
+      }
+      ASSERT_EQ(in.k.size(), fa::attention::k_elems(a));
+      std::vector<std::size_t> heads(std::size_t(a.batch) * a.heads);
+      for (std::size_t h = 0; h < heads.size(); ++h) heads[h] = h;
+      const fa::attention::HeadRef r = fa::attention::reference_heads(a, !cache, in, heads);
+      EXPECT_TRUE(golden::matches_golden(r.o, c.path("o")));
+      EXPECT_TRUE(golden::matches_golden(r.lse, c.path("lse")));
+      if (!cache) {
+        EXPECT_TRUE(golden::matches_golden(r.dq, c.path("dq")));
+        EXPECT_TRUE(golden::matches_golden(r.dk, c.path("dk")));
+        EXPECT_TRUE(golden::matches_golden(r.dv, c.path("dv")));
+      }
+      ++n;
+    }
+  EXPECT_GE(n, 6) << "grouped-query and KV cache golden cases in " << FA_DATA_DIR;
 }
 
 TEST(AttentionReference, SampleRowsKeepsTheEndsAndTheLargeRow) {

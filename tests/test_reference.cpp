@@ -67,45 +67,11 @@ const std::map<std::string, std::vector<std::string>> kTensors = {
     {"softmax", {"x", "y"}},
     {"matmul", {"a", "b", "c"}},
     {"attention", {"q", "k", "v", "dout", "o", "lse", "dq", "dk", "dv"}},
+    // grouped-query attention and a KV cache: the harness's references, checked by tests/test_harness.cpp
+    {"attention_gqa", {"q", "k", "v", "dout", "o", "lse", "dq", "dk", "dv"}},
+    {"attention_cache", {"q", "k", "v", "o", "lse"}},
 };
-
-// Tolerance vs the golden data (the rule make_reference.py --check uses):
-//   |got - ref| <= 1e-12 * max(1, max|ref|) + 1e-10 * |ref|,  non-finite entries equal exactly.
-// Both sides are fp64 on the same float32 inputs and differ only in summation order; the x8
-// attention cases amplify that to a few 1e-12 (see make_reference.py), far below any real bug.
-constexpr double kAtol = 1e-12, kRtol = 1e-10;
-
-::testing::AssertionResult matches_golden(const Vec& got, const std::string& path) {
-  const fa::NpyArray ref = fa::read_npy(path);
-  if (ref.dtype != "<f8")
-    return ::testing::AssertionFailure() << path << ": outputs are stored as <f8, found " << ref.dtype;
-  if (ref.size() != got.size())
-    return ::testing::AssertionFailure() << path << ": " << ref.size() << " elements, reference computed "
-                                         << got.size();
-  double scale = 1.0;
-  for (double r : ref.data)
-    if (std::isfinite(r)) scale = std::max(scale, std::abs(r));
-  size_t bad = 0, first_bad = 0;
-  double max_diff = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double a = got[i], b = ref.data[i];
-    bool ok;
-    if (!std::isfinite(b)) {
-      ok = std::isnan(b) ? std::isnan(a) : a == b;  // NaN == NaN, -inf == -inf
-    } else {
-      const double diff = std::abs(a - b);  // NaN if a is NaN: not ok
-      ok = diff <= kAtol * scale + kRtol * std::abs(b);
-      if (std::isfinite(diff)) max_diff = std::max(max_diff, diff);
-    }
-    if (!ok && bad++ == 0) first_bad = i;
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  char tol[96];
-  std::snprintf(tol, sizeof tol, "|diff| <= %g*%.4g + %g*|ref|", kAtol, scale, kRtol);
-  return ::testing::AssertionFailure() << path << ": " << bad << " of " << got.size() << " elements outside " << tol
-                                       << "; first at flat index " << first_bad << ": got " << got[first_bad]
-                                       << ", golden " << ref.data[first_bad] << "; max |diff| " << max_diff;
-}
+using golden::matches_golden;
 
 // Reads an input tensor and checks it has the element count the manifest's shape implies.
 Vec input(const golden::Case& c, const std::string& tensor, long long expected_size) {
@@ -175,7 +141,15 @@ TEST_P(Golden, ReferenceMatchesNumpy) {
     FAIL() << "unknown op '" << c.op << "'";
 }
 
-INSTANTIATE_TEST_SUITE_P(Data, Golden, ::testing::ValuesIn(all_cases()),
+// The cases of reference/'s own ops (grouped-query attention and the KV cache are the harness's).
+std::vector<golden::Case> reference_cases() {
+  std::vector<golden::Case> out;
+  for (golden::Case& c : all_cases())
+    if (c.op == "softmax" || c.op == "matmul" || c.op == "attention") out.push_back(std::move(c));
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Data, Golden, ::testing::ValuesIn(reference_cases()),
                          [](const ::testing::TestParamInfo<golden::Case>& info) { return info.param.name; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Golden);  // an empty manifest fails in Manifest.*
 
