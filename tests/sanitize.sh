@@ -8,7 +8,8 @@
 #              (unmasked, diagonal and skipped tiles), ragged tails; with --bwd where the step has
 #              a backward (key blocks past the last query: dK = dV = 0); shapes alternate over
 #              the element types the step runs (fp32, or f16 then bf16); each shape once per
-#              variant where the step has named variants (--variant, e.g. step 12's two dQ paths)
+#              variant where the step has named variants (--variant, e.g. step 12's two dQ paths);
+#              KV caches with ragged lengths where the step takes --cache-lens (step 16)
 # A shape the step refuses ("does not support") is noted and skipped; at least one must run.
 # Exits 77 (ctest: skipped) with a message where there is no sanitizer, no CUDA device, or a GPU
 # the step is not built for.
@@ -58,6 +59,13 @@ case $family in
               "--batch 1 --heads 2 --seq-q 200 --seq-k 150 --head-dim 128 --causal"
               "--batch 2 --heads 1 --seq-q 100 --seq-k 130 --head-dim 96"
               "--batch 1 --heads 2 --seq-q 100 --seq-k 130 --head-dim 128")
+    fi
+    # A step that decodes over a KV cache (--cache-lens; step 16): grouped heads, lengths that are
+    # full, empty and short, splits merged (2 and 4 of them) and one split, two row blocks (MQA).
+    if accepts "${small[@]}" --cache-lens 64 --dtype "${dtypes[0]}"; then
+      shapes+=("--batch 3 --heads 8 --kv-heads 2 --seq-q 1 --seq-k 1100 --head-dim 128 --cache-lens 1100,0,37"
+               "--batch 2 --heads 16 --kv-heads 1 --seq-q 3 --seq-k 700 --head-dim 64 --causal --cache-lens 700,5"
+               "--batch 1 --heads 4 --seq-q 2 --seq-k 2100 --head-dim 96 --cache-lens 2000")
     fi
     for i in "${!shapes[@]}"; do shapes[i]+=" --dtype ${dtypes[i % ${#dtypes[@]}]}"; done
     # A step with named variants (--help: "--variant S ... (a|b)") runs every shape in each.
