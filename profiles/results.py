@@ -25,7 +25,9 @@ block (the step's panel beside its predecessor's, profiles/moved.txt). Wherever 
 09-11 beside SDPA's flash and cuDNN backends; results:tc_vs_sdpa:NN: steps 09..NN only), results:tc_climb
 (per step and dtype, the ratios' min / median / max over the target's cells) and results:tc_target
 (step 11's target, pass or fail, and its grid); ptxas:NN[,MM...] (registers, spills, stack and static
-shared memory of those steps' kernels, from profiles/<gpu>/ptxas.csv, written by profiles/ptxas.py).
+shared memory of those steps' kernels, from profiles/<gpu>/ptxas.csv, written by profiles/ptxas.py);
+worked:online_softmax and worked:flash_tile (the worked examples of docs 02 and 05, computed by
+tools/worked_example.py: not measurements, but generated and checked the same way).
 Only the standard library is used.
 """
 import csv
@@ -1211,7 +1213,10 @@ def ptxas_table(nns):
 
 
 # Blocks rendered wherever their markers are (README.md, profiles/README.md, docs/*.md).
-ANYWHERE = {"results:headline": headline_block, "results:tc_vs_sdpa": tc_vs_sdpa_table, "results:tc_climb": tc_climb_table,
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import worked_example  # noqa: E402  (the worked examples of docs 02 and 05: computed, not measured)
+
+ANYWHERE = {**worked_example.BLOCKS, "results:headline": headline_block, "results:tc_vs_sdpa": tc_vs_sdpa_table, "results:tc_climb": tc_climb_table,
             "results:tc_target": tc_target_block, "sass:tc_forward": sass_tc_block,
             "results:tc_steps": lambda: attention_table(TC_FWD, first_prev="06_causal_stages"),
             "results:step11_candidates": step11_candidates_table}
