@@ -1359,6 +1359,9 @@ def main(argv):
         return show(argv[2], argv[4] if len(argv) == 5 else None)
     if len(argv) >= 2 and argv[1] == "import" and len(argv) == 3:
         import_session(argv[2])
+        # The climb figure reads bench.csv: redraw the figures (matplotlib; tools/figures.py says if it is missing).
+        import subprocess
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools", "figures.py")], check=False)
         return render(check=False)
     if len(argv) == 2 and argv[1] in ("render", "check"):
         return render(check=argv[1] == "check")

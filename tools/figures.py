@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""tools/figures.py: the docs' figures, drawn from the constants the kernels use and from the committed
+measurements (never drawn by hand).
+
+    python3 tools/figures.py          # (re)write docs/figures/*.svg
+    python3 tools/figures.py --check  # redraw in memory; exit 1 if a committed figure differs (a CPU test)
+
+  causal_tiles     step 06: the causal tile grid of one head (full, diagonal, skipped), with the
+                   tile sizes of step 06's head_dim-64 instance read from its kernel.cu
+  mma_fragments    step 09: which lane holds which element of mma.m16n8k16's A, B and C fragments
+                   (the PTX ISA's layout, as the kernels index it: g = lane / 4, t = lane % 4)
+  swizzle_banks    step 10: the 16-byte chunk positions of 8 rows before and after the XOR swizzle
+                   (device/cp_async.cuh's swz), and the banks an ldmatrix phase hits
+  split_combine    step 16: one sequence's keys in splits, each a partial (O_c, LSE_c), merged
+  climb            every attention forward step's TFLOP/s at one shape from profiles/h100/bench.csv,
+                   beside SDPA's two backends and the card's peaks
+
+SVG with fixed ids and no date, so a redraw is byte-identical with the same matplotlib (CI and this
+tree use Debian's python3-matplotlib). Without matplotlib: says so and exits 77 (the test skips).
+"""
+import csv
+import io
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "docs", "figures")
+SKIP = 77
+
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+except ImportError:
+    plt = None
+
+COLORS = {"full": "#4c9be8", "diagonal": "#f2a541", "skipped": "#e6e6e6", "accent": "#d1495b", "grey": "#777777"}
+
+
+def read(rel):
+    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+        return f.read()
+
+
+def new_figure(w, h):
+    fig = plt.figure(figsize=(w, h))
+    return fig
+
+
+# ---- step 06: the causal tile grid ----------------------------------------------------------------
+def causal_tiles():
+    # The head_dim-64 instance's tiles, from step 06's banner ("BLOCK_M 128, BLOCK_N 64").
+    m = re.search(r"instance 64\):\s+BLOCK_M (\d+), BLOCK_N (\d+)", read("steps/06_causal_stages/kernel.cu"))
+    bm, bn = int(m.group(1)), int(m.group(2))
+    seq = 1024
+    fig = new_figure(6.4, 3.9)
+    ax = fig.add_axes([0.1, 0.08, 0.62, 0.8])
+    rows, cols = seq // bm, seq // bn
+    counts = {"full": 0, "diagonal": 0, "skipped": 0}
+    for i in range(rows):
+        for j in range(cols):
+            q0, q1, k0, k1 = i * bm, (i + 1) * bm - 1, j * bn, (j + 1) * bn - 1
+            kind = "full" if k1 <= q0 else "skipped" if k0 > q1 else "diagonal"
+            counts[kind] += 1
+            ax.add_patch(Rectangle((j, rows - 1 - i), 1, 1, facecolor=COLORS[kind], edgecolor="white", lw=1.5))
+    ax.plot([0, cols], [rows, 0], color="black", lw=1, ls="--")
+    ax.set_xlim(0, cols), ax.set_ylim(0, rows)
+    ax.set_xticks([j + 0.5 for j in range(cols)], [str(j) for j in range(cols)], fontsize=7)
+    ax.set_yticks([rows - 1 - i + 0.5 for i in range(rows)], [str(i) for i in range(rows)], fontsize=7)
+    ax.set_xlabel(f"key tile ({bn} keys)"), ax.set_ylabel(f"query block ({bm} rows)")
+    ax.set_title(f"Causal tiles of one head, seq {seq} (step 06, head_dim ≤ 64)", fontsize=9)
+    ax.set_aspect(bm / bn)
+    lx = fig.add_axes([0.74, 0.3, 0.25, 0.4])
+    lx.axis("off")
+    for k, (kind, text) in enumerate([("full", "every key visible:\nno mask"), ("diagonal", "on the diagonal:\nmasked"),
+                                      ("skipped", "above it:\nnever loaded")]):
+        lx.add_patch(Rectangle((0, 2 - k), 0.25, 0.6, facecolor=COLORS[kind]))
+        lx.text(0.32, 2.3 - k, f"{text}\n{counts[kind]} tiles", va="center", fontsize=7.5)
+    lx.set_xlim(0, 1.5), lx.set_ylim(-0.2, 3)
+    return fig
+
+
+# ---- step 09: mma.m16n8k16 fragments ----------------------------------------------------------------
+def mma_fragments():
+    fig = new_figure(9.6, 4.3)
+    panels = [("A (16 × 16, row-major): registers a0..a3", 16, 16,
+               lambda lane, r: [(lane // 4 + 8 * (r // 2 % 2), 2 * (lane % 4) + r % 2 + 8 * (r // 4))]),
+              ("B (16 × 8, k × n): b0, b1", 16, 8,
+               lambda lane, r: [(2 * (lane % 4) + r % 2 + 8 * (r // 2), lane // 4)]),
+              ("C, D (16 × 8, fp32): c0..c3", 16, 8,
+               lambda lane, r: [(lane // 4 + 8 * (r // 2), 2 * (lane % 4) + r % 2)])]
+    regs = [8, 4, 4]  # 16-bit elements of A and B (two per register), floats of C
+    widths = [0.4, 0.2, 0.2]
+    left = 0.04
+    for (title, nr, nc, where), n_regs, w, name, packed in zip(panels, regs, widths, "abc", (True, True, False)):
+        ax = fig.add_axes([left, 0.05, w, 0.82])
+        left += w + 0.06
+        label = {}
+        for lane in range(32):
+            for r in range(n_regs):
+                for (y, x) in where(lane, r):
+                    label[(y, x)] = (lane, r)
+        for (y, x), (lane, r) in label.items():
+            shade = 0.93 - 0.5 * (lane % 4) / 3 if (lane // 4) % 2 == 0 else 0.85 - 0.4 * (lane % 4) / 3
+            face = (shade, shade, 1.0) if lane != 0 else COLORS["diagonal"]
+            ax.add_patch(Rectangle((x, nr - 1 - y), 1, 1, facecolor=face, edgecolor="white", lw=0.8))
+            reg = f"{name}{r // 2}" if packed else f"{name}{r}"
+            ax.text(x + 0.5, nr - 1 - y + 0.5, f"L{lane}\n{reg}", ha="center", va="center", fontsize=4.4)
+        ax.set_xlim(0, nc), ax.set_ylim(0, nr)
+        ax.set_xticks([]), ax.set_yticks([])
+        ax.set_aspect("equal")
+        ax.set_title(title, fontsize=8)
+    fig.suptitle("mma.m16n8k16 (step 09): the lane and register holding each element (A, B: two 16-bit values "
+                 "per register); lane 0 highlighted", fontsize=8, y=0.99)
+    return fig
+
+
+# ---- step 10: the swizzle -----------------------------------------------------------------------------
+def swizzle_banks():
+    fig = new_figure(8.4, 3.6)
+    for p, (title, swizzled) in enumerate([("plain: chunk c at position c", False),
+                                           ("swizzled: chunk c at position c XOR (row mod 8)", True)]):
+        ax = fig.add_axes([0.05 + 0.49 * p, 0.1, 0.42, 0.72])
+        for r in range(8):
+            for c in range(8):
+                pos = c ^ (r & 7) if swizzled else c
+                hit = c == 0  # the chunk column an ldmatrix phase reads in all 8 rows
+                face = COLORS["accent"] if hit else "#dbe9f6"
+                ax.add_patch(Rectangle((pos, 7 - r), 1, 1, facecolor=face, edgecolor="white", lw=1.2))
+                ax.text(pos + 0.5, 7 - r + 0.5, f"c{c}", ha="center", va="center", fontsize=6.5,
+                        color="white" if hit else "black")
+        ax.set_xlim(0, 8), ax.set_ylim(0, 8)
+        ax.set_xticks([i + 0.5 for i in range(8)], [f"{4 * i}-{4 * i + 3}" for i in range(8)], fontsize=6)
+        ax.set_yticks([7 - r + 0.5 for r in range(8)], [str(r) for r in range(8)], fontsize=7)
+        ax.set_xlabel("position in the 128-byte row: banks"), ax.set_ylabel("row")
+        banks = len({(c ^ (r & 7)) if swizzled else 0 for r in range(8) for c in [0]})
+        ax.set_title(f"{title}\nchunk c0 of 8 rows: {banks} bank group{'s' if banks > 1 else ''} "
+                     f"({'conflict-free' if banks == 8 else '8-way conflict'})", fontsize=8)
+        ax.set_aspect("equal")
+    return fig
+
+
+# ---- step 16: split and combine -------------------------------------------------------------------------
+def split_combine():
+    fig = new_figure(8.0, 3.0)
+    ax = fig.add_axes([0.02, 0.02, 0.96, 0.9])
+    ax.axis("off")
+    ax.set_xlim(0, 100), ax.set_ylim(0, 40)
+    splits = 4
+    for s in range(splits):
+        x = 4 + s * 18
+        ax.add_patch(Rectangle((x, 28), 17, 6, facecolor=COLORS["full"], edgecolor="white"))
+        ax.text(x + 8.5, 31, f"keys of split {s}", ha="center", va="center", fontsize=7, color="white")
+        ax.add_patch(Rectangle((x + 2, 14), 13, 7, facecolor="#dbe9f6", edgecolor=COLORS["full"]))
+        ax.text(x + 8.5, 17.5, f"block {s}:\nO_{s}, LSE_{s} (fp32)", ha="center", va="center", fontsize=6.5)
+        ax.annotate("", xy=(x + 8.5, 21), xytext=(x + 8.5, 28), arrowprops=dict(arrowstyle="->", lw=0.8))
+        ax.annotate("", xy=(44, 8), xytext=(x + 8.5, 14), arrowprops=dict(arrowstyle="->", lw=0.8, color=COLORS["grey"]))
+    ax.add_patch(Rectangle((76, 28), 18, 6, facecolor=COLORS["skipped"], edgecolor="white"))
+    ax.text(85, 31, "past the length:\nnever read", ha="center", va="center", fontsize=6.5)
+    ax.add_patch(Rectangle((12, 1), 64, 7, facecolor=COLORS["diagonal"], edgecolor="white"))
+    ax.text(44, 4.5, "combine: LSE = log Σ exp(LSE_c),  O = Σ exp(LSE_c − LSE)·O_c", ha="center", va="center",
+            fontsize=7)
+    ax.text(4, 37.5, "one (sequence, K/V head): its G·seq_q query rows against keys [0, len), cut into chunks (step 16)",
+            fontsize=7.5)
+    return fig
+
+
+# ---- the climb ------------------------------------------------------------------------------------------------
+CLIMB_SHAPE = "B4 H16 S4096 D128"  # the FA2 shape at seq 4096, head_dim 128, not causal
+# The forward ladder (the backward steps run these steps' forwards); 04's rows carry " fwd" (it has a backward).
+CLIMB_STEPS = ("04_naive_attention", "05_flash_forward", "06_causal_stages", "09_tensor_core_forward",
+               "10_swizzle_pipeline_forward", "11_tuned_forward", "14_hopper_forward", "15_hopper_warp_specialized")
+
+
+def climb():
+    rows = list(csv.DictReader(open(os.path.join(ROOT, "profiles", "h100", "bench.csv"), encoding="utf-8")))
+    rate, peaks = {}, {}
+    for r in rows:
+        st, prob = r["step"], r["problem"].strip()
+        for dt in ("f32", "f16"):
+            if prob in (f"{CLIMB_SHAPE} {dt}", f"{CLIMB_SHAPE} {dt} fwd") and r["unit"] == "TFLOP/s":
+                rate.setdefault((st, dt), float(r["rate"]))
+                peaks[r["peak"]] = float(r["peak_value"])
+    steps = [st for st in CLIMB_STEPS if (st, "f16") in rate or (st, "f32") in rate]
+    fig = new_figure(8.0, 4.0)
+    ax = fig.add_axes([0.09, 0.2, 0.88, 0.7])
+    xs, labels = [], []
+    for i, st in enumerate(steps):
+        dt = "f16" if (st, "f16") in rate else "f32"
+        ax.bar(i, rate[(st, dt)], color=COLORS["full"] if dt == "f16" else COLORS["grey"])
+        ax.text(i, rate[(st, dt)] * 1.08, f"{rate[(st, dt)]:.0f}", ha="center", fontsize=6.5)
+        xs.append(i), labels.append(f"{st[:2]} {dt}")
+    for (name, key), style in zip([("SDPA-FA2", "sdpa_flash"), ("SDPA-cuDNN", "sdpa_cudnn")], ["--", ":"]):
+        if (key, "f16") in rate:
+            ax.axhline(rate[(key, "f16")], color="black", ls=style, lw=1)
+            ax.text(-0.5, rate[(key, "f16")] * 1.05, f"{name} f16 {rate[(key, 'f16')]:.0f}", ha="left", fontsize=7)
+    for name, key in [("fp32 peak", "fp32"), ("fp16 tensor peak", "tensor")]:
+        if key in peaks:
+            ax.axhline(peaks[key], color=COLORS["accent"], lw=0.8)
+            ax.text(len(steps) - 0.5, peaks[key] * 1.05, f"{name} {peaks[key]:.0f}", ha="right", fontsize=7,
+                    color=COLORS["accent"])
+    ax.set_yscale("log")
+    ax.set_xticks(xs, labels, rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("TFLOP/s (log)")
+    ax.set_title(f"The climb: every forward step at {CLIMB_SHAPE}, not causal (profiles/h100/bench.csv)", fontsize=9)
+    return fig
+
+
+FIGURES = {"causal_tiles": causal_tiles, "mma_fragments": mma_fragments, "swizzle_banks": swizzle_banks,
+           "split_combine": split_combine, "climb": climb}
+
+
+def svg(fig):
+    out = io.StringIO()
+    fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    return out.getvalue()
+
+
+def main(argv):
+    if plt is None:
+        print("SKIPPED: no matplotlib (apt-get install python3-matplotlib)")
+        return SKIP
+    matplotlib.rcParams.update({"svg.hashsalt": "flashattention-from-scratch", "svg.fonttype": "none",
+                                "font.family": "DejaVu Sans"})
+    check = "--check" in argv
+    stale = []
+    os.makedirs(OUT, exist_ok=True)
+    for name, draw in FIGURES.items():
+        path = os.path.join(OUT, name + ".svg")
+        text = svg(draw())
+        old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+        if old != text:
+            stale.append(name)
+            if not check:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+    if check:
+        print("figures stale: " + ", ".join(stale) + " (run: python3 tools/figures.py)" if stale else
+              f"figures up to date ({len(FIGURES)})")
+        return 1 if stale else 0
+    print("wrote: " + (", ".join(stale) if stale else "nothing (already up to date)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
