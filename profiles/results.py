@@ -1171,6 +1171,40 @@ def headline_block():
             "\n\n" + tc_source())
 
 
+_HEADLINE = re.compile(r"<!-- headline:(\d\d):begin -->")
+
+
+def step_headline(nn):
+    """One line at the top of doc NN: the step on its default problem (run_all.csv: time, rate, % of the
+    ceiling, × the previous step in the same process; the backward row for a step with one), and its ratio
+    to the relevant baseline: cuBLAS for 03, SDPA's two backends at the same shape (bench.csv, the same
+    pass) for the tensor-core steps, the fastest SDPA backend for step 16's decode shape."""
+    path = os.path.join(gpu_dir(), "run_all.csv")
+    rows = [r for r in (read_csv(path) if os.path.exists(path) else []) if r["step"][:2] == nn]
+    row = next((r for r in rows if r["problem"].endswith(" bwd")), rows[0] if rows else None)
+    if not row:
+        return f"**Headline:** not measured yet (no row of step {nn} in `run_all.csv`)."
+    rate, pct = fp_float(row["rate"]), fp_float(row["pct_peak"])
+    parts = [f"{rate:.4g} {row['unit']} ({pct:.0f}% of {row['peak']}) in {fp_float(row['time_ms']):.3g} ms"]
+    prev = fp_float(row["speedup_vs_prev"])
+    if prev and prev > 0:
+        parts.append(f"{prev:.2f}× step {row['prev_step'][:2]} (same process)")
+    if fp_float(row["vs_baseline"]) and fp_float(row["vs_baseline"]) > 0:
+        parts.append(f"{fp_float(row['vs_baseline']):.2f}× {row['baseline']}")
+    problem = row["problem"]
+    if problem.split()[-1] == "fwd":
+        problem = problem[: -len(" fwd")]
+    if " f16" in problem or " bf16" in problem:  # tensor-core steps: SDPA at the same problem, from bench.csv
+        bench = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+        sdpa = {r["step"]: fp_float(r["time_ms"]) for r in (read_csv(bench) if os.path.exists(bench) else [])
+                if r["problem"].strip() == problem and r["step"].startswith("sdpa_")}
+        ratios = [f"{sdpa[key] / fp_float(row['time_ms']):.2f}× {name}"
+                  for key, name in (("sdpa_flash", "SDPA-FA2"), ("sdpa_cudnn", "SDPA-cuDNN")) if sdpa.get(key)]
+        if ratios:
+            parts.append(" and ".join(ratios) + " at this shape (their time over this step's, bench.csv)")
+    return f"**Headline** (H100, `run_all`, {row['problem']}): " + "; ".join(parts) + "."
+
+
 def step11_candidates_table():
     """Step 11's candidates, each pinned, per shape: TFLOP/s, the fastest in bold (profiles/candidates.py)."""
     path = CANDIDATES_OVERRIDE or os.path.join(gpu_dir(), "step11_candidates.csv")
@@ -1231,6 +1265,8 @@ def blocks_of(rel, text):
     for name, fn in ANYWHERE.items():
         if f"<!-- {name}:begin -->" in text:
             blocks[name] = fn
+    for nn in _HEADLINE.findall(text):  # headline:NN -> step NN on its default problem
+        blocks[f"headline:{nn}"] = (lambda n: lambda: step_headline(n))(nn)
     for nns in _PTXAS.findall(text):  # ptxas:07,08 -> the kernels of steps 07 and 08
         blocks[f"ptxas:{nns}"] = (lambda n: lambda: ptxas_table(n.split(",")))(nns)
     for nn in _TC_UPTO.findall(text):  # results:tc_vs_sdpa:10 -> steps 09 and 10
