@@ -1172,6 +1172,27 @@ def headline_block():
 
 
 _HEADLINE = re.compile(r"<!-- headline:(\d\d):begin -->")
+# <!-- snippet:NN|START|N:begin -->: the N lines of step NN's kernel.cu from the first line that contains START.
+_SNIPPET = re.compile(r"<!-- (snippet:(\d\d)\|(.+?)\|(\d+)):begin -->")
+
+
+def snippet_block(nn, start, n):
+    """The core lines of a step, quoted from its kernel.cu: found by their text, so the quote follows the code
+    when lines move, and a render (cpu.results_fresh) fails when the code changes under it or START is gone."""
+    step = next((d for d in sorted(os.listdir(os.path.join(ROOT, "steps"))) if d[:2] == nn), None)
+    if not step:
+        raise SystemExit(f"snippet:{nn}: no step {nn} under steps/")
+    rel = f"steps/{step}/kernel.cu"
+    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    at = next((i for i, line in enumerate(lines) if start in line), None)
+    if at is None:
+        raise SystemExit(f"snippet:{nn}: no line of {rel} contains {start!r} (update the doc's snippet marker)")
+    body = lines[at:at + n]
+    # Dedent by the code's indent (preprocessor lines such as #pragma sit at column 0 and stay there).
+    indent = min((len(x) - len(x.lstrip()) for x in body if x.strip() and not x.startswith("#")), default=0)
+    code = "\n".join(x if x.startswith("#") else x[indent:] for x in body)
+    return f"```cpp\n{code}\n```\n*[{rel}](../{rel}), lines {at + 1}-{at + len(body)}.*"
 
 
 def step_headline(nn):
@@ -1265,6 +1286,8 @@ def blocks_of(rel, text):
     for name, fn in ANYWHERE.items():
         if f"<!-- {name}:begin -->" in text:
             blocks[name] = fn
+    for name, nn, start, n in _SNIPPET.findall(text):  # snippet:NN|START|N -> N lines of step NN's kernel.cu
+        blocks[name] = (lambda a, b, c: lambda: snippet_block(a, b, int(c)))(nn, start, n)
     for nn in _HEADLINE.findall(text):  # headline:NN -> step NN on its default problem
         blocks[f"headline:{nn}"] = (lambda n: lambda: step_headline(n))(nn)
     for nns in _PTXAS.findall(text):  # ptxas:07,08 -> the kernels of steps 07 and 08

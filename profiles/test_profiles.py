@@ -525,6 +525,25 @@ class TensorCoreTables(unittest.TestCase):
         self.assertIn("incomplete: 39 of 40 cells measured", self.results.tc_target_block())
 
 
+class GeneratedDocBlocks(unittest.TestCase):
+    def test_snippet_quotes_the_lines_by_their_text_and_fails_when_it_is_gone(self):
+        import results
+        block = results.snippet_block("02", "__device__ MaxSum merge(MaxSum a, MaxSum b) {", 3)
+        self.assertTrue(block.startswith("```cpp\n__device__ MaxSum merge(MaxSum a, MaxSum b) {\n"))
+        self.assertIn("steps/02_online_softmax/kernel.cu), lines ", block)
+        with self.assertRaises(SystemExit):
+            results.snippet_block("02", "no such line in the kernel", 3)
+
+    def test_worked_examples_agree_with_the_direct_computation(self):
+        sys.path.insert(0, os.path.join(fp.ROOT, "tools"))
+        import worked_example as w
+        self.assertIn("agree exactly", w.online_softmax_block())
+        text = w.flash_tile_block()
+        o = text.split("$O = o / l = ")[1].split("$")[0]
+        direct = text.split("computed directly gives $")[1].split("$")[0]
+        self.assertEqual(o, direct)  # the two-tile recurrence and softmax(s)·V print the same digits
+
+
 class SassSummary(unittest.TestCase):
     """results.py's SASS import and its tables on synthetic cuobjdump text (never the committed file)."""
     K10 = "_ZN6step1010tc_forwardI6__halfLi64EEEvPKT_S4_S4_PS2_Pfiiifb"
