@@ -167,6 +167,197 @@ def split_combine():
     return fig
 
 
+# ---- step 10: the cp.async ring ---------------------------------------------------------------------------------
+def ring_timeline():
+    stages = int(re.search(r"constexpr int STAGES = (\d+);", read("steps/10_swizzle_pipeline_forward/kernel.cu")).group(1))
+    tiles = 8
+    fig = new_figure(8.4, 2.9)
+    ax = fig.add_axes([0.12, 0.18, 0.85, 0.68])
+    # Tile t's copies are issued when tile t - (STAGES - 1) starts (the prologue issues 0 .. STAGES - 2 at
+    # time 0) and must have landed when tile t starts; compute of tile t takes one unit.
+    for t in range(tiles):
+        issue = max(0, t - (stages - 1))
+        slot = t % stages
+        ax.add_patch(Rectangle((issue, stages - 1 - slot + 0.15), t - issue if t > issue else 0.25, 0.7,
+                               facecolor=COLORS["full"], alpha=0.45, edgecolor=COLORS["full"]))
+        ax.text(issue + 0.08, stages - 1 - slot + 0.5, f"copy {t}", va="center", fontsize=6.5)
+        ax.add_patch(Rectangle((t, -1.35), 1, 0.7, facecolor=COLORS["diagonal"], edgecolor="white"))
+        ax.text(t + 0.5, -1.0, f"tile {t}", ha="center", va="center", fontsize=6.5)
+        ax.add_patch(Rectangle((t, stages - 1 - slot + 0.15), 1, 0.7, facecolor="none", edgecolor=COLORS["accent"],
+                               lw=1.2, ls="--"))
+    ax.set_xlim(0, tiles + 0.2), ax.set_ylim(-1.6, stages)
+    ax.set_yticks([stages - 1 - s + 0.5 for s in range(stages)] + [-1.0],
+                  [f"slot {s}" for s in range(stages)] + ["compute"], fontsize=7)
+    ax.set_xticks(range(tiles + 1)), ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel("time, in tiles of compute")
+    ax.set_title(f"Step 10's K/V ring, STAGES = {stages}: tile t's copies (blue) fly while tiles t − {stages - 1} .. "
+                 f"t − 1 compute; dashed: the slot being read", fontsize=8.5)
+    return fig
+
+
+# ---- step 14: the wgmma accumulator and the mbarrier's phases ---------------------------------------------------
+def wgmma_accumulator():
+    fig = new_figure(8.0, 5.2)
+    ax = fig.add_axes([0.07, 0.05, 0.6, 0.85])
+    cols = 16  # the first 16 of the N columns: the pattern repeats every 8
+    warp_colors = ["#dbe9f6", "#fde2c3", "#d8f0d2", "#f6d5da"]
+    for w in range(4):
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            for j in range(cols // 8):
+                for h in range(2):
+                    for e in range(2):
+                        r, c = 16 * w + g + 8 * h, 8 * j + 2 * t + e
+                        ax.add_patch(Rectangle((c, 63 - r), 1, 1, facecolor=warp_colors[w], edgecolor="white", lw=0.4))
+                        if w == 0:
+                            ax.text(c + 0.5, 63 - r + 0.5, str(lane), ha="center", va="center", fontsize=4)
+    ax.set_xlim(0, cols), ax.set_ylim(0, 64)
+    ax.set_xticks([0.5, 7.5, 8.5, 15.5], ["0", "7", "8", "15"], fontsize=7)
+    ax.set_yticks([63.5 - 16 * w for w in range(4)], [str(16 * w) for w in range(4)], fontsize=7)
+    ax.set_xlabel("accumulator column"), ax.set_ylabel("row of the warpgroup's 64")
+    ax.set_title("wgmma m64nNk16: the fp32 accumulator (first 16 columns)", fontsize=8.5)
+    lx = fig.add_axes([0.7, 0.3, 0.28, 0.5])
+    lx.axis("off")
+    for w in range(4):
+        lx.add_patch(Rectangle((0, 3 - w), 0.2, 0.6, facecolor=warp_colors[w]))
+        lx.text(0.27, 3.3 - w, f"warp {w}: rows {16 * w}-{16 * w + 15}", va="center", fontsize=7.5)
+    lx.text(0, -0.6, "Each warp holds its 16 rows as an\nmma.sync C fragment does (step 09):\nlane l: rows l/4 and l/4 + 8,"
+            "\ncolumns 2(l mod 4), +1, then +8, +9, ...\n(lane numbers drawn for warp 0)", fontsize=7, va="top")
+    lx.set_xlim(0, 1.6), lx.set_ylim(-3, 4)
+    return fig
+
+
+def mbarrier_phases():
+    fig = new_figure(8.4, 3.2)
+    ax = fig.add_axes([0.15, 0.2, 0.82, 0.65])
+    rows = ["thread 0", "TMA", "barrier phase", "consumers"]
+    ys = {name: len(rows) - 1 - i for i, name in enumerate(rows)}
+    events = []
+    for fill in range(3):  # three fills of one ring slot (every STAGES tiles)
+        x0 = fill * 3.0
+        parity = fill % 2
+        ax.add_patch(Rectangle((x0, ys["thread 0"] + 0.2), 0.5, 0.6, facecolor=COLORS["full"]))
+        ax.text(x0 + 0.25, ys["thread 0"] + 0.5, "arrive\nexpect_tx", ha="center", va="center", fontsize=5.5, color="white")
+        ax.add_patch(Rectangle((x0 + 0.5, ys["TMA"] + 0.2), 1.0, 0.6, facecolor=COLORS["diagonal"]))
+        ax.text(x0 + 1.0, ys["TMA"] + 0.5, "bytes land\n(complete_tx)", ha="center", va="center", fontsize=5.5)
+        ax.add_patch(Rectangle((x0, ys["barrier phase"] + 0.2), 1.5, 0.6, facecolor="#eeeeee", edgecolor=COLORS["grey"]))
+        ax.text(x0 + 0.75, ys["barrier phase"] + 0.5, f"phase {fill}: pending", ha="center", va="center", fontsize=5.5)
+        ax.add_patch(Rectangle((x0 + 1.5, ys["barrier phase"] + 0.2), 1.5, 0.6, facecolor="#d8f0d2", edgecolor=COLORS["grey"]))
+        ax.text(x0 + 2.25, ys["barrier phase"] + 0.5, f"phase {fill} done", ha="center", va="center", fontsize=5.5)
+        ax.add_patch(Rectangle((x0 + 0.1, ys["consumers"] + 0.2), 1.4, 0.6, facecolor="none", edgecolor=COLORS["accent"], ls="--"))
+        ax.text(x0 + 0.8, ys["consumers"] + 0.5, f"wait(parity {parity})", ha="center", va="center", fontsize=5.5)
+        ax.add_patch(Rectangle((x0 + 1.5, ys["consumers"] + 0.2), 1.2, 0.6, facecolor=COLORS["accent"]))
+        ax.text(x0 + 2.1, ys["consumers"] + 0.5, "read the slot", ha="center", va="center", fontsize=5.5, color="white")
+    ax.set_xlim(0, 9), ax.set_ylim(0, len(rows))
+    ax.set_yticks([ys[r] + 0.5 for r in rows], rows, fontsize=7)
+    ax.set_xticks([])
+    ax.set_xlabel("time: three fills of one ring slot")
+    ax.set_title("Step 14's mbarrier: a fill completes a phase when its arrival and all its bytes are in; "
+                 "waiters pass by the phase's parity (0, 1, 0, ...)", fontsize=8)
+    return fig
+
+
+# ---- step 15: ping-pong -----------------------------------------------------------------------------------------
+def pingpong_timeline():
+    fig = new_figure(8.6, 2.8)
+    ax = fig.add_axes([0.13, 0.2, 0.85, 0.62])
+    gemm, soft = 2.0, 1.6  # schematic durations: the GEMMs of a tile, then its softmax
+    for cg in range(2):
+        t = cg * gemm
+        for tile in range(4):
+            ax.add_patch(Rectangle((t, 1 - cg + 0.15), gemm, 0.7, facecolor=COLORS["full"], edgecolor="white"))
+            ax.text(t + gemm / 2, 1 - cg + 0.5, f"GEMMs {tile}", ha="center", va="center", fontsize=6.5, color="white")
+            ax.add_patch(Rectangle((t + gemm, 1 - cg + 0.15), soft, 0.7, facecolor=COLORS["diagonal"], edgecolor="white"))
+            ax.text(t + gemm + soft / 2, 1 - cg + 0.5, "softmax", ha="center", va="center", fontsize=6.5)
+            t += 2 * gemm  # its next turn on the tensor cores: after the other consumer's GEMMs
+    for k in range(8):
+        ax.add_patch(Rectangle((k * gemm, -0.85), gemm, 0.5, facecolor=COLORS["full"] if k % 2 == 0 else "#3a6fb0",
+                               edgecolor="white"))
+    ax.text(0.05, -0.6, "tensor cores: never idle", va="center", fontsize=6.5, color="white")
+    ax.set_xlim(0, 16), ax.set_ylim(-1, 2)
+    ax.set_yticks([1.5, 0.5, -0.6], ["consumer 0", "consumer 1", "tensor pipe"], fontsize=7)
+    ax.set_xticks([])
+    ax.set_xlabel("time (schematic)")
+    ax.set_title("Step 15's ping-pong: a named barrier passes the turn, so one consumer's softmax (orange) runs "
+                 "under the other's GEMMs (blue)", fontsize=8)
+    return fig
+
+
+# ---- steps 07 and 12: which tiles each backward kernel walks ------------------------------------------------------
+def backward_tiles():
+    n = 8
+    fig = new_figure(8.4, 3.9)
+    for p, (title, by_key) in enumerate([("dK, dV kernel: a block per key block\nwalks the query tiles that see it", True),
+                                         ("dQ kernel: a block per query tile\nwalks the key blocks it sees", False)]):
+        ax = fig.add_axes([0.06 + 0.5 * p, 0.08, 0.4, 0.72])
+        for i in range(n):
+            for j in range(n):
+                kind = "full" if j < i else "diagonal" if j == i else "skipped"
+                ax.add_patch(Rectangle((j, n - 1 - i), 1, 1, facecolor=COLORS[kind], edgecolor="white", lw=1))
+        pick = 2 if by_key else 5
+        if by_key:  # key block 2: query tiles 2 .. n - 1, from the diagonal down
+            ax.annotate("", xy=(pick + 0.5, 0.2), xytext=(pick + 0.5, n - 1 - pick + 0.8),
+                        arrowprops=dict(arrowstyle="->", lw=2, color=COLORS["accent"]))
+        else:  # query tile 5: key blocks 0 .. 5, up to the diagonal
+            ax.annotate("", xy=(pick + 0.8, n - 1 - pick + 0.5), xytext=(0.2, n - 1 - pick + 0.5),
+                        arrowprops=dict(arrowstyle="->", lw=2, color=COLORS["accent"]))
+        ax.set_xlim(0, n), ax.set_ylim(0, n)
+        ax.set_xticks([j + 0.5 for j in range(n)], [str(j) for j in range(n)], fontsize=7)
+        ax.set_yticks([n - 1 - i + 0.5 for i in range(n)], [str(i) for i in range(n)], fontsize=7)
+        ax.set_xlabel("key block"), ax.set_ylabel("query tile")
+        ax.set_title(title, fontsize=8)
+        ax.set_aspect("equal")
+    fig.suptitle("The backward, causal (steps 07, 08, 12, 13): blue tiles unmasked, orange masked, grey never visited",
+                 fontsize=8.5, y=0.99)
+    return fig
+
+
+# ---- step 05: a query block sweeping the K/V tiles, and where things live in 04 and 05 ---------------------------
+def flash_sweep():
+    fig = new_figure(8.4, 3.2)
+    ax = fig.add_axes([0.02, 0.02, 0.96, 0.88])
+    ax.axis("off"), ax.set_xlim(0, 100), ax.set_ylim(0, 40)
+    ax.add_patch(Rectangle((2, 14), 10, 12, facecolor=COLORS["diagonal"]))
+    ax.text(7, 20, "Q block\n(shared\nmemory)", ha="center", va="center", fontsize=7)
+    for t in range(5):
+        x = 20 + 14 * t
+        face = COLORS["full"] if t == 2 else "#dbe9f6"
+        ax.add_patch(Rectangle((x, 28), 11, 8, facecolor=face, edgecolor=COLORS["full"]))
+        ax.text(x + 5.5, 32, f"K, V tile {t}", ha="center", va="center", fontsize=7, color="white" if t == 2 else "black")
+    ax.annotate("", xy=(90, 25), xytext=(20, 25), arrowprops=dict(arrowstyle="->", lw=1.2, color=COLORS["grey"]))
+    ax.text(55, 23, "one tile after the other, through shared memory", ha="center", va="top", fontsize=7, color=COLORS["grey"])
+    ax.add_patch(Rectangle((44, 4), 26, 12, facecolor="#d8f0d2", edgecolor=COLORS["grey"]))
+    ax.text(57, 10, "S = Q·Kᵀ of tile 2 → m, l, P\nO = α·O + P·V\n(registers: the block's m, l, O)", ha="center",
+            va="center", fontsize=7)
+    ax.annotate("", xy=(57, 16), xytext=(53.5, 28), arrowprops=dict(arrowstyle="->", lw=1))
+    ax.text(2, 38, "Step 05: one block of BLOCK_M query rows; only its m, l and O survive from tile to tile, never S or P",
+            fontsize=7.5)
+    return fig
+
+
+def memory_hierarchy():
+    fig = new_figure(8.4, 3.6)
+    levels = [("device memory (HBM)", 0), ("L2", 1), ("shared memory", 2), ("registers", 3)]
+    where = {"04": {0: "Q, K, V, O\nS and P: B·H·N² floats\n(written, read back)", 1: "passing through",
+                    2: "matmul and softmax tiles", 3: "fragments of a tile"},
+             "05": {0: "Q, K, V read; O, LSE written\n(no S, no P)", 1: "K, V shared by the blocks\nof a head",
+                    2: "the Q block, a K and a V tile,\nthe P tile (fp32 steps)", 3: "S of a tile, m, l, O"}}
+    for p, step in enumerate(["04", "05"]):
+        ax = fig.add_axes([0.03 + 0.49 * p, 0.05, 0.45, 0.8])
+        ax.axis("off"), ax.set_xlim(0, 10), ax.set_ylim(0, 4.3)
+        for name, level in levels:
+            y = 3 - level
+            ax.add_patch(Rectangle((0, y + 0.1), 3.2, 0.8, facecolor="#eeeeee", edgecolor=COLORS["grey"]))
+            ax.text(1.6, y + 0.5, name, ha="center", va="center", fontsize=7)
+            ax.add_patch(Rectangle((3.4, y + 0.1), 6.4, 0.8, facecolor=COLORS["full"] if level == 0 and step == "04"
+                                   else "#dbe9f6", edgecolor=COLORS["full"]))
+            ax.text(6.6, y + 0.5, where[step][level], ha="center", va="center", fontsize=6.5,
+                    color="white" if level == 0 and step == "04" else "black")
+        ax.set_title({"04": "step 04: S and P in device memory", "05": "step 05: S and P never leave the SM"}[step],
+                     fontsize=8.5)
+    return fig
+
+
 # ---- the climb ------------------------------------------------------------------------------------------------
 CLIMB_SHAPE = "B4 H16 S4096 D128"  # the FA2 shape at seq 4096, head_dim 128, not causal
 # The forward ladder (the backward steps run these steps' forwards); 04's rows carry " fwd" (it has a backward).
@@ -209,7 +400,10 @@ def climb():
 
 
 FIGURES = {"causal_tiles": causal_tiles, "mma_fragments": mma_fragments, "swizzle_banks": swizzle_banks,
-           "split_combine": split_combine, "climb": climb}
+           "split_combine": split_combine, "climb": climb, "ring_timeline": ring_timeline,
+           "wgmma_accumulator": wgmma_accumulator, "mbarrier_phases": mbarrier_phases,
+           "pingpong_timeline": pingpong_timeline, "backward_tiles": backward_tiles, "flash_sweep": flash_sweep,
+           "memory_hierarchy": memory_hierarchy}
 
 
 def svg(fig):
