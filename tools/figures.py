@@ -358,6 +358,49 @@ def memory_hierarchy():
     return fig
 
 
+# ---- step 05: which thread owns which scores (the fp32 steps' lane layout) ------------------------------------------
+def lane_map():
+    m = re.search(r"instance 64\):\s+BLOCK_M (\d+), BLOCK_N (\d+), (\d+) threads = (\d+) row groups × (\d+)",
+                  read("steps/05_flash_forward/kernel.cu"))
+    bm, bn, threads, row_groups, col_groups = (int(x) for x in m.groups())
+    rows_per, half, warp_size = bm // row_groups, col_groups // 2, 32
+    keys = bn // col_groups
+
+    def layout(t):  # step 05's lane_layout: (row group, column group) of thread t
+        warp, lane = t // warp_size, t % warp_size
+        cg = (lane & 1) | ((lane >> 2) % half) << 1
+        rg = warp * (warp_size // col_groups) + (((lane >> 1) & 1) | ((lane >> 2) // half) << 1)
+        return rg, cg
+
+    fig = new_figure(8.4, 5.6)
+    ax = fig.add_axes([0.07, 0.06, 0.66, 0.86])
+    warp_colors = ["#dbe9f6", "#fde2c3", "#d8f0d2", "#f6d5da"]
+    for t in range(threads):
+        rg, cg = layout(t)
+        for e in range(0, keys, 4):  # step 05's chunk(): float4 chunks 4·COL_GROUPS keys apart
+            k0 = (e // 4) * 4 * col_groups + 4 * cg
+            ax.add_patch(Rectangle((k0, bm - rows_per * (rg + 1)), 4, rows_per, facecolor=warp_colors[t // warp_size],
+                                   edgecolor="white", lw=0.6))
+            if t < warp_size:
+                ax.text(k0 + 2, bm - rows_per * rg - rows_per / 2, str(t), ha="center", va="center", fontsize=5.5)
+    ax.set_xlim(0, bn), ax.set_ylim(0, bm)
+    ax.set_xticks(range(0, bn + 1, 8)), ax.set_yticks(range(0, bm + 1, 16), [str(bm - y) for y in range(0, bm + 1, 16)])
+    ax.tick_params(labelsize=7)
+    ax.set_xlabel("key (column of S)"), ax.set_ylabel("query row of the block")
+    ax.set_title(f"Step 05, head_dim ≤ 64: which thread owns which scores of the [{bm}, {bn}] S tile "
+                 "(lane numbers for warp 0)", fontsize=8.5)
+    lx = fig.add_axes([0.75, 0.3, 0.24, 0.5])
+    lx.axis("off")
+    for w in range(threads // warp_size):
+        lx.add_patch(Rectangle((0, 3 - w), 0.2, 0.6, facecolor=warp_colors[w]))
+        lx.text(0.27, 3.3 - w, f"warp {w}", va="center", fontsize=7.5)
+    lx.text(0, -0.5, f"A thread owns {rows_per} rows × {keys} keys,\nin float4 chunks {4 * col_groups} keys apart,\n"
+            "so a row's threads read one\ncontiguous run of shared memory;\nlanes n and n^1 share rows,\nn and n^2 share keys",
+            fontsize=7, va="top")
+    lx.set_xlim(0, 1.4), lx.set_ylim(-3.5, 4)
+    return fig
+
+
 # ---- the climb ------------------------------------------------------------------------------------------------
 CLIMB_SHAPE = "B4 H16 S4096 D128"  # the FA2 shape at seq 4096, head_dim 128, not causal
 # The forward ladder (the backward steps run these steps' forwards); 04's rows carry " fwd" (it has a backward).
@@ -403,7 +446,7 @@ FIGURES = {"causal_tiles": causal_tiles, "mma_fragments": mma_fragments, "swizzl
            "split_combine": split_combine, "climb": climb, "ring_timeline": ring_timeline,
            "wgmma_accumulator": wgmma_accumulator, "mbarrier_phases": mbarrier_phases,
            "pingpong_timeline": pingpong_timeline, "backward_tiles": backward_tiles, "flash_sweep": flash_sweep,
-           "memory_hierarchy": memory_hierarchy}
+           "memory_hierarchy": memory_hierarchy, "lane_map": lane_map}
 
 
 def svg(fig):
