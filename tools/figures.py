@@ -401,6 +401,146 @@ def lane_map():
     return fig
 
 
+# ---- steps 01 and 02: passes over a row, and the merge tree ------------------------------------------------------
+def softmax_passes():
+    fig = new_figure(8.4, 2.9)
+    ax = fig.add_axes([0.02, 0.02, 0.96, 0.86])
+    ax.axis("off"), ax.set_xlim(0, 100), ax.set_ylim(0, 30)
+    for row, (name, passes) in enumerate([("01, safe softmax", ["read x → m", "read x → l", "read x, write y"]),
+                                          ("02, online softmax", ["read x → (m, l)", "read x, write y"])]):
+        y = 19 - 13 * row
+        ax.text(0, y + 4, name, fontsize=8, va="center")
+        for i, text in enumerate(passes):
+            x = 20 + 22 * i
+            ax.add_patch(Rectangle((x, y + 1), 20, 6, facecolor=COLORS["full"] if "write" not in text else COLORS["diagonal"],
+                                   edgecolor="white"))
+            ax.text(x + 10, y + 4, f"pass {i + 1}: {text}", ha="center", va="center", fontsize=6.5)
+        reads = sum(t.count("read") for t in passes)
+        ax.text(99, y + 4, f"{reads} reads + 1 write\nof the row", ha="right", va="center", fontsize=7)
+    ax.text(0, 29, "Device-memory traffic per row: what fusing the max and the sum saves (when the row is not in cache)",
+            fontsize=8)
+    return fig
+
+
+def merge_tree():
+    fig = new_figure(8.4, 3.4)
+    ax = fig.add_axes([0.02, 0.02, 0.96, 0.9])
+    ax.axis("off"), ax.set_xlim(0, 100), ax.set_ylim(0, 40)
+    levels = [("threads: the recurrence over their own elements", 8, 33), ("warps: butterfly of shuffles", 4, 23),
+              ("block: warps through shared memory", 2, 13), ("row: chunks through device memory (long rows)", 1, 3)]
+    prev = None
+    for name, n, y in levels:
+        xs = [100 * (i + 0.5) / n * 0.58 + 2 for i in range(n)]
+        for x in xs:
+            ax.add_patch(Rectangle((x - 3.5, y), 7, 4.5, facecolor=COLORS["full"] if n > 1 else COLORS["diagonal"],
+                                   edgecolor="white"))
+            ax.text(x, y + 2.25, "(m, l)", ha="center", va="center", fontsize=6.5, color="white" if n > 1 else "black")
+        if prev:
+            for i, x in enumerate(xs):
+                for px in prev[2 * i: 2 * i + 2]:
+                    ax.plot([px, x], [y + 10, y + 4.5], color=COLORS["grey"], lw=0.8)
+        ax.text(63, y + 2.25, name, va="center", fontsize=6.5)
+        prev = xs
+    ax.text(2, 39, "merge((m_a, l_a), (m_b, l_b)) = (m, l_a·e^(m_a − m) + l_b·e^(m_b − m)), m = max(m_a, m_b): "
+            "associative, so any tree gives the row's (m, l)", fontsize=7.5)
+    return fig
+
+
+# ---- step 03: the tiles of the matmul ---------------------------------------------------------------------------
+def matmul_tiles():
+    src = read("steps/03_tiled_matmul/kernel.cu")
+    bm, bn, threads = (int(x) for x in re.search(r"using BigTile = Tile<(\d+), (\d+), (\d+), \d+>;", src).groups())
+    bk = int(re.search(r"static constexpr int BK = (\d+);", src).group(1))
+    tm = int(re.search(r"static constexpr int TM = (\d+);", src).group(1))
+    tn = int(re.search(r"static constexpr int TN = (\d+);", src).group(1))
+    fig = new_figure(8.4, 4.2)
+    ax = fig.add_axes([0.02, 0.02, 0.96, 0.88])
+    ax.axis("off"), ax.set_aspect("equal")
+    u = 0.22  # drawing units per element
+    # C tile at the right, A slab at its left, B slab above it.
+    cx, cy = 40, 2
+    ax.add_patch(Rectangle((cx, cy), bn * u, bm * u, facecolor="#dbe9f6", edgecolor=COLORS["full"]))
+    for i in range(bm // tm):
+        for j in range(bn // tn):
+            if (i + j) % 2 == 0:
+                ax.add_patch(Rectangle((cx + j * tn * u, cy + (bm - (i + 1) * tm) * u), tn * u, tm * u,
+                                       facecolor=COLORS["full"], alpha=0.35, lw=0))
+    ax.add_patch(Rectangle((cx, cy + (bm - tm) * u), tn * u, tm * u, facecolor=COLORS["accent"]))
+    ax.add_patch(Rectangle((cx - 4 - bk * u, cy), bk * u, bm * u, facecolor=COLORS["diagonal"], edgecolor="white"))
+    ax.add_patch(Rectangle((cx, cy + bm * u + 4), bn * u, bk * u, facecolor=COLORS["diagonal"], edgecolor="white"))
+    ax.text(cx + bn * u / 2, cy + bm * u / 2, f"C tile {bm} × {bn}\n{threads} threads,\neach {tm} × {tn} (red: one)",
+            ha="center", va="center", fontsize=7.5)
+    ax.text(cx - 4 - bk * u - 1, cy + bm * u / 2, f"A slab\n{bm} × {bk}", ha="right", va="center", fontsize=7.5)
+    ax.text(cx + bn * u + 1, cy + bm * u + 4 + bk * u / 2, f"B slab {bk} × {bn}", va="center", fontsize=7.5)
+    ax.set_xlim(0, 100), ax.set_ylim(0, cy + bm * u + 4 + bk * u + 4)
+    ax.set_title(f"Step 03's tiles: per slab of K, a block loads {bm}·{bk} + {bk}·{bn} floats and does {bm}·{bn}·{bk} "
+                 f"FMAs; a thread does {tm}·{tn} FMAs per {tm}+{tn} shared loads", fontsize=8)
+    return fig
+
+
+# ---- step 08: delta computed once -------------------------------------------------------------------------------
+def delta_flow():
+    fig = new_figure(8.4, 2.8)
+    ax = fig.add_axes([0.02, 0.02, 0.96, 0.9])
+    ax.axis("off"), ax.set_xlim(0, 100), ax.set_ylim(0, 30)
+    boxes = [(2, 12, "dO, O\n(device memory)", "#eeeeee"), (28, 12, "delta kernel:\nΔ_i = Σ_d dO_id·O_id", COLORS["diagonal"]),
+             (58, 20, "dK, dV kernel\n(key blocks)", COLORS["full"]), (58, 4, "dQ kernel\n(query blocks)", COLORS["full"])]
+    for x, y, text, face in boxes:
+        ax.add_patch(Rectangle((x, y), 22, 7, facecolor=face, edgecolor="white"))
+        ax.text(x + 11, y + 3.5, text, ha="center", va="center", fontsize=7, color="white" if face == COLORS["full"] else "black")
+    ax.annotate("", xy=(28, 15.5), xytext=(24, 15.5), arrowprops=dict(arrowstyle="->"))
+    ax.annotate("", xy=(58, 23.5), xytext=(50, 16.5), arrowprops=dict(arrowstyle="->"))
+    ax.annotate("", xy=(58, 7.5), xytext=(50, 14.5), arrowprops=dict(arrowstyle="->"))
+    ax.text(52, 27.5, "4 bytes per query row,\nread by both", fontsize=6.5)
+    ax.text(82, 15, "step 07: each kernel\nreads O and computes Δ\nitself; step 08: once", fontsize=6.5, va="center")
+    return fig
+
+
+# ---- steps 11 and 13: shared-memory bytes per mma, FLOP per byte of a warp tile -----------------------------------
+def bytes_per_mma():
+    d, bn = 128, 64  # step 11's d 128 candidates' key tile
+    budget = 128 * 1.6  # bytes of shared memory per SM clock × clocks per mma (step 11's banner)
+    fig = new_figure(7.0, 3.2)
+    ax = fig.add_axes([0.1, 0.16, 0.86, 0.7])
+    labels, vals = [], []
+    for mf in (1, 2):
+        for q_in_regs in (True, False):
+            mma = mf * d * bn / 64
+            x4 = 2 * (d / 16) * (bn / 16) + (0 if q_in_regs else mf * d / 16)
+            labels.append(f"MF {mf}\nQ {'in registers' if q_in_regs else 'from smem'}")
+            vals.append(512 * x4 / mma)
+    ax.bar(range(len(vals)), vals, color=[COLORS["full"] if v <= budget else COLORS["accent"] for v in vals])
+    for i, v in enumerate(vals):
+        ax.text(i, v + 4, f"{v:.0f}", ha="center", fontsize=7)
+    ax.axhline(budget, color="black", ls="--", lw=1)
+    ax.text(3.4, budget + 6, f"≈ {budget:.0f} B: 128 B/clock over 1.6 clocks per mma", ha="right", fontsize=7)
+    ax.set_xticks(range(len(vals)), labels, fontsize=7)
+    ax.set_ylabel("ldmatrix bytes per mma")
+    ax.set_title(f"Step 11: shared-memory bytes per mma.m16n8k16 at d {d}, {bn}-key tiles (above the line: "
+                 "bound by shared memory)", fontsize=8)
+    return fig
+
+
+def warp_tile_intensity():
+    src = read("steps/13_tuned_backward/kernel.cu")
+    per_clock = int(re.search(r"\((\d+) FLOP per clock of the mma.sync ceiling", src).group(1))
+    line = per_clock / 128
+    tiles = [(16, 64), (32, 32), (32, 64), (64, 64)]
+    fig = new_figure(7.0, 3.0)
+    ax = fig.add_axes([0.1, 0.16, 0.86, 0.7])
+    vals = [m * n / (m + n) for m, n in tiles]  # 2·m·n·k FLOPs over (m + n)·k·2 bytes of operand rows
+    ax.bar(range(len(tiles)), vals, color=[COLORS["accent"] if v < line else COLORS["full"] for v in vals])
+    for i, v in enumerate(vals):
+        ax.text(i, v + 0.5, f"{v:.1f}", ha="center", fontsize=7)
+    ax.axhline(line, color="black", ls="--", lw=1)
+    ax.text(-0.4, line + 0.6, f"{per_clock}/128 ≈ {line:.0f}: below it the tensor pipe outruns shared memory",
+            ha="left", fontsize=7)
+    ax.set_xticks(range(len(tiles)), [f"[{m}, {n}]" for m, n in tiles], fontsize=7)
+    ax.set_ylabel("FLOP per byte read")
+    ax.set_title("Step 13: FLOP per shared-memory byte of a warp's [m, n] product tile, m·n / (m + n)", fontsize=8)
+    return fig
+
+
 # ---- the climb ------------------------------------------------------------------------------------------------
 CLIMB_SHAPE = "B4 H16 S4096 D128"  # the FA2 shape at seq 4096, head_dim 128, not causal
 # The forward ladder (the backward steps run these steps' forwards); 04's rows carry " fwd" (it has a backward).
@@ -446,7 +586,9 @@ FIGURES = {"causal_tiles": causal_tiles, "mma_fragments": mma_fragments, "swizzl
            "split_combine": split_combine, "climb": climb, "ring_timeline": ring_timeline,
            "wgmma_accumulator": wgmma_accumulator, "mbarrier_phases": mbarrier_phases,
            "pingpong_timeline": pingpong_timeline, "backward_tiles": backward_tiles, "flash_sweep": flash_sweep,
-           "memory_hierarchy": memory_hierarchy, "lane_map": lane_map}
+           "memory_hierarchy": memory_hierarchy, "lane_map": lane_map, "softmax_passes": softmax_passes,
+           "merge_tree": merge_tree, "matmul_tiles": matmul_tiles, "delta_flow": delta_flow,
+           "bytes_per_mma": bytes_per_mma, "warp_tile_intensity": warp_tile_intensity}
 
 
 def svg(fig):
