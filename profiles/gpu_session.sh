@@ -11,7 +11,7 @@
 # bench.csv: NN_name/{metrics.csv,speed_of_light.txt,ncu_raw.csv} from capture.sh and bench.png from
 # bench.py; `results.py import` unpacks it there.
 #
-# STAGES picks the stages (default: all of "build ctest run_all bench candidates capture sass"), e.g. to split
+# STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits capture sass"), e.g. to split
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
 # capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
 # CTEST_ARGS (e.g. "-L gpu") tune the build and the tests; BENCH_ARGS (e.g. "--steps 07,08 --no-sdpa
@@ -26,7 +26,7 @@
 set -euo pipefail
 mkdir -p "${OUT:=$PWD/gpu_out}"
 OUT=$(cd "$OUT" && pwd)
-STAGES=" ${STAGES:-build ctest run_all bench candidates capture sass} "
+STAGES=" ${STAGES:-build ctest run_all bench gqa candidates splits capture sass} "
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/local/cuda/bin"  # nvcc, ncu, cuobjdump where the image has them only there
 work=$(mktemp -d)
@@ -77,6 +77,17 @@ bench() {  # every step's --sweep (--bwd) and the SDPA baselines; the plot goes 
 }
 # step 11's candidate instances, each pinned, side by side (profiles/candidates.py); into the tarball
 candidates() { python3 profiles/candidates.py --out "$work/profiles/step11_candidates.csv" >> "$OUT/run.log" 2>&1; }
+# step 16's split counts, each pinned, beside the heuristic's (profiles/decode_splits.py); into the tarball
+splits() { python3 profiles/decode_splits.py --out "$work/profiles/decode_splits.csv" >> "$OUT/run.log" 2>&1; }
+# grouped-query attention: the GQA sweeps of the forward steps and SDPA's (enable_gqa) in one run, merged
+# into $OUT/bench.csv (after the bench stage) or into a copy of the committed bench.csv
+gqa() {
+  local gpu base
+  gpu=$(python3 profiles/fa_profiles.py slug "$(head -1 "$OUT/env.txt" | cut -d, -f1)")
+  base=$OUT/bench.csv && [[ -s $base ]] || base=profiles/$gpu/bench.csv
+  python3 profiles/bench.py --steps 11,14,15 --gqa-only --merge "$base" --out "$OUT/bench.csv.gqa" --no-plot \
+    --no-render >> "$OUT/run.log" 2>&1 && mv "$OUT/bench.csv.gqa" "$OUT/bench.csv"
+}
 # shellcheck disable=SC2086
 capture() { bash profiles/capture.sh --no-build --out "$work/profiles" ${CAPTURE_STEPS:-all} >> "$OUT/run.log" 2>&1; }
 sass() {
@@ -91,7 +102,9 @@ if [[ " ${failed[*]-} " == *" build "* ]]; then exit 1; fi
 stage ctest tests
 stage run_all run_all
 stage bench bench
+stage gqa gqa
 stage candidates candidates
+stage splits splits
 stage capture capture
 stage sass sass
 if [[ -d $work/profiles ]] && [[ -n $(ls -A "$work/profiles") ]]; then

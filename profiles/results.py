@@ -195,6 +195,7 @@ SASS_SCALAR = ["instructions", "ldg128", "ldg32", "stg128", "stg32", "mufu_ex2",
 SASS_TC = ["instructions", "hmma", "ldsm", "ldgsts", "ldg128", "stg128", "stg32", "mufu_ex2", "fmul", "shfl", "bar"]
 SASS_OVERRIDE = None  # tests: read this sass_summary.csv instead of profiles/<gpu>/sass_summary.csv
 CANDIDATES_OVERRIDE = None  # tests: read step 11's candidate rows from here instead
+SPLITS_OVERRIDE = None  # tests: read step 16's split-count rows from here instead
 
 
 def sass_rows(keep):
@@ -554,7 +555,8 @@ BLOCKS = {
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
                                            "results:gqa": lambda: gqa_table()},
-    "docs/16_split_kv_decode.md": {"results:decode": lambda: decode_table()},
+    "docs/16_split_kv_decode.md": {"results:decode": lambda: decode_table(),
+                                   "results:decode_splits": lambda: decode_splits_table()},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
@@ -1248,6 +1250,30 @@ def step11_candidates_table():
         source_line(["step11_candidates.csv"])
 
 
+def decode_splits_table():
+    """Step 16's split counts, each pinned, per decode shape: GB/s, the fastest in bold, and the heuristic's
+    (unpinned) time over the fastest's (profiles/decode_splits.py)."""
+    path = SPLITS_OVERRIDE or os.path.join(gpu_dir(), "decode_splits.csv")
+    if not os.path.exists(path):
+        return "Not measured yet (`profiles/decode_splits.py`, stage `splits` of `profiles/gpu_session.sh`)."
+    rows = read_csv(path)
+    counts = [c for c in dict.fromkeys(r["splits"] for r in rows) if c != "default"]
+    body = []
+    for problem in dict.fromkeys(r["problem"] for r in rows):
+        rate = {r["splits"]: fp_float(r["rate"]) for r in rows if r["problem"] == problem}
+        time = {r["splits"]: fp_float(r["time_ms"]) for r in rows if r["problem"] == problem}
+        best = max((c for c in counts if rate.get(c)), key=rate.get, default=None)
+        cells = [("**{:.0f}**" if c == best else "{:.0f}").format(rate[c]) if rate.get(c) else "-" for c in counts]
+        heuristic = f"{time['default'] / time[best]:.2f}×" if best and time.get("default") else "-"
+        body.append([problem, f"{rate['default']:.0f}" if rate.get("default") else "-"] + cells + [heuristic])
+    return md_table(["shape", "heuristic GB/s"] + [f"{c} split{'s' if c != '1' else ''}" for c in counts] +
+                    ["heuristic time / fastest's"], body) + \
+        "\n\nGB/s of K/V bytes read; each count pinned with `FA_STEP16_SPLITS` and timed by `16_split_kv_decode " \
+        "--bench` (median of 20, L2 flushed); fp16, one query row per head, every sequence as long as the cache; " \
+        "the fastest count of a shape in bold. 1.00× in the last column: the heuristic picked the fastest.\n\n" + \
+        source_line(["decode_splits.csv"])
+
+
 # ---- ptxas's resource report (profiles/ptxas.py) ------------------------------------------------
 _PTXAS = re.compile(r"<!-- ptxas:(\d\d(?:,\d\d)*):begin -->")
 
@@ -1340,7 +1366,7 @@ def render(check):
 
 # ---- import -------------------------------------------------------------------------------------
 _CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv|source_stalls\.csv)|bench\.png|"
-                           r"step11_candidates\.csv)$")
+                           r"step11_candidates\.csv|decode_splits\.csv)$")
 
 
 def import_session(src):

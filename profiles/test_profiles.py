@@ -622,6 +622,31 @@ class SassSummary(unittest.TestCase):
         self.assertIn("No SASS of steps 09-11", self.results.sass_tc_block())
 
 
+class DecodeSplits(unittest.TestCase):
+    """results.py's table of step 16's pinned split counts (synthetic rows in a scratch CSV)."""
+
+    def test_table(self):
+        import results
+        tmp = tempfile.mkdtemp(prefix="splits_")
+        try:
+            path = os.path.join(tmp, "decode_splits.csv")
+            results.SPLITS_OVERRIDE = path
+            self.assertIn("Not measured yet", results.decode_splits_table())
+            shape = "B1 H32 KV8 Sq1 Sk16384 D128 cache f16"
+            rows = [dict(bench_row("16_split_kv_decode", shape, ms), splits=n, rate=str(rate), unit="GB/s")
+                    for n, ms, rate in (("default", 0.05, 1400), ("1", 0.4, 170), ("2", 0.2, 340), ("8", 0.04, 1700))]
+            with open(path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=["splits"] + fp.BENCH_COLUMNS, lineterminator="\n")
+                w.writeheader()
+                w.writerows(rows)
+            table = results.decode_splits_table()
+            # the heuristic's 0.05 ms against the fastest count's (8 splits, 0.04 ms): 1.25×
+            self.assertIn(f"| {shape} | 1400 | 170 | 340 | **1700** | 1.25× |", table)
+        finally:
+            results.SPLITS_OVERRIDE = None
+            shutil.rmtree(tmp)
+
+
 class Step11Candidates(unittest.TestCase):
     """profiles/candidates.py's name discovery (a mock executable) and results.py's table (synthetic rows)."""
 

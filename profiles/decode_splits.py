@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""profiles/decode_splits.py: step 16's split count against the alternatives. Each decode shape below
+is timed by the step executable itself (its --bench: CUDA events, warm-up, median of 20, L2 flushed)
+with the heuristic's count (FA_STEP16_SPLITS unset, row "default") and with every count of SPLITS
+pinned (FA_STEP16_SPLITS=n).
+
+  python3 profiles/decode_splits.py [--build build] [--out profiles/<gpu>/decode_splits.csv]
+
+Rows: the executable's CSV row plus a `splits` column ("default" or n). results.py renders them in
+docs/16 (block results:decode_splits): per shape, GB/s of each count, the fastest in bold, and the
+heuristic's time against the fastest's.
+"""
+import argparse
+import csv
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa_profiles as fp  # noqa: E402
+from bench import run_csv  # noqa: E402
+
+SPLITS = (1, 2, 4, 8, 16, 32, 64)
+# (batch, K/V heads, keys): few blocks and long caches, where splitting must pay; a full grid, where it must not.
+SHAPES = ((1, 1, 131072), (1, 8, 16384), (1, 32, 65536), (8, 8, 16384), (8, 32, 4096), (64, 8, 4096))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(fp.ROOT, "build"))
+    ap.add_argument("--out", default=os.path.join(fp.gpu_dir(), "decode_splits.csv"))
+    args = ap.parse_args(argv)
+    exe = os.path.join(args.build, "bin", "16_split_kv_decode")
+    rows = []
+    for batch, kv_heads, keys in SHAPES:
+        cmd = [exe, "--bench", "--csv", "--dtype", "f16", "--batch", str(batch), "--heads", "32", "--kv-heads",
+               str(kv_heads), "--seq-q", "1", "--seq-k", str(keys), "--head-dim", "128", "--cache-lens", str(keys)]
+        for n in (None,) + SPLITS:
+            if n is None:
+                os.environ.pop("FA_STEP16_SPLITS", None)
+            else:
+                os.environ["FA_STEP16_SPLITS"] = str(n)
+            got, rc = run_csv(cmd)
+            if rc:
+                raise SystemExit(f"FA_STEP16_SPLITS={n} failed on {' '.join(cmd)}")
+            rows += [dict(r, splits="default" if n is None else str(n)) for r in got]
+    os.environ.pop("FA_STEP16_SPLITS", None)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["splits"] + [k for k in rows[0] if k != "splits"])
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {args.out}: {len(rows)} rows")
+
+
+if __name__ == "__main__":
+    main()
