@@ -401,6 +401,54 @@ def lane_map():
     return fig
 
 
+def lane_map_backward():
+    src = read("steps/07_flash_backward/kernel.cu")
+    threads = int(re.search(r"THREADS = D == 64 \? (\d+)", src).group(1))
+    s_rows = int(re.search(r"S_ROWS = D == 64 \? (\d+)", src).group(1))
+    s_cols = int(re.search(r"S_COLS = (\d+);", src).group(1))
+    bm = int(re.search(r"BLOCK_M = (\d+);", src).group(1))
+    bn = int(re.search(r"BLOCK_N = (\d+);", src).group(1))
+    rgs, cgs, warp_size = bm // s_rows, bn // s_cols, 32
+    wpc = rgs // 8
+
+    def layout(t):  # step 07's lane_layout: (row group, column group) of thread t
+        warp, lane = t // warp_size, t % warp_size
+        rg = (warp % wpc) * 8 + ((lane >> 1) & 7)
+        cg = (warp // wpc) * 4 + ((lane & 1) | ((lane >> 4) << 1))
+        return rg, cg
+
+    owner = {}
+    for t in range(threads):
+        rg, cg = layout(t)
+        for r in range(s_rows):
+            for c in range(s_cols):
+                owner[(rg + rgs * r, cg + cgs * c)] = t
+    warp_colors = ["#dbe9f6", "#fde2c3", "#d8f0d2", "#f6d5da"]
+    fig = new_figure(9.0, 4.4)
+    ax = fig.add_axes([0.05, 0.08, 0.42, 0.8])
+    for (r, c), t in owner.items():
+        ax.add_patch(Rectangle((c, bm - 1 - r), 1, 1, facecolor=warp_colors[t // warp_size], lw=0))
+    ax.set_xlim(0, bn), ax.set_ylim(0, bm), ax.set_aspect("equal")
+    ax.set_xticks(range(0, bn + 1, 16)), ax.set_yticks(range(0, bm + 1, 16), [str(bm - y) for y in range(0, bm + 1, 16)])
+    ax.tick_params(labelsize=7)
+    ax.set_xlabel("key"), ax.set_ylabel("query")
+    ax.set_title(f"the [{bm}, {bn}] S tile by warp", fontsize=8)
+    zr, zc = 16, 20
+    az = fig.add_axes([0.52, 0.08, 0.46, 0.8])
+    for r in range(zr):
+        for c in range(zc):
+            t = owner[(r, c)]
+            az.add_patch(Rectangle((c, zr - 1 - r), 1, 1, facecolor=warp_colors[t // warp_size], edgecolor="white", lw=0.5))
+            az.text(c + 0.5, zr - 1 - r + 0.5, f"{t % warp_size}", ha="center", va="center", fontsize=5)
+    az.set_xlim(0, zc), az.set_ylim(0, zr), az.set_aspect("equal")
+    az.set_xticks([c + 0.5 for c in range(0, zc, 4)], [str(c) for c in range(0, zc, 4)], fontsize=6)
+    az.set_yticks([zr - 1 - r + 0.5 for r in range(0, zr, 4)], [str(r) for r in range(0, zr, 4)], fontsize=6)
+    az.set_title(f"rows 0-{zr - 1}, keys 0-{zc - 1}: the lane (colour: its warp)", fontsize=8)
+    fig.suptitle(f"Step 07, head_dim 64: a thread owns rows rg + {rgs}·r and keys cg + {cgs}·c ({s_rows} × {s_cols}); "
+                 "lanes n and n^1 share rows, n and n^2 share keys", fontsize=8.5, y=0.99)
+    return fig
+
+
 # ---- steps 01 and 02: passes over a row, and the merge tree ------------------------------------------------------
 def softmax_passes():
     fig = new_figure(8.4, 2.9)
@@ -586,7 +634,7 @@ FIGURES = {"causal_tiles": causal_tiles, "mma_fragments": mma_fragments, "swizzl
            "split_combine": split_combine, "climb": climb, "ring_timeline": ring_timeline,
            "wgmma_accumulator": wgmma_accumulator, "mbarrier_phases": mbarrier_phases,
            "pingpong_timeline": pingpong_timeline, "backward_tiles": backward_tiles, "flash_sweep": flash_sweep,
-           "memory_hierarchy": memory_hierarchy, "lane_map": lane_map, "softmax_passes": softmax_passes,
+           "memory_hierarchy": memory_hierarchy, "lane_map": lane_map, "lane_map_backward": lane_map_backward, "softmax_passes": softmax_passes,
            "merge_tree": merge_tree, "matmul_tiles": matmul_tiles, "delta_flow": delta_flow,
            "bytes_per_mma": bytes_per_mma, "warp_tile_intensity": warp_tile_intensity}
 
