@@ -2,6 +2,8 @@
 #include "attention_inputs.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -24,6 +26,21 @@ std::size_t workspace_bytes(const StepInfo& s, const AttnParams& a, bool backwar
   std::size_t w = s.fwd_workspace_bytes ? s.fwd_workspace_bytes(a) : 0;
   if (backward && s.bwd_workspace_bytes) w = std::max(w, s.bwd_workspace_bytes(a));
   return w;
+}
+
+std::vector<int> parse_seq_lens(const std::string& text) {
+  std::vector<int> lens;
+  for (std::size_t at = 0; at <= text.size();) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    char* stop = nullptr;
+    const long long v = item.empty() ? 0 : std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || v < INT_MIN || v > INT_MAX)
+      throw UsageError(text + ": '" + item + "' is not an integer (lengths are comma-separated)");
+    lens.push_back(int(v));
+    at = end + 1;
+  }
+  return lens;
 }
 
 void check_seq_lens(const AttnParams& a, const std::vector<int>& seq_lens) {

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "buffer.h"
@@ -60,6 +61,9 @@ Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std:
 // A KV cache's lengths: one per sequence, each in [0, seq_k], and causal needs seq_q <= each
 // (the first query would sit before the sequence's start). Throws UsageError saying which.
 void check_seq_lens(const AttnParams& a, const std::vector<int>& seq_lens);
+// "5,0,300" -> {5, 0, 300}: a comma-separated list of lengths (--cache-lens, the golden manifest);
+// UsageError naming the item that is not an integer.
+std::vector<int> parse_seq_lens(const std::string& text);
 // Keys sequence b's queries may read: its length (KV cache) or seq_k.
 inline int keys_of(const AttnParams& a, const Inputs& in, std::size_t b) {
   return a.kv_cache ? in.seq_lens.at(b) : a.seq_k;

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <memory>
 #include <tuple>
 
@@ -216,17 +215,10 @@ void read_input(const ArgParser& parser, Problem& p, RunOptions& o) {
 // --seq, or --input's K) if given, else the longest length.
 void read_cache_lens(const ArgParser& parser, Problem& p, RunOptions& o) {
   std::vector<int> lens;
-  std::size_t at = 0;
-  const std::string& s = flags.cache_lens;
-  while (at <= s.size()) {
-    const std::size_t end = std::min(s.find(',', at), s.size());
-    const std::string item = s.substr(at, end - at);
-    char* stop = nullptr;
-    const long long v = item.empty() ? 0 : std::strtoll(item.c_str(), &stop, 10);
-    if (item.empty() || *stop != '\0' || v < INT_MIN || v > INT_MAX)
-      throw UsageError("--cache-lens " + s + ": '" + item + "' is not an integer (lengths are comma-separated)");
-    lens.push_back(int(v));
-    at = end + 1;
+  try {
+    lens = parse_seq_lens(flags.cache_lens);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--cache-lens ") + e.what());
   }
   if (lens.size() == 1) lens.assign(std::size_t(p.attn.batch), lens[0]);
   p.attn.kv_cache = true;

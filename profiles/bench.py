@@ -99,6 +99,33 @@ def run_csv(cmd):
     return rows, p.returncode
 
 
+def run_pinned(cmd, env_var, value):
+    """run_csv(cmd) with env_var set to `value` for this run only (None: unset), e.g. a step's pinned candidate
+    or split count. A run that fails is fatal: the table it feeds would compare against nothing."""
+    old = os.environ.pop(env_var, None)
+    if value is not None:
+        os.environ[env_var] = str(value)
+    try:
+        rows, rc = run_csv(cmd)
+    finally:
+        os.environ.pop(env_var, None)
+        if old is not None:
+            os.environ[env_var] = old
+    if rc:
+        raise SystemExit(f"{env_var}={value} failed on {' '.join(cmd)}")
+    return rows
+
+
+def write_tagged_csv(path, tag, rows):
+    """The executables' rows, each with its `tag` column first (the pinned value it ran with)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[tag] + [k for k in rows[0] if k != tag])
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {path}: {len(rows)} rows")
+
+
 def device_info(exe):
     """The device name and the dense fp16 tensor peak (TFLOP/s) as the step executables print them."""
     p = subprocess.run([exe, "--device-info"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -258,15 +285,26 @@ def under_backend(sdpa_kernel, backend, step, what, refused, fn):
         return None
 
 
+def flush_buffer(torch):
+    """A buffer twice the L2's size: median_ms writes it before each repetition (conventions, 'Measurement')."""
+    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (128 << 20))
+    return torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+
+
+def sdpa_row(torch, step, what, problem, ms, rate, unit, peak, peak_value, device):
+    """One baseline row in the steps' CSV columns (no previous step, no baseline of its own)."""
+    return dict(step=step, idea=f"PyTorch {torch.__version__} SDPA, {what}", problem=problem, time_ms=f"{ms:.6g}",
+                rate=f"{rate:.6g}", unit=unit, pct_peak=f"{100 * rate / peak_value:.4g}" if peak_value > 0 else "-1",
+                peak=peak, peak_value=f"{peak_value:.6g}", prev_step="", prev_time_ms="-1", speedup_vs_prev="-1",
+                err_vs_prev="-1", check="", baseline="", baseline_time_ms="-1", vs_baseline="-1", device=device)
+
+
 def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
     """modes: 'all' (fwd, bwd, fwd+bwd rows), 'fwd', or 'bwd' (the bwd and fwd+bwd rows only). kv_heads:
     K and V with that many heads (grouped-query attention, problems 'B.. H.. KV..'); 0: as many as Q."""
     bwd = modes != "fwd"
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    props = torch.cuda.get_device_properties(0)
-    l2 = int(getattr(props, "L2_cache_size", 0) or (128 << 20))
-    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-    device = torch.cuda.get_device_name(0)
+    flush, device = flush_buffer(torch), torch.cuda.get_device_name(0)
     backends = [("sdpa_flash", SDPBackend.FLASH_ATTENTION, "FlashAttention-2 backend"),
                 ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION, "cuDNN backend")]
     rows, refused = [], set()
@@ -291,12 +329,8 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
                            "fwd": (("", tf, 1.0),), "bwd": ((" bwd", tb, 2.5), (" fwd+bwd", both, 3.5))}
                 for mode, ms, factor in rows_of[modes]:
                     rate = factor * flop / (ms * 1e-3) * 1e-12
-                    rows.append(dict(step=step, idea=f"PyTorch {torch.__version__} SDPA, {what}",
-                                     problem=f"{shape} {dname}{mode}", time_ms=f"{ms:.6g}", rate=f"{rate:.6g}",
-                                     unit="TFLOP/s", pct_peak=f"{100 * rate / tensor_peak:.4g}" if tensor_peak > 0 else "-1",
-                                     peak="tensor", peak_value=f"{tensor_peak:.6g}", prev_step="", prev_time_ms="-1",
-                                     speedup_vs_prev="-1", err_vs_prev="-1", check="", baseline="",
-                                     baseline_time_ms="-1", vs_baseline="-1", device=device))
+                    rows.append(sdpa_row(torch, step, what, f"{shape} {dname}{mode}", ms, rate, "TFLOP/s", "tensor",
+                                         tensor_peak, device))
             say(f"   sdpa {shape} {dname}: done")
     return rows
 
@@ -324,10 +358,7 @@ def sdpa_decode_rows(torch, reps, warmup):
     GB/s of K/V bytes read, against the copy bandwidth measured in the same run."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    props = torch.cuda.get_device_properties(0)
-    l2 = int(getattr(props, "L2_cache_size", 0) or (128 << 20))
-    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-    device = torch.cuda.get_device_name(0)
+    flush, device = flush_buffer(torch), torch.cuda.get_device_name(0)
     copy = copy_gbs(torch, flush, reps, warmup)
     say(f"   copy bandwidth: {copy:.0f} GB/s")
     backends = [("sdpa_flash", SDPBackend.FLASH_ATTENTION, "FlashAttention-2 backend"),
@@ -351,11 +382,7 @@ def sdpa_decode_rows(torch, reps, warmup):
             if ms is None:
                 continue
             rate = kv_bytes / (ms * 1e-3) * 1e-9
-            rows.append(dict(step=step, idea=f"PyTorch {torch.__version__} SDPA, {what}", problem=shape,
-                             time_ms=f"{ms:.6g}", rate=f"{rate:.6g}", unit="GB/s", pct_peak=f"{100 * rate / copy:.4g}",
-                             peak="copy", peak_value=f"{copy:.6g}", prev_step="", prev_time_ms="-1",
-                             speedup_vs_prev="-1", err_vs_prev="-1", check="", baseline="", baseline_time_ms="-1",
-                             vs_baseline="-1", device=device))
+            rows.append(sdpa_row(torch, step, what, shape, ms, rate, "GB/s", "copy", copy, device))
         del q, k, v
         say(f"   sdpa {shape}: done")
     return rows

@@ -11,7 +11,6 @@ list of candidates, which this script reads. Rows: the executable's CSV row plus
 column. results.py renders them in docs/11 (block results:step11_candidates).
 """
 import argparse
-import csv
 import os
 import re
 import subprocess
@@ -19,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_profiles as fp  # noqa: E402
-from bench import run_csv  # noqa: E402
+from bench import run_pinned, write_tagged_csv  # noqa: E402
 
 SEQS = (1024, 4096, 16384)
 DIMS = (64, 128)
@@ -48,18 +47,8 @@ def main(argv=None):
                 for seq in SEQS:
                     cmd = [exe, "--bench", "--csv", "--dtype", "f16", "--head-dim", str(d), "--seq", str(seq),
                            "--batch", str(16384 // seq), "--heads", str(2048 // d)] + (["--causal"] if causal else [])
-                    os.environ["FA_STEP11_CONFIG"] = name
-                    got, rc = run_csv(cmd)
-                    if rc:
-                        raise SystemExit(f"candidate {name} failed on {' '.join(cmd)}")
-                    rows += [dict(r, candidate=name) for r in got]
-    os.environ.pop("FA_STEP11_CONFIG", None)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["candidate"] + [k for k in rows[0] if k != "candidate"])
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {args.out}: {len(rows)} rows")
+                    rows += [dict(r, candidate=name) for r in run_pinned(cmd, "FA_STEP11_CONFIG", name)]
+    write_tagged_csv(args.out, "candidate", rows)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,12 @@ docs/16 (block results:decode_splits): per shape, GB/s of each count, the fastes
 heuristic's time against the fastest's.
 """
 import argparse
-import csv
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_profiles as fp  # noqa: E402
-from bench import run_csv  # noqa: E402
+from bench import run_pinned, write_tagged_csv  # noqa: E402
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 # (batch, K/V heads, keys): few blocks and long caches, where splitting must pay; a full grid, where it must not.
@@ -34,22 +33,10 @@ def main(argv=None):
     for batch, kv_heads, keys in SHAPES:
         cmd = [exe, "--bench", "--csv", "--dtype", "f16", "--batch", str(batch), "--heads", "32", "--kv-heads",
                str(kv_heads), "--seq-q", "1", "--seq-k", str(keys), "--head-dim", "128", "--cache-lens", str(keys)]
-        for n in (None,) + SPLITS:
-            if n is None:
-                os.environ.pop("FA_STEP16_SPLITS", None)
-            else:
-                os.environ["FA_STEP16_SPLITS"] = str(n)
-            got, rc = run_csv(cmd)
-            if rc:
-                raise SystemExit(f"FA_STEP16_SPLITS={n} failed on {' '.join(cmd)}")
-            rows += [dict(r, splits="default" if n is None else str(n)) for r in got]
-    os.environ.pop("FA_STEP16_SPLITS", None)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["splits"] + [k for k in rows[0] if k != "splits"])
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {args.out}: {len(rows)} rows")
+        for n in (None,) + SPLITS:  # None: the heuristic's own count
+            rows += [dict(r, splits="default" if n is None else str(n))
+                     for r in run_pinned(cmd, "FA_STEP16_SPLITS", n)]
+    write_tagged_csv(args.out, "splits", rows)
 
 
 if __name__ == "__main__":

@@ -194,22 +194,22 @@ def shape_label(flags):
     return flags.replace("--", "").strip()
 
 
-_ATTN = re.compile(r"^B(\d+) H(\d+)(?: KV(\d+))? (?:S(\d+)|Sq(\d+) Sk(\d+)) D(\d+)( causal)? (f32|f16|bf16)"
+_ATTN = re.compile(r"^B(\d+) H(\d+)(?: KV(\d+))? (?:S(\d+)|Sq(\d+) Sk(\d+)) D(\d+)( cache)?( causal)? (f32|f16|bf16)"
                    r"(?: (fwd|bwd|fwd\+bwd))?$")
 
 
-def split_problem(problem, gqa=False):
-    """An attention problem of bench.csv -> dict(shape, batch, heads, kv_heads, seq, d, causal, dtype, mode), or
-    None. 'B8 H32 S2048 D64 causal f16 bwd' -> shape 'B8 H32 S2048 D64 causal', mode 'bwd'; no mode = fwd.
-    A grouped-query problem ('B8 H32 KV8 S2048 ...') only with `gqa` (else None: the MHA tables skip it);
-    kv_heads is the heads for MHA."""
+def split_problem(problem, gqa=False, cache=False):
+    """An attention problem of bench.csv -> dict(shape, batch, heads, kv_heads, seq, seq_k, d, cache, causal, dtype,
+    mode), or None. 'B8 H32 S2048 D64 causal f16 bwd' -> shape 'B8 H32 S2048 D64 causal', mode 'bwd'; no mode =
+    fwd. A grouped-query problem ('B8 H32 KV8 S2048 ...') only with `gqa`, a KV cache ('... D128 cache f16', step
+    16) only with `cache` (else None: the tables of the other steps skip them); kv_heads is the heads for MHA."""
     m = _ATTN.match(problem.strip())
-    if not m or (m.group(3) and not gqa):
+    if not m or (m.group(3) and not gqa) or (m.group(8) and not cache):
         return None
-    b, h, kv, s, sq, sk, d, causal, dtype, mode = m.groups()
+    b, h, kv, s, sq, sk, d, kv_cache, causal, dtype, mode = m.groups()
     shape = problem.strip().rsplit(" " + dtype, 1)[0]
     return dict(shape=shape, batch=int(b), heads=int(h), kv_heads=int(kv or h), seq=int(s or sq), seq_k=int(s or sk),
-                d=int(d), causal=bool(causal), dtype=dtype, mode=mode or "fwd")
+                d=int(d), cache=bool(kv_cache), causal=bool(causal), dtype=dtype, mode=mode or "fwd")
 
 
 # ---- numbers and units ---------------------------------------------------------------------------

@@ -706,20 +706,26 @@ def tc_cells():
     return [(dt, d, c, s) for dt in TC_DTYPES for d in TC_DIMS for c in (False, True) for s in TC_SEQS]
 
 
-def tc_times():
+def tc_times(gqa=False, kv=None):
     """bench.csv -> {step: {cell: time_ms}} for the forward rows of fp16/bf16 on the FA2 shapes
     (batch·seq = 16384, heads·d = 2048), the tensor-core steps and both SDPA backends; and under
-    "<step> prev" each step's previous step, timed interleaved with it (prev_time_ms)."""
+    "<step> prev" each step's previous step, timed interleaved with it (prev_time_ms). With `gqa`: the
+    grouped-query rows (fewer K/V heads than query heads) instead, and the K/V heads of each d into `kv`."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     steps = TC_FWD + (HOPPER_FWD, HOPPER_WS)
     out = {st: {} for st in steps + tuple(st + " prev" for st in steps) + ("sdpa_flash", "sdpa_cudnn")}
     for r in (read_csv(path) if os.path.exists(path) else []):
-        p = split_problem(r["problem"])
+        p = split_problem(r["problem"], gqa=gqa)
         t = fp_float(r["time_ms"])
         if r["step"] not in out or not p or p["mode"] != "fwd" or p["dtype"] not in TC_DTYPES or not t or t <= 0:
             continue
         if p["seq"] != p["seq_k"] or p["batch"] * p["seq"] != 16384 or p["heads"] * p["d"] != 2048:
             continue
+        if gqa:
+            if p["kv_heads"] == p["heads"]:
+                continue
+            if kv is not None:
+                kv[p["d"]] = p["kv_heads"]
         cell = (p["dtype"], p["d"], p["causal"], p["seq"])
         out[r["step"]].setdefault(cell, t)
         prev = fp_float(r["prev_time_ms"])
@@ -971,28 +977,12 @@ GQA_STEPS = ("11_tuned_forward", HOPPER_FWD, HOPPER_WS)  # the forward steps tha
 GQA_TARGET_CUDNN_MEDIAN = 1.0
 
 
-def gqa_times():
-    """bench.csv -> {step: {cell: time_ms}} for the grouped-query forward rows (fewer K/V heads than query
-    heads) on the FA2 shapes: the GQA steps and both SDPA backends; and the K/V heads of each d."""
-    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
-    out, kv = {st: {} for st in GQA_STEPS + ("sdpa_flash", "sdpa_cudnn")}, {}
-    for r in (read_csv(path) if os.path.exists(path) else []):
-        p, t = split_problem(r["problem"], gqa=True), fp_float(r["time_ms"])
-        if r["step"] not in out or not p or p["mode"] != "fwd" or p["dtype"] not in TC_DTYPES or not t or t <= 0:
-            continue
-        if p["kv_heads"] == p["heads"] or p["seq"] != p["seq_k"] or p["batch"] * p["seq"] != 16384 or \
-                p["heads"] * p["d"] != 2048:
-            continue
-        kv[p["d"]] = p["kv_heads"]
-        out[r["step"]].setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), t)
-    return out, kv
-
-
 def gqa_table():
     """Grouped-query attention on the FA2 forward shapes: per cell the TFLOP/s of steps 11, 14 and 15 and
     SDPA's two backends, step 15's ratio to each backend, and the target: >= 1.0x SDPA-cuDNN's GQA at the
     median (seq >= TARGET_MIN_SEQ)."""
-    times, kv = gqa_times()
+    kv = {}
+    times = tc_times(gqa=True, kv=kv)
     mine, flash, cudnn = times[HOPPER_WS], times["sdpa_flash"], times["sdpa_cudnn"]
     if not mine:
         return "Not measured yet (no grouped-query rows of step 15 in `bench.csv`).\n\n" + tc_source()
@@ -1028,7 +1018,6 @@ def gqa_table():
 DECODE = "16_split_kv_decode"
 DECODE_BASELINES = (("sdpa_flash", "SDPA-FA2"), ("sdpa_cudnn", "SDPA-cuDNN"), ("sdpa_efficient", "SDPA-efficient"))
 DECODE_L2_BYTES, DECODE_TARGET_COPY, DECODE_TARGET_SDPA = 50e6, 0.80, 1.0
-_DECODE = re.compile(r"^B(\d+) H(\d+)(?: KV(\d+))? Sq(\d+) Sk(\d+) D(\d+) cache (f16|bf16)$")
 
 
 def decode_table():
@@ -1039,14 +1028,12 @@ def decode_table():
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     got = {}
     for r in (read_csv(path) if os.path.exists(path) else []):
-        m = _DECODE.match(r["problem"].strip())
-        t = fp_float(r["time_ms"])
-        if not m or not t or t <= 0 or r["step"] not in (DECODE,) + tuple(s for s, _ in DECODE_BASELINES):
+        p, t = split_problem(r["problem"], gqa=True, cache=True), fp_float(r["time_ms"])
+        if not p or not p["cache"] or not t or t <= 0 or r["step"] not in (DECODE,) + tuple(s for s, _ in DECODE_BASELINES):
             continue
-        b, h, kv, sq, sk, d, dt = m.groups()
-        key = (int(b), int(kv or h), int(sk))
+        key = (p["batch"], p["kv_heads"], p["seq_k"])
         got.setdefault(key, {})[r["step"]] = (t, fp_float(r["rate"]), fp_float(r["pct_peak"]),
-                                              2.0 * int(b) * int(kv or h) * int(sk) * int(d) * 2)
+                                              2.0 * p["batch"] * p["kv_heads"] * p["seq_k"] * p["d"] * 2)
     shapes = sorted(k for k in got if DECODE in got[k])
     if not shapes:
         return "Not measured yet (no step 16 rows in `bench.csv`).\n\n" + tc_source()

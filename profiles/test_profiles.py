@@ -144,6 +144,10 @@ class RawCsv(unittest.TestCase):
         self.assertEqual((g["heads"], g["kv_heads"], g["seq"], g["causal"], g["shape"]),
                          (32, 8, 2048, True, "B8 H32 KV8 S2048 D64 causal"))
         self.assertEqual(fp.split_problem("B8 H32 S2048 D64 f16", gqa=True)["kv_heads"], 32)
+        # a KV cache (step 16): likewise only when asked for
+        self.assertIsNone(fp.split_problem("B8 H32 KV8 Sq1 Sk4096 D128 cache f16", gqa=True))
+        c = fp.split_problem("B8 H32 KV8 Sq1 Sk4096 D128 cache causal f16", gqa=True, cache=True)
+        self.assertEqual((c["kv_heads"], c["seq"], c["seq_k"], c["cache"], c["causal"]), (8, 1, 4096, True, True))
         self.assertEqual(fp.fmt_delta(100.0, 67.0, "size"), ("-33.0", "-33%"))
         self.assertEqual(fp.fmt_delta(32.0, 32.0, "int"), ("0", "0%"))
 
@@ -429,6 +433,26 @@ class TensorCoreTables(unittest.TestCase):
                         if step.startswith("sdpa"):  # a baseline's backward rows must not count
                             rows.append(bench_row(step, f"{shape} {dt} bwd", 0.001))
         return rows
+
+    def test_gqa_table_reads_only_grouped_rows(self):
+        gqa = [dict(r, problem=r["problem"].replace(" S", " KV8 S", 1)) for r in
+               self.sweep("15_hopper_warp_specialized", 1.0) + self.sweep("sdpa_cudnn", 1.25)]
+        self.write(self.sweep("15_hopper_warp_specialized", 9.0) + gqa)  # the MHA rows must not count
+        table = self.results.gqa_table()
+        self.assertIn("| median × SDPA-cuDNN (GQA), seq ≥ 1024 | ≥ 1.00× | 1.25× over 40 cells | **met** |", table)
+        self.assertIn("d 64: 32 query heads, 8 K/V heads", table)
+        self.assertNotIn("| 9", table)
+
+    def test_decode_table(self):
+        shape = "B1 H32 KV8 Sq1 Sk131072 D128 cache f16"  # 537 MB of K/V: above the L2
+        self.write([dict(bench_row("16_split_kv_decode", shape, 0.2), rate="2700", pct_peak="90", unit="GB/s"),
+                    dict(bench_row("sdpa_flash", shape, 0.25), unit="GB/s"),
+                    dict(bench_row("sdpa_cudnn", shape, 0.19), unit="GB/s"),
+                    bench_row("16_split_kv_decode", "B1 H32 S2048 D128 f16", 0.1)])  # not a decode row
+        table = self.results.decode_table()
+        self.assertIn("| 1 | 8 | 131072 | 537 | 200.0 | 2700 | 90% | 1.25× | 0.95× | - |", table)
+        self.assertIn("lowest 0.95×; 1 of 1 below", table)
+        self.assertIn("| % of the copy bandwidth, K/V bytes > 50 MB | ≥ 80% | lowest 90%; 0 of 1 below | **met** |", table)
 
     def test_not_measured(self):
         self.write(self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.5))

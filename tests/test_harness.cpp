@@ -454,14 +454,7 @@ TEST(AttentionReference, GroupedQueryAndKvCacheMatchGoldenData) {
         return std::vector<float>(x.data.begin(), x.data.end());
       };
       fa::attention::Inputs in{floats("q"), floats("k"), floats("v"), cache ? std::vector<float>{} : floats("dout")};
-      if (cache) {
-        const std::string lens = c.param("lens");
-        for (std::size_t at = 0; at <= lens.size();) {
-          const std::size_t end = std::min(lens.find(',', at), lens.size());
-          in.seq_lens.push_back(std::stoi(lens.substr(at, end - at)));
-          at = end + 1;
-        }
-      }
+      if (cache) in.seq_lens = fa::attention::parse_seq_lens(c.param("lens"));
       ASSERT_EQ(in.k.size(), fa::attention::k_elems(a));
       std::vector<std::size_t> heads(std::size_t(a.batch) * a.heads);
       for (std::size_t h = 0; h < heads.size(); ++h) heads[h] = h;

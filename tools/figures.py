@@ -49,6 +49,14 @@ def new_figure(w, h):
     return fig
 
 
+def diagram(w, h, ymax, top=0.9):
+    """A schematic: a figure of w × h inches, one frameless axes of x 0..100 and y 0..ymax."""
+    fig = new_figure(w, h)
+    ax = fig.add_axes([0.02, 0.02, 0.96, top])
+    ax.axis("off"), ax.set_xlim(0, 100), ax.set_ylim(0, ymax)
+    return fig, ax
+
+
 # ---- step 06: the causal tile grid ----------------------------------------------------------------
 def causal_tiles():
     # The head_dim-64 instance's tiles, from step 06's banner ("BLOCK_M 128, BLOCK_N 64").
@@ -144,10 +152,7 @@ def swizzle_banks():
 
 # ---- step 16: split and combine -------------------------------------------------------------------------
 def split_combine():
-    fig = new_figure(8.0, 3.0)
-    ax = fig.add_axes([0.02, 0.02, 0.96, 0.9])
-    ax.axis("off")
-    ax.set_xlim(0, 100), ax.set_ylim(0, 40)
+    fig, ax = diagram(8.0, 3.0, 40)
     splits = 4
     for s in range(splits):
         x = 4 + s * 18
@@ -314,9 +319,7 @@ def backward_tiles():
 
 # ---- step 05: a query block sweeping the K/V tiles, and where things live in 04 and 05 ---------------------------
 def flash_sweep():
-    fig = new_figure(8.4, 3.2)
-    ax = fig.add_axes([0.02, 0.02, 0.96, 0.88])
-    ax.axis("off"), ax.set_xlim(0, 100), ax.set_ylim(0, 40)
+    fig, ax = diagram(8.4, 3.2, 40, top=0.88)
     ax.add_patch(Rectangle((2, 14), 10, 12, facecolor=COLORS["diagonal"]))
     ax.text(7, 20, "Q block\n(shared\nmemory)", ha="center", va="center", fontsize=7)
     for t in range(5):
@@ -451,9 +454,7 @@ def lane_map_backward():
 
 # ---- steps 01 and 02: passes over a row, and the merge tree ------------------------------------------------------
 def softmax_passes():
-    fig = new_figure(8.4, 2.9)
-    ax = fig.add_axes([0.02, 0.02, 0.96, 0.86])
-    ax.axis("off"), ax.set_xlim(0, 100), ax.set_ylim(0, 30)
+    fig, ax = diagram(8.4, 2.9, 30, top=0.86)
     for row, (name, passes) in enumerate([("01, safe softmax", ["read x → m", "read x → l", "read x, write y"]),
                                           ("02, online softmax", ["read x → (m, l)", "read x, write y"])]):
         y = 19 - 13 * row
@@ -471,9 +472,7 @@ def softmax_passes():
 
 
 def merge_tree():
-    fig = new_figure(8.4, 3.4)
-    ax = fig.add_axes([0.02, 0.02, 0.96, 0.9])
-    ax.axis("off"), ax.set_xlim(0, 100), ax.set_ylim(0, 40)
+    fig, ax = diagram(8.4, 3.4, 40)
     levels = [("threads: the recurrence over their own elements", 8, 33), ("warps: butterfly of shuffles", 4, 23),
               ("block: warps through shared memory", 2, 13), ("row: chunks through device memory (long rows)", 1, 3)]
     prev = None
@@ -528,9 +527,7 @@ def matmul_tiles():
 
 # ---- step 08: delta computed once -------------------------------------------------------------------------------
 def delta_flow():
-    fig = new_figure(8.4, 2.8)
-    ax = fig.add_axes([0.02, 0.02, 0.96, 0.9])
-    ax.axis("off"), ax.set_xlim(0, 100), ax.set_ylim(0, 30)
+    fig, ax = diagram(8.4, 2.8, 30)
     boxes = [(2, 12, "dO, O\n(device memory)", "#eeeeee"), (28, 12, "delta kernel:\nΔ_i = Σ_d dO_id·O_id", COLORS["diagonal"]),
              (58, 20, "dK, dV kernel\n(key blocks)", COLORS["full"]), (58, 4, "dQ kernel\n(query blocks)", COLORS["full"])]
     for x, y, text, face in boxes:
