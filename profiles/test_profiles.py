@@ -558,6 +558,14 @@ class GeneratedDocBlocks(unittest.TestCase):
         with self.assertRaises(SystemExit):
             results.snippet_block("02", "no such line in the kernel", 3)
 
+    def test_figure_labels_are_what_another_matplotlib_is_checked_by(self):
+        sys.path.insert(0, os.path.join(fp.ROOT, "tools"))
+        import figures
+        svg = '<g><text style="a" transform="t">04 f32</text><path d="M 0 0"/><text x="1">SDPA-FA2 f16 310</text></g>'
+        self.assertEqual(figures.labels(svg), ["04 f32", "SDPA-FA2 f16 310"])
+        self.assertNotEqual(figures.labels(svg), figures.labels(svg.replace("310", "311")))
+        self.assertEqual(figures.labels(svg), figures.labels(svg.replace("M 0 0", "M 0 1")))  # paths: not compared
+
     def test_worked_examples_agree_with_the_direct_computation(self):
         sys.path.insert(0, os.path.join(fp.ROOT, "tools"))
         import worked_example as w

@@ -35,10 +35,19 @@ def row(seed, n, lo, hi):
     return [round(rs.uniform(lo, hi), 2) for _ in range(n)]
 
 
+def total(xs):
+    """Left to right, one rounding per add, as a kernel's loop adds. (Python 3.12's sum() of floats
+    compensates its rounding, so with it the printed digits would depend on the Python version.)"""
+    t = 0.0
+    for x in xs:
+        t += x
+    return t
+
+
 def summary(xs):
     """(m, l) of a set of scores: the max and the sum of exp(x − m) (step 02)."""
     m = max(xs)
-    return m, sum(math.exp(x - m) for x in xs)
+    return m, total(math.exp(x - m) for x in xs)
 
 
 def online_softmax_block():
@@ -65,7 +74,7 @@ def online_softmax_block():
         ("The merge and the direct pass agree exactly here" if l == ld else
          f"The merge and the direct pass agree ($l$ differs by {fmt(abs(l - ld), 2)}: rounding)") + ". Then "
         f"$\\mathrm{{LSE}} = m + \\ln l = {fmt(m)} + {fmt(math.log(l))} = {fmt(lse)}$, and the softmax is "
-        f"$y_i = e^{{x_i - m}} / l = {vec(y, 3)}$ (sum {fmt(sum(y))}). The chunk whose max was not the row's "
+        f"$y_i = e^{{x_i - m}} / l = {vec(y, 3)}$ (sum {fmt(total(y))}). The chunk whose max was not the row's "
         f"is the one rescaled: its weight $e^{{m_A - m}}$ or $e^{{m_B - m}}$ is below 1.",
     ]
     return "\n".join(lines)
@@ -76,7 +85,7 @@ def flash_tile_block():
     q = row(7, d, -1.0, 2.0)
     ks = [row(10 + j, d, -1.0, 2.0) for j in range(4)]
     vs = [row(20 + j, d, -1.0, 1.0) for j in range(4)]
-    dot = lambda k: scale * sum(qi * ki for qi, ki in zip(q, k))  # noqa: E731
+    dot = lambda k: scale * total(qi * ki for qi, ki in zip(q, k))  # noqa: E731
     top = max(range(4), key=lambda j: dot(ks[j]))  # the largest score goes to tile 2: its max moves
     order = [j for j in range(4) if j != top] + [top]
     ks, vs = [ks[j] for j in order], [vs[j] for j in order]
@@ -88,14 +97,14 @@ def flash_tile_block():
         m_new = max(m, max(s[j] for j in tile))
         alpha = math.exp(m - m_new) if m != -math.inf else 0.0
         p = [math.exp(s[j] - m_new) for j in tile]
-        l_new = alpha * l + sum(p)
-        o_new = [alpha * o[i] + sum(pj * vs[j][i] for pj, j in zip(p, tile)) for i in range(d)]
+        l_new = alpha * l + total(p)
+        o_new = [alpha * o[i] + total(pj * vs[j][i] for pj, j in zip(p, tile)) for i in range(d)]
         steps.append((t + 1, [s[j] for j in tile], m, m_new, alpha, p, l, l_new, o, o_new))
         m, l, o = m_new, l_new, o_new
     out = [oi / l for oi in o]
     ms = max(s)
     w = [math.exp(x - ms) for x in s]
-    direct = [sum(wj * v[i] for wj, v in zip(w, vs)) / sum(w) for i in range(d)]
+    direct = [total(wj * v[i] for wj, v in zip(w, vs)) / total(w) for i in range(d)]
     lines = [
         f"One query row $q = {vec(q, 3)}$, scale {fmt(scale)}, four keys in two tiles of two:",
         "",
