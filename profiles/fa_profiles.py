@@ -187,7 +187,9 @@ def shape_label(flags):
         return label + (f" x{f['batch']}" if "batch" in f else "")
     if "head-dim" in f or "seq" in f:
         seq = f"S{f['seq']}" if "seq" in f else f"Sq{f.get('seq-q', '?')} Sk{f.get('seq-k', '?')}"
-        label = f"B{f.get('batch', '?')} H{f.get('heads', '?')} {seq} D{f.get('head-dim', '?')}"
+        kv = f" KV{f['kv-heads']}" if "kv-heads" in f and f["kv-heads"] != f.get("heads") else ""
+        label = f"B{f.get('batch', '?')} H{f.get('heads', '?')}{kv} {seq} D{f.get('head-dim', '?')}"
+        label += " cache" if "cache-lens" in f else ""
         label += " causal" if f.get("causal") else ""
         label += f" {f['dtype']}" if "dtype" in f else ""
         return label + (" bwd" if f.get("bwd") else "")

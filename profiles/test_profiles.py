@@ -454,6 +454,23 @@ class TensorCoreTables(unittest.TestCase):
         self.assertIn("lowest 0.95×; 1 of 1 below", table)
         self.assertIn("| % of the copy bandwidth, K/V bytes > 50 MB | ≥ 80% | lowest 90%; 0 of 1 below | **met** |", table)
 
+    def test_step16_headline_from_the_bench_sweep_without_run_all(self):
+        shape = self.results.HEADLINE_BENCH["16"]
+        self.write([dict(bench_row("16_split_kv_decode", shape, 0.08), rate="1800", pct_peak="60", unit="GB/s",
+                         peak="copy"),
+                    dict(bench_row("sdpa_cudnn", shape, 0.06), unit="GB/s"),
+                    bench_row("16_split_kv_decode", shape.replace("Sk4096", "Sk1024"), 0.01)])  # another shape
+        saved = self.results.gpu_dir
+        self.results.gpu_dir = lambda: self.tmp  # a GPU folder with no run_all.csv
+        try:
+            line = self.results.step_headline("16")
+            missing = self.results.step_headline("15")
+        finally:
+            self.results.gpu_dir = saved
+        self.assertEqual(line, f"**Headline** (H100, `bench.py`, {shape}): 1800 GB/s (60% of copy) in 0.08 ms; "
+                               "0.75× SDPA-cuDNN at this shape (their time over this step's, bench.csv).")
+        self.assertIn("not measured yet", missing)
+
     def test_not_measured(self):
         self.write(self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.5))
         target = self.results.tc_target_block()
