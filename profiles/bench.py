@@ -34,7 +34,8 @@ fwd+bwd'); FLOPs by the FlashAttention convention (forward 4·B·H·S²·D, halv
 (problem) this run did not re-measure: with --steps naming forward-only steps, SDPA's forward is
 measured again beside them (same run), and its backward rows stay those measured beside the backward
 steps; with --steps naming only steps with a backward (07, 08), the reverse: SDPA's bwd and fwd+bwd
-rows are measured again and its forward rows (the forward steps' baselines) kept.
+rows are measured again and its forward rows (the forward steps' baselines) kept; with --steps 16 alone,
+only SDPA's decode rows are measured again (and the grouped-query and MHA rows kept).
 
 Without PyTorch the baselines are skipped, without matplotlib the plot: each is said, and the CSV
 and the terminal table are still written.
@@ -607,13 +608,16 @@ def main(argv=None):
                 built = step_exes(a.build, set())
                 device, tensor_peak = device_info(built[0]) if built else (device, -1.0)
             modes = "fwd" if a.gqa_only else auto_sdpa_modes(a.sdpa_modes, bool(only), list(map(has_backward, exes)))
-            if not a.gqa_only:
+            # --steps 16 alone: only the decode baselines. SDPA's rows of the other problems belong to the run
+            # that measured the steps beside them, and --merge must keep those.
+            decode_only = only == {"16"} and a.sdpa_modes == "auto"
+            if not a.gqa_only and not decode_only:
                 say(f"== SDPA baselines (PyTorch {torch.__version__}; rows: {modes})")
                 rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
             if not a.gqa_only and modes in ("all", "fwd") and (not only or "16" in only):  # step 16's baselines
                 say("== SDPA baselines, decoding (step 16's shapes)")
                 rows += sdpa_decode_rows(torch, a.reps, a.warmup)
-            if modes in ("all", "fwd"):  # the forward baselines: also grouped-query attention's
+            if modes in ("all", "fwd") and not decode_only:  # the forward baselines: also grouped-query attention's
                 say(f"== SDPA baselines, grouped-query attention ({GQA_KV_HEADS} K/V heads, forward)")
                 rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, "fwd", kv_heads=GQA_KV_HEADS)
             sdpa_measured = True

@@ -36,7 +36,8 @@ def main(argv=None):
         for n in (None,) + SPLITS:  # None: the heuristic's own count
             rows += [dict(r, splits="default" if n is None else str(n))
                      for r in run_pinned(cmd, "FA_STEP16_SPLITS", n)]
-    write_tagged_csv(args.out, "splits", rows)
+        if rows:  # after every shape, so a run cut short keeps the shapes it finished
+            write_tagged_csv(args.out, "splits", rows)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@
 # --merge profiles/h100/bench.csv") and CAPTURE_STEPS (e.g. "07 08") re-measure a few steps.
 # STEPS="09 10 11" is the short form of both: bench.py --steps 09,10,11 --merge profiles/<gpu>/bench.csv
 # (SDPA re-measured in the same run: its forward rows where the steps are forward-only, its backward
-# rows where they all have a backward, all of them otherwise; every other row
+# rows where they all have a backward, its decode rows for STEPS="16", all of them otherwise; every other row
 # of the committed bench.csv kept, so $OUT/bench.csv is complete) and capture.sh 09 10 11; the summary
 # then ends with the tensor-core steps' table against SDPA (results.py show). E.g. one session of about
 # 9 minutes: OUT=DIR STEPS="09 10 11" STAGES="build ctest bench capture sass" bash profiles/gpu_session.sh
