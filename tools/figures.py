@@ -12,6 +12,7 @@ measurements (never drawn by hand).
   swizzle_banks    step 10: the 16-byte chunk positions of 8 rows before and after the XOR swizzle
                    (device/cp_async.cuh's swz), and the banks an ldmatrix phase hits
   split_combine    step 16: one sequence's keys in splits, each a partial (O_c, LSE_c), merged
+  decode_bandwidth step 16's decode sweep and SDPA's: % of the copy bandwidth over the K/V bytes read
   climb            every attention forward step's TFLOP/s at one shape from profiles/h100/bench.csv,
                    beside SDPA's two backends and the card's peaks
 
@@ -630,13 +631,47 @@ def climb():
     return fig
 
 
+# ---- step 16: decoding against the copy bandwidth --------------------------------------------------------------
+DECODE_PROBLEM = re.compile(r"^B(\d+) H(\d+)(?: KV(\d+))? Sq(\d+) Sk(\d+) D(\d+) cache f16$")
+DECODE_SERIES = (("16_split_kv_decode", "step 16", dict(marker="o", color=COLORS["full"])),
+                 ("sdpa_cudnn", "SDPA-cuDNN", dict(marker="o", facecolors="none", edgecolors="black")),
+                 ("sdpa_flash", "SDPA-FA2", dict(marker="x", color=COLORS["grey"])))
+
+
+def decode_bandwidth():
+    """Step 16's decode sweep and SDPA's at the same shapes: % of the copy bandwidth measured in the same run
+    over the K/V bytes read, with the L2 size and the 80% target (profiles/h100/bench.csv)."""
+    rows = list(csv.DictReader(open(os.path.join(ROOT, "profiles", "h100", "bench.csv"), encoding="utf-8")))
+    fig = new_figure(7.5, 3.6)
+    ax = fig.add_axes([0.09, 0.14, 0.88, 0.74])
+    for step, name, style in DECODE_SERIES:
+        pts = []
+        for r in rows:
+            m = DECODE_PROBLEM.match(r["problem"].strip())
+            if r["step"] == step and m and r["unit"] == "GB/s":
+                b, h, kv, sq, sk, d = (int(x) if x else None for x in m.groups())
+                pts.append((2 * b * (kv or h) * sk * d * 2 / 1e6, float(r["pct_peak"])))
+        if pts:
+            ax.scatter(*zip(*sorted(pts)), s=18, label=f"{name} ({len(pts)} shapes)", **style)
+    ax.axvline(50, color="black", lw=0.8, ls=":")
+    ax.text(52, 3, "L2: 50 MB", fontsize=7)
+    ax.axhline(80, color=COLORS["accent"], lw=0.8, ls="--")
+    ax.text(0.6, 82, "target above the L2: 80% of copy", fontsize=7, color=COLORS["accent"])
+    ax.set_xscale("log"), ax.set_ylim(0, 110)
+    ax.set_xlabel("K and V bytes read (MB, log)"), ax.set_ylabel("% of the measured copy bandwidth")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title("Decoding, one query row per head (32 heads, d 128, fp16): bandwidth against cache size", fontsize=9)
+    return fig
+
+
 FIGURES = {"causal_tiles": causal_tiles, "mma_fragments": mma_fragments, "swizzle_banks": swizzle_banks,
            "split_combine": split_combine, "climb": climb, "ring_timeline": ring_timeline,
            "wgmma_accumulator": wgmma_accumulator, "mbarrier_phases": mbarrier_phases,
            "pingpong_timeline": pingpong_timeline, "backward_tiles": backward_tiles, "flash_sweep": flash_sweep,
            "memory_hierarchy": memory_hierarchy, "lane_map": lane_map, "lane_map_backward": lane_map_backward, "softmax_passes": softmax_passes,
            "merge_tree": merge_tree, "matmul_tiles": matmul_tiles, "delta_flow": delta_flow,
-           "bytes_per_mma": bytes_per_mma, "warp_tile_intensity": warp_tile_intensity}
+           "bytes_per_mma": bytes_per_mma, "warp_tile_intensity": warp_tile_intensity,
+           "decode_bandwidth": decode_bandwidth}
 
 
 def svg(fig):
