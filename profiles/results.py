@@ -1024,12 +1024,10 @@ DECODE_BASELINES = (("sdpa_flash", "SDPA-FA2"), ("sdpa_cudnn", "SDPA-cuDNN"), ("
 DECODE_L2_BYTES, DECODE_TARGET_COPY, DECODE_TARGET_SDPA = 50e6, 0.80, 1.0
 
 
-def decode_table():
-    """Step 16 on its decode sweep (one query row per head over a full KV cache) beside every SDPA backend
-    that ran the shape in the same bench.py run: time, GB/s of K/V bytes, % of the measured copy bandwidth,
-    and the targets: >= 0.80 of the copy bandwidth where the K/V bytes exceed the L2 (50 MB), and >= 1.0x the
-    fastest SDPA backend on every shape."""
-    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+def decode_cells(path=None):
+    """The decode sweep's rows of bench.csv (step 16's and its SDPA baselines'): {(batch, K/V heads, keys):
+    {step: (time ms, GB/s, % of the copy bandwidth, K/V bytes read)}}. Also tools/figures.py's decode figure."""
+    path = path or BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     got = {}
     for r in (read_csv(path) if os.path.exists(path) else []):
         p, t = split_problem(r["problem"], gqa=True, cache=True), fp_float(r["time_ms"])
@@ -1038,6 +1036,15 @@ def decode_table():
         key = (p["batch"], p["kv_heads"], p["seq_k"])
         got.setdefault(key, {})[r["step"]] = (t, fp_float(r["rate"]), fp_float(r["pct_peak"]),
                                               2.0 * p["batch"] * p["kv_heads"] * p["seq_k"] * p["d"] * 2)
+    return got
+
+
+def decode_table():
+    """Step 16 on its decode sweep (one query row per head over a full KV cache) beside every SDPA backend
+    that ran the shape in the same bench.py run: time, GB/s of K/V bytes, % of the measured copy bandwidth,
+    and the targets: >= 0.80 of the copy bandwidth where the K/V bytes exceed the L2 (50 MB), and >= 1.0x the
+    fastest SDPA backend on every shape."""
+    got = decode_cells()
     shapes = sorted(k for k in got if DECODE in got[k])
     if not shapes:
         return "Not measured yet (no step 16 rows in `bench.csv`).\n\n" + tc_source()

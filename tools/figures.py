@@ -632,31 +632,28 @@ def climb():
 
 
 # ---- step 16: decoding against the copy bandwidth --------------------------------------------------------------
-DECODE_PROBLEM = re.compile(r"^B(\d+) H(\d+)(?: KV(\d+))? Sq(\d+) Sk(\d+) D(\d+) cache f16$")
-DECODE_SERIES = (("16_split_kv_decode", "step 16", dict(marker="o", color=COLORS["full"])),
-                 ("sdpa_cudnn", "SDPA-cuDNN", dict(marker="o", facecolors="none", edgecolors="black")),
-                 ("sdpa_flash", "SDPA-FA2", dict(marker="x", color=COLORS["grey"])))
+DECODE_STYLES = {"16_split_kv_decode": ("step 16", dict(marker="o", color=COLORS["full"])),
+                 "sdpa_cudnn": ("SDPA-cuDNN", dict(marker="o", facecolors="none", edgecolors="black")),
+                 "sdpa_flash": ("SDPA-FA2", dict(marker="x", color=COLORS["grey"]))}
 
 
 def decode_bandwidth():
     """Step 16's decode sweep and SDPA's at the same shapes: % of the copy bandwidth measured in the same run
-    over the K/V bytes read, with the L2 size and the 80% target (profiles/h100/bench.csv)."""
-    rows = list(csv.DictReader(open(os.path.join(ROOT, "profiles", "h100", "bench.csv"), encoding="utf-8")))
+    over the K/V bytes read, with the L2 size and the copy target of doc 16's table (profiles/results.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "profiles"))
+    import results
+    cells = results.decode_cells(os.path.join(ROOT, "profiles", "h100", "bench.csv"))
     fig = new_figure(7.5, 3.6)
     ax = fig.add_axes([0.09, 0.14, 0.88, 0.74])
-    for step, name, style in DECODE_SERIES:
-        pts = []
-        for r in rows:
-            m = DECODE_PROBLEM.match(r["problem"].strip())
-            if r["step"] == step and m and r["unit"] == "GB/s":
-                b, h, kv, sq, sk, d = (int(x) if x else None for x in m.groups())
-                pts.append((2 * b * (kv or h) * sk * d * 2 / 1e6, float(r["pct_peak"])))
+    for step, (name, style) in DECODE_STYLES.items():
+        pts = sorted((c[step][3] / 1e6, c[step][2]) for c in cells.values() if step in c)
         if pts:
-            ax.scatter(*zip(*sorted(pts)), s=18, label=f"{name} ({len(pts)} shapes)", **style)
-    ax.axvline(50, color="black", lw=0.8, ls=":")
-    ax.text(52, 3, "L2: 50 MB", fontsize=7)
-    ax.axhline(80, color=COLORS["accent"], lw=0.8, ls="--")
-    ax.text(0.6, 82, "target above the L2: 80% of copy", fontsize=7, color=COLORS["accent"])
+            ax.scatter(*zip(*pts), s=18, label=f"{name} ({len(pts)} shapes)", **style)
+    l2_mb, target = results.DECODE_L2_BYTES / 1e6, 100 * results.DECODE_TARGET_COPY
+    ax.axvline(l2_mb, color="black", lw=0.8, ls=":")
+    ax.text(l2_mb * 1.04, 3, f"L2: {l2_mb:.0f} MB", fontsize=7)
+    ax.axhline(target, color=COLORS["accent"], lw=0.8, ls="--")
+    ax.text(0.6, target + 2, f"target above the L2: {target:.0f}% of copy", fontsize=7, color=COLORS["accent"])
     ax.set_xscale("log"), ax.set_ylim(0, 110)
     ax.set_xlabel("K and V bytes read (MB, log)"), ax.set_ylabel("% of the measured copy bandwidth")
     ax.legend(fontsize=7, loc="upper left")
