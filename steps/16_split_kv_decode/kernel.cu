@@ -304,29 +304,52 @@ __global__ void __launch_bounds__(kThreads)
 // ---- the merge: the partials of each row into O and LSE ---------------------------------------------------
 // One warp per row; lane c holds dims 4c .. 4c + 3. LSE = M + ln Σ_s exp(LSE_s − M), M = max_s LSE_s;
 // O = Σ_s exp(LSE_s − LSE)·O_s. A row whose every split saw no key: LSE = −inf, O = 0.
-constexpr int kCombineThreads = 256;
+// Why it is not a loop over s: the partials were written a moment ago and sit in L2, so each load is a
+// few hundred cycles of latency and no bandwidth. A loop that loads LSE_s, then O_s, split after split,
+// pays 2·n_splits of those latencies in a row. Here the n_splits LSEs are loaded at once (lane s holds
+// LSE_s and LSE_{s+32}: kMaxSplits = 64), M and L come from warp shuffles, and then every split's weight
+// is known before any O_s arrives, so the unrolled loop keeps kCombineUnroll loads of O in flight.
+constexpr int kCombineThreads = 256, kCombineUnroll = 8;
+static_assert(kMaxSplits <= 2 * kWarp, "two split LSEs per lane");
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
 template <class T>
 __global__ void __launch_bounds__(kCombineThreads)
     combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, T* __restrict__ o,
             float* __restrict__ lse, int n_splits, std::size_t rows_total, int head_dim) {
   const std::size_t row = std::size_t(blockIdx.x) * (kCombineThreads / kWarp) + threadIdx.x / kWarp;
-  const int d = 4 * (threadIdx.x % kWarp);
-  if (row >= rows_total) return;
-  float M = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, part_lse[s * rows_total + row]);  // one address per warp
-  float L = 0.f;
+  const int lane = threadIdx.x % kWarp, d = 4 * lane;
+  if (row >= rows_total) return;  // the whole warp: the shuffles below see every lane
+  const float ls0 = lane < n_splits ? part_lse[lane * rows_total + row] : -INFINITY;  // LSE_lane
+  const float ls1 = lane + kWarp < n_splits ? part_lse[(lane + kWarp) * rows_total + row] : -INFINITY;
+  const float M = warp_max(fmaxf(ls0, ls1));
+  // A split that saw no key of the row (LSE_s = −inf) weighs 0, and so does every split when none did.
+  const float w0 = ls0 == -INFINITY ? 0.f : __expf(ls0 - M), w1 = ls1 == -INFINITY ? 0.f : __expf(ls1 - M);
+  const float L = warp_sum(w0 + w1), inv = L > 0.f ? 1.f / L : 0.f;
+  // Lanes past head_dim read the last 4 dims again and store nothing: no branch between the loads.
+  const float* from = part_o + row * head_dim + min(d, head_dim - 4);
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s = 0; s < n_splits; ++s) {
-    const float ls = part_lse[s * rows_total + row];
-    if (ls == -INFINITY) continue;  // a split that saw no key of this row
-    const float w = __expf(ls - M);
-    L += w;
-    if (d < head_dim) {
-      const float4 y = *reinterpret_cast<const float4*>(part_o + (s * rows_total + row) * head_dim + d);
-      sum.x += w * y.x, sum.y += w * y.y, sum.z += w * y.z, sum.w += w * y.w;
+  for (int s0 = 0; s0 < n_splits; s0 += kCombineUnroll) {
+    float4 y[kCombineUnroll];  // O_s of kCombineUnroll splits: the loads first, all in flight ...
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u)
+      y[u] = s0 + u < n_splits ? *reinterpret_cast<const float4*>(from + (s0 + u) * rows_total * head_dim)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) {  // ... then the sum (lanes past n_splits hold weight 0)
+      const int s = s0 + u;
+      const float w = __shfl_sync(0xffffffffu, s < kWarp ? w0 : w1, s % kWarp);  // split s's weight
+      sum.x += w * y[u].x, sum.y += w * y[u].y, sum.z += w * y[u].z, sum.w += w * y[u].w;
     }
   }
-  const float inv = L > 0.f ? 1.f / L : 0.f;
   if (d < head_dim)
     *reinterpret_cast<uint2*>(o + row * head_dim + d) =
         make_uint2(pack<T>(sum.x * inv, sum.y * inv), pack<T>(sum.z * inv, sum.w * inv));
@@ -335,7 +358,8 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 // ---- the number of splits ---------------------------------------------------------------------------------
 // Blocks without splitting: batch·kv_heads·row_blocks. If that already fills the SMs twice over (two
-// blocks per SM fit, doc 16), one split; else enough splits to reach it, each at least
+// blocks per SM fit, doc 16), one split; else as many splits as one wave of two blocks per SM holds
+// (rounded down: one block past the wave runs as a second wave of its own), each at least
 // kMinSplitKeys keys of the capacity (so the partials, 8·rows·d bytes written and read per split,
 // stay small beside its K/V reads, 4·keys·d bytes per K/V head), at most kMaxSplits.
 int sm_count() {
@@ -363,7 +387,7 @@ int n_splits(const fa::AttnParams& p, int sms) {
   if (sms <= 0) return kMaxSplits;
   const long long base = (long long)p.batch * fa::kv_heads_of(p) * row_blocks(p), target = 2LL * sms;
   if (base >= target) return 1;
-  const long long want = (target + base - 1) / base, most = std::max(1, p.seq_k / kMinSplitKeys);
+  const long long want = target / base, most = std::max(1, p.seq_k / kMinSplitKeys);
   return int(std::clamp<long long>(std::min(want, most), 1, kMaxSplits));
 }
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
