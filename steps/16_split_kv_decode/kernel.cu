@@ -59,7 +59,7 @@ constexpr int kWarp = 32, kWarps = 4, kThreads = kWarps * kWarp;
 constexpr int kBlockN = 64;            // keys per tile: 16 per warp
 constexpr int kStages = 3;             // K/V ring depth
 constexpr int kMaxSplits = 64;         // partials per row at most (the merge reads them all)
-constexpr int kMinSplitKeys = 512;     // a split attends to at least this many keys (8 tiles)
+constexpr int kMinSplitKeys = 128;     // a split attends to at least this many keys (2 tiles)
 constexpr int kMaxSeqQ = 64;           // query rows per head: decoding, not prefill (steps 11-15)
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -357,11 +357,10 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 // ---- the number of splits ---------------------------------------------------------------------------------
-// Blocks without splitting: batch·kv_heads·row_blocks. If that already fills the SMs twice over (two
-// blocks per SM fit, doc 16), one split; else as many splits as one wave of two blocks per SM holds
-// (rounded down: one block past the wave runs as a second wave of its own), each at least
-// kMinSplitKeys keys of the capacity (so the partials, 8·rows·d bytes written and read per split,
-// stay small beside its K/V reads, 4·keys·d bytes per K/V head), at most kMaxSplits.
+// Blocks without splitting: batch·kv_heads·row_blocks. If that already fills the SMs, one split; else as
+// many splits as one wave of one block per SM holds (rounded down: one block past the wave runs as a
+// second wave of its own; and one block streams its chunk as fast as two halves on one SM would, without
+// their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
 int sm_count() {
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -385,7 +384,7 @@ int n_splits(const fa::AttnParams& p, int sms) {
     return n;
   }
   if (sms <= 0) return kMaxSplits;
-  const long long base = (long long)p.batch * fa::kv_heads_of(p) * row_blocks(p), target = 2LL * sms;
+  const long long base = (long long)p.batch * fa::kv_heads_of(p) * row_blocks(p), target = sms;
   if (base >= target) return 1;
   const long long want = target / base, most = std::max(1, p.seq_k / kMinSplitKeys);
   return int(std::clamp<long long>(std::min(want, most), 1, kMaxSplits));

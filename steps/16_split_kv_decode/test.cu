@@ -121,15 +121,15 @@ TEST(Step16SplitKvDecode, SplitsOnlyWhereTheGridIsNotFull) {
   const std::size_t one = kStep.fwd_workspace_bytes(p);
   EXPECT_GT(one, 0u);
   EXPECT_LE(one, 64 * std::size_t(p.heads) * (p.head_dim + 1) * sizeof(float));
-  p.seq_k = 1024;  // at most 1024 / 512 = 2 splits
-  EXPECT_EQ(kStep.fwd_workspace_bytes(p), 2 * std::size_t(p.heads) * (p.head_dim + 1) * sizeof(float));
-  // 8 sequences · 8 K/V heads = 64 blocks per split: as many splits as one wave of two blocks per SM
-  // holds, rounded down (on 132 SMs 4, not 5: the fifth would put 56 blocks in a second wave).
+  p.seq_k = 1024;  // at most 1024 / 128 = 8 splits
+  EXPECT_EQ(kStep.fwd_workspace_bytes(p), 8 * std::size_t(p.heads) * (p.head_dim + 1) * sizeof(float));
+  // 8 sequences · 8 K/V heads = 64 blocks per split: as many splits as one wave of one block per SM
+  // holds, rounded down (on 132 SMs 2, not 3: the third would put 60 blocks in a second wave).
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   p = pr.attn;
   p.batch = 8, p.kv_heads = 8, p.seq_k = 1 << 20;  // keys enough for any count
-  const std::size_t splits = std::min(2 * sms / 64, 64);  // one split (no workspace) below 2
+  const std::size_t splits = std::min(sms / 64, 64);  // one split (no workspace) below 2
   EXPECT_EQ(kStep.fwd_workspace_bytes(p),
             splits > 1 ? splits * 8 * std::size_t(p.heads) * (p.head_dim + 1) * sizeof(float) : 0);
 }
