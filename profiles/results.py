@@ -1260,8 +1260,8 @@ def step11_candidates_table():
 
 
 def decode_splits_table():
-    """Step 16's split counts, each pinned, per decode shape: GB/s, the fastest in bold, and the heuristic's
-    (unpinned) time over the fastest's (profiles/decode_splits.py)."""
+    """Step 16's split counts, each pinned, per decode shape: GB/s, the fastest in bold, and the unpinned
+    count's time (the rule of the build measured) over the fastest's (profiles/decode_splits.py)."""
     path = SPLITS_OVERRIDE or os.path.join(gpu_dir(), "decode_splits.csv")
     if not os.path.exists(path):
         return "Not measured yet (`profiles/decode_splits.py`, stage `splits` of `profiles/gpu_session.sh`)."
@@ -1275,11 +1275,12 @@ def decode_splits_table():
         cells = [("**{:.0f}**" if c == best else "{:.0f}").format(rate[c]) if rate.get(c) else "-" for c in counts]
         heuristic = f"{time['default'] / time[best]:.2f}×" if best and time.get("default") else "-"
         body.append([problem, f"{rate['default']:.0f}" if rate.get("default") else "-"] + cells + [heuristic])
-    return md_table(["shape", "heuristic GB/s"] + [f"{c} split{'s' if c != '1' else ''}" for c in counts] +
-                    ["heuristic time / fastest's"], body) + \
+    return md_table(["shape", "unpinned GB/s"] + [f"{c} split{'s' if c != '1' else ''}" for c in counts] +
+                    ["unpinned time / fastest's"], body) + \
         "\n\nGB/s of K/V bytes read; each count pinned with `FA_STEP16_SPLITS` and timed by `16_split_kv_decode " \
         "--bench` (median of 20, L2 flushed); fp16, one query row per head, every sequence as long as the cache; " \
-        "the fastest count of a shape in bold. 1.00× in the last column: the heuristic picked the fastest.\n\n" + \
+        "the fastest count of a shape in bold; unpinned: the count the measured build's rule picked (1.00× in the " \
+        "last column: it picked the fastest).\n\n" + \
         source_line(["decode_splits.csv"])
 
 
