@@ -504,26 +504,51 @@ def matmul_tiles():
     bk = int(re.search(r"static constexpr int BK = (\d+);", src).group(1))
     tm = int(re.search(r"static constexpr int TM = (\d+);", src).group(1))
     tn = int(re.search(r"static constexpr int TN = (\d+);", src).group(1))
+    warp_rows, warp_cols = (int(x) for x in re.search(r"kWarpRows = (\d+), kWarpCols = (\d+);", src).groups())
+    sub_m, sub_n = tm // 2, tn // 2  # a thread's 8×8 is 2×2 sub-tiles of 4×4, BM/2 rows and BN/2 columns apart
+    # One thread, placed as the kernel places it: warp 0, lane 14 -> (ty, tx) of the thread grid.
+    warp, lane = 0, 14
+    warps_across = (bn // tn) // warp_cols
+    ty = (warp // warps_across) * warp_rows + lane // warp_cols
+    tx = (warp % warps_across) * warp_cols + lane % warp_cols
+    rows = [h * (bm // 2) + ty * sub_m for h in range(2)]  # first row of each of its two row groups
+    cols = [h * (bn // 2) + tx * sub_n for h in range(2)]
     fig = new_figure(8.4, 4.2)
     ax = fig.add_axes([0.02, 0.02, 0.96, 0.88])
     ax.axis("off"), ax.set_aspect("equal")
     u = 0.22  # drawing units per element
-    # C tile at the right, A slab at its left, B slab above it.
-    cx, cy = 40, 2
+    # C tile in the middle, A slab at its left, B slab above it. Row r of C is drawn at y = cy + (bm - r)·u.
+    cx, cy = 30, 2
     ax.add_patch(Rectangle((cx, cy), bn * u, bm * u, facecolor="#dbe9f6", edgecolor=COLORS["full"]))
-    for i in range(bm // tm):
-        for j in range(bn // tn):
-            if (i + j) % 2 == 0:
-                ax.add_patch(Rectangle((cx + j * tn * u, cy + (bm - (i + 1) * tm) * u), tn * u, tm * u,
-                                       facecolor=COLORS["full"], alpha=0.35, lw=0))
-    ax.add_patch(Rectangle((cx, cy + (bm - tm) * u), tn * u, tm * u, facecolor=COLORS["accent"]))
-    ax.add_patch(Rectangle((cx - 4 - bk * u, cy), bk * u, bm * u, facecolor=COLORS["diagonal"], edgecolor="white"))
-    ax.add_patch(Rectangle((cx, cy + bm * u + 4), bn * u, bk * u, facecolor=COLORS["diagonal"], edgecolor="white"))
-    ax.text(cx + bn * u / 2, cy + bm * u / 2, f"C tile {bm} × {bn}\n{threads} threads,\neach {tm} × {tn} (red: one)",
-            ha="center", va="center", fontsize=7.5)
-    ax.text(cx - 4 - bk * u - 1, cy + bm * u / 2, f"A slab\n{bm} × {bk}", ha="right", va="center", fontsize=7.5)
-    ax.text(cx + bn * u + 1, cy + bm * u + 4 + bk * u / 2, f"B slab {bk} × {bn}", va="center", fontsize=7.5)
-    ax.set_xlim(0, 100), ax.set_ylim(0, cy + bm * u + 4 + bk * u + 4)
+    for i in range(1, bm // sub_m):  # the grid of 4×4 sub-tiles
+        ax.plot([cx, cx + bn * u], [cy + i * sub_m * u] * 2, color="white", lw=0.4)
+    for j in range(1, bn // sub_n):
+        ax.plot([cx + j * sub_n * u] * 2, [cy, cy + bm * u], color="white", lw=0.4)
+    ax.plot([cx, cx + bn * u], [cy + bm / 2 * u] * 2, color=COLORS["full"], lw=1, ls="--")
+    ax.plot([cx + bn / 2 * u] * 2, [cy, cy + bm * u], color=COLORS["full"], lw=1, ls="--")
+    for r0 in rows:
+        for c0 in cols:
+            ax.add_patch(Rectangle((cx + c0 * u, cy + (bm - r0 - sub_m) * u), sub_n * u, sub_m * u,
+                                   facecolor=COLORS["accent"], edgecolor="none"))
+    ax_x = cx - 4 - bk * u  # A slab: bm rows × bk, rows aligned with C's
+    ax.add_patch(Rectangle((ax_x, cy), bk * u, bm * u, facecolor=COLORS["diagonal"], edgecolor="white"))
+    by = cy + bm * u + 4  # B slab: bk × bn, columns aligned with C's
+    ax.add_patch(Rectangle((cx, by), bn * u, bk * u, facecolor=COLORS["diagonal"], edgecolor="white"))
+    for r0 in rows:
+        ax.add_patch(Rectangle((ax_x, cy + (bm - r0 - sub_m) * u), bk * u, sub_m * u, facecolor=COLORS["accent"]))
+    for c0 in cols:
+        ax.add_patch(Rectangle((cx + c0 * u, by), sub_n * u, bk * u, facecolor=COLORS["accent"]))
+    ax.text(ax_x - 1, cy + bm * u / 2, f"A slab\n{bm} × {bk}", ha="right", va="center", fontsize=7.5)
+    ax.text(cx + bn * u + 1, by + bk * u / 2, f"B slab {bk} × {bn}", va="center", fontsize=7.5)
+    ax.text(cx + bn * u + 3, cy + bm * u - 1,
+            f"C tile {bm} × {bn}: {threads} threads as a\n{bm // tm} × {bn // tn} grid, each owning {tm} × {tn} results:\n"
+            f"2 × 2 sub-tiles of {sub_m} × {sub_n} (white grid),\n{bm // 2} rows (BM/2) and {bn // 2} columns (BN/2) "
+            f"apart\n(dashed: the tile's halves)\n\nred: warp {warp}'s lane {lane}, thread (ty {ty}, tx {tx}):\n"
+            f"rows {rows[0]}-{rows[0] + sub_m - 1} and {rows[1]}-{rows[1] + sub_m - 1}, "
+            f"columns {cols[0]}-{cols[0] + sub_n - 1} and {cols[1]}-{cols[1] + sub_n - 1};\n"
+            f"per k it reads one float4 at each red\nstretch of A and B (4 loads, 64 FMAs)",
+            va="top", fontsize=7.5)
+    ax.set_xlim(0, 100), ax.set_ylim(0, by + bk * u + 4)
     ax.set_title(f"Step 03's tiles: per slab of K, a block loads {bm}·{bk} + {bk}·{bn} floats and does {bm}·{bn}·{bk} "
                  f"FMAs; a thread does {tm}·{tn} FMAs per {tm}+{tn} shared loads", fontsize=8)
     return fig
