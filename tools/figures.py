@@ -68,7 +68,7 @@ def causal_tiles():
     bm, bn = int(m.group(1)), int(m.group(2))
     seq = 1024
     fig = new_figure(6.4, 3.9)
-    ax = fig.add_axes([0.1, 0.08, 0.62, 0.8])
+    ax = fig.add_axes([0.1, 0.13, 0.62, 0.77])
     rows, cols = seq // bm, seq // bn
     counts = {"full": 0, "diagonal": 0, "skipped": 0}
     for i in range(rows):
@@ -134,7 +134,7 @@ def swizzle_banks():
     fig = new_figure(8.4, 3.6)
     for p, (title, swizzled) in enumerate([("plain: chunk c at position c", False),
                                            ("swizzled: chunk c at position c XOR (row mod 8)", True)]):
-        ax = fig.add_axes([0.05 + 0.49 * p, 0.1, 0.42, 0.72])
+        ax = fig.add_axes([0.05 + 0.49 * p, 0.13, 0.42, 0.7])
         for r in range(8):
             for c in range(8):
                 pos = c ^ (r & 7) if swizzled else c
@@ -298,7 +298,7 @@ def backward_tiles():
     fig = new_figure(8.4, 3.9)
     for p, (title, by_key) in enumerate([("dK, dV kernel: a block per key block\nwalks the query tiles that see it", True),
                                          ("dQ kernel: a block per query tile\nwalks the key blocks it sees", False)]):
-        ax = fig.add_axes([0.06 + 0.5 * p, 0.08, 0.4, 0.72])
+        ax = fig.add_axes([0.06 + 0.5 * p, 0.12, 0.4, 0.7])
         for i in range(n):
             for j in range(n):
                 kind = "full" if j < i else "diagonal" if j == i else "skipped"
@@ -380,7 +380,7 @@ def lane_map():
         return rg, cg
 
     fig = new_figure(8.4, 5.6)
-    ax = fig.add_axes([0.07, 0.06, 0.66, 0.86])
+    ax = fig.add_axes([0.07, 0.08, 0.66, 0.84])
     warp_colors = ["#dbe9f6", "#fde2c3", "#d8f0d2", "#f6d5da"]
     for t in range(threads):
         rg, cg = layout(t)
@@ -389,7 +389,7 @@ def lane_map():
             ax.add_patch(Rectangle((k0, bm - rows_per * (rg + 1)), 4, rows_per, facecolor=warp_colors[t // warp_size],
                                    edgecolor="white", lw=0.6))
             if t < warp_size:
-                ax.text(k0 + 2, bm - rows_per * rg - rows_per / 2, str(t), ha="center", va="center", fontsize=5.5)
+                ax.text(k0 + 2, bm - rows_per * rg - rows_per / 2, str(t), ha="center", va="center", fontsize=7)
     ax.set_xlim(0, bn), ax.set_ylim(0, bm)
     ax.set_xticks(range(0, bn + 1, 8)), ax.set_yticks(range(0, bm + 1, 16), [str(bm - y) for y in range(0, bm + 1, 16)])
     ax.tick_params(labelsize=7)
@@ -432,7 +432,7 @@ def lane_map_backward():
                 owner[(rg + rgs * r, cg + cgs * c)] = t
     warp_colors = ["#dbe9f6", "#fde2c3", "#d8f0d2", "#f6d5da"]
     fig = new_figure(9.0, 4.4)
-    ax = fig.add_axes([0.05, 0.08, 0.42, 0.8])
+    ax = fig.add_axes([0.05, 0.11, 0.42, 0.78])
     for (r, c), t in owner.items():
         ax.add_patch(Rectangle((c, bm - 1 - r), 1, 1, facecolor=warp_colors[t // warp_size], lw=0))
     ax.set_xlim(0, bn), ax.set_ylim(0, bm), ax.set_aspect("equal")
@@ -441,7 +441,7 @@ def lane_map_backward():
     ax.set_xlabel("key"), ax.set_ylabel("query")
     ax.set_title(f"the [{bm}, {bn}] S tile by warp", fontsize=8)
     zr, zc = 16, 20
-    az = fig.add_axes([0.52, 0.08, 0.46, 0.8])
+    az = fig.add_axes([0.52, 0.11, 0.46, 0.78])
     for r in range(zr):
         for c in range(zc):
             t = owner[(r, c)]
