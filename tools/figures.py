@@ -119,7 +119,7 @@ def mma_fragments():
             face = (shade, shade, 1.0) if lane != 0 else COLORS["diagonal"]
             ax.add_patch(Rectangle((x, nr - 1 - y), 1, 1, facecolor=face, edgecolor="white", lw=0.8))
             reg = f"{name}{r // 2}" if packed else f"{name}{r}"
-            ax.text(x + 0.5, nr - 1 - y + 0.5, f"L{lane}\n{reg}", ha="center", va="center", fontsize=4.4)
+            ax.text(x + 0.5, nr - 1 - y + 0.5, f"L{lane}\n{reg}", ha="center", va="center", fontsize=6, linespacing=1.0)
         ax.set_xlim(0, nc), ax.set_ylim(0, nr)
         ax.set_xticks([]), ax.set_yticks([])
         ax.set_aspect("equal")
@@ -206,33 +206,42 @@ def ring_timeline():
 
 # ---- step 14: the wgmma accumulator and the mbarrier's phases ---------------------------------------------------
 def wgmma_accumulator():
-    fig = new_figure(8.0, 5.2)
-    ax = fig.add_axes([0.07, 0.05, 0.6, 0.85])
+    fig = new_figure(9.0, 5.0)
     cols = 16  # the first 16 of the N columns: the pattern repeats every 8
     warp_colors = ["#dbe9f6", "#fde2c3", "#d8f0d2", "#f6d5da"]
+    # Left: the warpgroup's 64 rows, a band of 16 per warp.
+    mx = fig.add_axes([0.05, 0.1, 0.04, 0.8])
     for w in range(4):
-        for lane in range(32):
-            g, t = lane // 4, lane % 4
-            for j in range(cols // 8):
-                for h in range(2):
-                    for e in range(2):
-                        r, c = 16 * w + g + 8 * h, 8 * j + 2 * t + e
-                        ax.add_patch(Rectangle((c, 63 - r), 1, 1, facecolor=warp_colors[w], edgecolor="white", lw=0.4))
-                        if w == 0:
-                            ax.text(c + 0.5, 63 - r + 0.5, str(lane), ha="center", va="center", fontsize=4)
-    ax.set_xlim(0, cols), ax.set_ylim(0, 64)
-    ax.set_xticks([0.5, 7.5, 8.5, 15.5], ["0", "7", "8", "15"], fontsize=7)
-    ax.set_yticks([63.5 - 16 * w for w in range(4)], [str(16 * w) for w in range(4)], fontsize=7)
-    ax.set_xlabel("accumulator column"), ax.set_ylabel("row of the warpgroup's 64")
-    ax.set_title("wgmma m64nNk16: the fp32 accumulator (first 16 columns)", fontsize=8.5)
-    lx = fig.add_axes([0.7, 0.3, 0.28, 0.5])
+        mx.add_patch(Rectangle((0, 63 - 16 * w - 15), 1, 16, facecolor=warp_colors[w], edgecolor="white", lw=1))
+        mx.text(0.5, 63 - 16 * w - 7, f"warp {w}", rotation=90, ha="center", va="center", fontsize=7)
+    mx.set_xlim(0, 1), mx.set_ylim(0, 64), mx.set_xticks([])
+    mx.set_yticks([64 - 16 * w for w in range(4)], [str(16 * w) for w in range(4)], fontsize=7)
+    mx.set_ylabel("row of the warpgroup's 64"), mx.set_title("all 64 rows", fontsize=8)
+    # Middle: warp 0's 16 rows. Register i of lane l (g = l/4, q = l%4) holds row 16·w + g + 8·((i/2) % 2),
+    # column 8·(i/4) + 2·q + i % 2 (device/hopper.cuh); here w = 0.
+    ax = fig.add_axes([0.15, 0.1, 0.56, 0.8])
+    w = 0
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        for i in range(cols // 2):
+            r, c = 16 * w + g + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * q + i % 2
+            ax.add_patch(Rectangle((c, 15 - r), 1, 1, facecolor=warp_colors[w], edgecolor="white", lw=0.6))
+            ax.text(c + 0.5, 15 - r + 0.5, f"L{lane}\nr{i}", ha="center", va="center", fontsize=6, linespacing=1.0)
+    ax.set_xlim(0, cols), ax.set_ylim(0, 16)
+    ax.set_xticks([c + 0.5 for c in range(0, cols, 2)], [str(c) for c in range(0, cols, 2)], fontsize=7)
+    ax.set_yticks([15.5 - r for r in range(0, 16, 2)], [str(r) for r in range(0, 16, 2)], fontsize=7)
+    ax.set_xlabel("accumulator column"), ax.set_ylabel("row")
+    ax.set_title("warp 0: rows 0-15, first 16 columns (Lk rI: lane k, register I)", fontsize=8)
+    lx = fig.add_axes([0.73, 0.1, 0.26, 0.8])
     lx.axis("off")
-    for w in range(4):
-        lx.add_patch(Rectangle((0, 3 - w), 0.2, 0.6, facecolor=warp_colors[w]))
-        lx.text(0.27, 3.3 - w, f"warp {w}: rows {16 * w}-{16 * w + 15}", va="center", fontsize=7.5)
-    lx.text(0, -0.6, "Each warp holds its 16 rows as an\nmma.sync C fragment does (step 09):\nlane l: rows l/4 and l/4 + 8,"
-            "\ncolumns 2(l mod 4), +1, then +8, +9, ...\n(lane numbers drawn for warp 0)", fontsize=7, va="top")
-    lx.set_xlim(0, 1.6), lx.set_ylim(-3, 4)
+    lx.text(0, 1, "Register i of lane l (g = l/4, q = l mod 4)\nof warp w holds\n"
+            "  row 16·w + g + 8·((i/2) mod 2),\n  column 8·(i/4) + 2·q + i mod 2:\n"
+            "the mma.sync C fragment of step 09,\none per warp and 8 columns.\n\n"
+            "Warps 1, 2, 3 hold rows 16-31, 32-47,\n48-63 the same way: the same lane\nand register, 16·w rows lower.\n"
+            "Columns 8 and up repeat columns 0-7\nwith registers 4 higher per 8 columns.",
+            fontsize=7, va="top", transform=lx.transAxes)
+    fig.suptitle("wgmma m64nNk16: the fp32 accumulator of a warpgroup (4 warps, N/2 registers per thread)",
+                 fontsize=8.5, y=0.985)
     return fig
 
 
@@ -431,8 +440,8 @@ def lane_map_backward():
             for c in range(s_cols):
                 owner[(rg + rgs * r, cg + cgs * c)] = t
     warp_colors = ["#dbe9f6", "#fde2c3", "#d8f0d2", "#f6d5da"]
-    fig = new_figure(9.0, 4.4)
-    ax = fig.add_axes([0.05, 0.11, 0.42, 0.78])
+    fig = new_figure(9.0, 4.8)
+    ax = fig.add_axes([0.05, 0.17, 0.42, 0.72])
     for (r, c), t in owner.items():
         ax.add_patch(Rectangle((c, bm - 1 - r), 1, 1, facecolor=warp_colors[t // warp_size], lw=0))
     ax.set_xlim(0, bn), ax.set_ylim(0, bm), ax.set_aspect("equal")
@@ -441,16 +450,22 @@ def lane_map_backward():
     ax.set_xlabel("key"), ax.set_ylabel("query")
     ax.set_title(f"the [{bm}, {bn}] S tile by warp", fontsize=8)
     zr, zc = 16, 20
-    az = fig.add_axes([0.52, 0.11, 0.46, 0.78])
+    ax.add_patch(Rectangle((0, bm - zr), zc, zr, facecolor="none", edgecolor="black", lw=1, ls="--"))
+    ax.text(zc + 0.5, bm - zr / 2, "zoomed\nat right", va="center", fontsize=7)
+    az = fig.add_axes([0.53, 0.17, 0.45, 0.72])
     for r in range(zr):
         for c in range(zc):
             t = owner[(r, c)]
             az.add_patch(Rectangle((c, zr - 1 - r), 1, 1, facecolor=warp_colors[t // warp_size], edgecolor="white", lw=0.5))
-            az.text(c + 0.5, zr - 1 - r + 0.5, f"{t % warp_size}", ha="center", va="center", fontsize=5)
+            az.text(c + 0.5, zr - 1 - r + 0.5, f"{t % warp_size}", ha="center", va="center", fontsize=6.5)
     az.set_xlim(0, zc), az.set_ylim(0, zr), az.set_aspect("equal")
     az.set_xticks([c + 0.5 for c in range(0, zc, 4)], [str(c) for c in range(0, zc, 4)], fontsize=6)
     az.set_yticks([zr - 1 - r + 0.5 for r in range(0, zr, 4)], [str(r) for r in range(0, zr, 4)], fontsize=6)
+    az.set_xlabel("key"), az.set_ylabel("query")
     az.set_title(f"rows 0-{zr - 1}, keys 0-{zc - 1}: the lane (colour: its warp)", fontsize=8)
+    fig.legend([Rectangle((0, 0), 1, 1, facecolor=warp_colors[w]) for w in range(threads // warp_size)],
+               [f"warp {w} (threads {w * warp_size}-{(w + 1) * warp_size - 1})" for w in range(threads // warp_size)],
+               loc="lower center", ncol=threads // warp_size, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(f"Step 07, head_dim 64: a thread owns rows rg + {rgs}·r and keys cg + {cgs}·c ({s_rows} × {s_cols}); "
                  "lanes n and n^1 share rows, n and n^2 share keys", fontsize=8.5, y=0.99)
     return fig
