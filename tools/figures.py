@@ -587,26 +587,38 @@ def delta_flow():
 
 # ---- steps 11 and 13: shared-memory bytes per mma, FLOP per byte of a warp tile -----------------------------------
 def bytes_per_mma():
-    d, bn = 128, 64  # step 11's d 128 candidates' key tile
+    # Step 11's FA2-shaped d 128 instance: its warps and key tile (its candidate line in kernel.cu).
+    d = 128
+    warps, bn = (int(x) for x in re.search(rf"Config<{d}, (\d+), \d+, (\d+), \d+, \w+>>\}},\s+// FA2's shape",
+                                          read("steps/11_tuned_forward/kernel.cu")).groups())
     budget = 128 * 1.6  # bytes of shared memory per SM clock × clocks per mma (step 11's banner)
-    fig = new_figure(7.0, 3.2)
-    ax = fig.add_axes([0.1, 0.16, 0.86, 0.7])
-    labels, vals = [], []
+    fig = new_figure(7.0, 3.4)
+    ax = fig.add_axes([0.1, 0.2, 0.86, 0.66])
+    parts = [("K, V ldmatrix", COLORS["full"]), ("Q re-read (ldmatrix)", "#9cc7f0"), ("cp.async writes", COLORS["diagonal"])]
+    labels, stacks = [], []
     for mf in (1, 2):
         for q_in_regs in (True, False):
-            mma = mf * d * bn / 64
-            x4 = 2 * (d / 16) * (bn / 16) + (0 if q_in_regs else mf * d / 16)
-            labels.append(f"MF {mf}\nQ {'in registers' if q_in_regs else 'from smem'}")
-            vals.append(512 * x4 / mma)
-    ax.bar(range(len(vals)), vals, color=[COLORS["full"] if v <= budget else COLORS["accent"] for v in vals])
-    for i, v in enumerate(vals):
-        ax.text(i, v + 4, f"{v:.0f}", ha="center", fontsize=7)
-    ax.axhline(budget, color="black", ls="--", lw=1)
-    ax.text(3.4, budget + 6, f"≈ {budget:.0f} B: 128 B/clock over 1.6 clocks per mma", ha="right", fontsize=7)
-    ax.set_xticks(range(len(vals)), labels, fontsize=7)
-    ax.set_ylabel("ldmatrix bytes per mma")
-    ax.set_title(f"Step 11: shared-memory bytes per mma.m16n8k16 at d {d}, {bn}-key tiles (above the line: "
-                 "bound by shared memory)", fontsize=8)
+            mma = mf * d * bn / 64  # per warp and key tile
+            kv = 512 * 2 * (d / 16) * (bn / 16) / mma  # ldmatrix.x4 of K and V: 512 bytes each
+            q = 0 if q_in_regs else 512 * mf * (d / 16) / mma
+            cp = 2 * bn * d * 2 / (warps * mma)  # the block's K and V tile written once, over all its warps' mma
+            stacks.append((kv, q, cp))
+            labels.append(f"MF {mf}\nQ {'in registers' if q_in_regs else 'from smem'}\ntotal {kv + q + cp:.0f}")
+    for k, (name, color) in enumerate(parts):
+        bottoms = [sum(s[:k]) for s in stacks]
+        ax.bar(range(len(stacks)), [s[k] for s in stacks], bottom=bottoms, color=color, label=name,
+               edgecolor="white", lw=0.8)
+        for i, s in enumerate(stacks):
+            if s[k]:
+                ax.text(i, bottoms[i] + s[k] / 2, f"{s[k]:.0f}", ha="center", va="center", fontsize=7,
+                        color="white" if k == 0 else "black")
+    ax.axhline(budget, color="black", ls="--", lw=1, label=f"≈ {budget:.0f} B: 128 B/clock × 1.6 clocks per mma")
+    ax.set_xticks(range(len(stacks)), labels, fontsize=7)
+    ax.set_ylim(0, max(sum(s) for s in stacks) * 1.15)
+    ax.set_ylabel("shared-memory bytes per mma")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"Step 11 at d {d}, {bn}-key tiles, {warps} warps: shared-memory bytes per mma.m16n8k16\n"
+                 "(above the dashed line: bound by shared memory)", fontsize=8)
     return fig
 
 
