@@ -277,27 +277,32 @@ def mbarrier_phases():
 
 # ---- step 15: ping-pong -----------------------------------------------------------------------------------------
 def pingpong_timeline():
-    fig = new_figure(8.6, 2.8)
-    ax = fig.add_axes([0.13, 0.2, 0.85, 0.62])
+    fig = new_figure(8.6, 3.0)
+    ax = fig.add_axes([0.13, 0.24, 0.85, 0.6])
     gemm, soft = 2.0, 1.6  # schematic durations: the GEMMs of a tile, then its softmax
+    gemm_colors = [COLORS["full"], "#2f5f9e"]  # consumer 0's GEMMs, consumer 1's: in its row and on the pipe
+    end = 0
     for cg in range(2):
         t = cg * gemm
         for tile in range(4):
-            ax.add_patch(Rectangle((t, 1 - cg + 0.15), gemm, 0.7, facecolor=COLORS["full"], edgecolor="white"))
+            for y in (1 - cg + 0.15, -0.85):  # its row, and the tensor pipe's
+                ax.add_patch(Rectangle((t, y), gemm, 0.7 if y > 0 else 0.5, facecolor=gemm_colors[cg],
+                                       edgecolor="white"))
             ax.text(t + gemm / 2, 1 - cg + 0.5, f"GEMMs {tile}", ha="center", va="center", fontsize=6.5, color="white")
+            ax.text(t + gemm / 2, -0.6, f"c{cg}: {tile}", ha="center", va="center", fontsize=6.5, color="white")
             ax.add_patch(Rectangle((t + gemm, 1 - cg + 0.15), soft, 0.7, facecolor=COLORS["diagonal"], edgecolor="white"))
             ax.text(t + gemm + soft / 2, 1 - cg + 0.5, "softmax", ha="center", va="center", fontsize=6.5)
+            end = max(end, t + gemm + soft)
             t += 2 * gemm  # its next turn on the tensor cores: after the other consumer's GEMMs
-    for k in range(8):
-        ax.add_patch(Rectangle((k * gemm, -0.85), gemm, 0.5, facecolor=COLORS["full"] if k % 2 == 0 else "#3a6fb0",
-                               edgecolor="white"))
-    ax.text(0.05, -0.6, "tensor cores: never idle", va="center", fontsize=6.5, color="white")
-    ax.set_xlim(0, 16), ax.set_ylim(-1, 2)
+    ax.set_xlim(0, end + 0.2), ax.set_ylim(-1, 2)
     ax.set_yticks([1.5, 0.5, -0.6], ["consumer 0", "consumer 1", "tensor pipe"], fontsize=7)
     ax.set_xticks([])
-    ax.set_xlabel("time (schematic)")
-    ax.set_title("Step 15's ping-pong: a named barrier passes the turn, so one consumer's softmax (orange) runs "
-                 "under the other's GEMMs (blue)", fontsize=8)
+    ax.set_xlabel("time (schematic)", fontsize=8)
+    fig.legend([Rectangle((0, 0), 1, 1, facecolor=c) for c in gemm_colors + [COLORS["diagonal"]]],
+               ["consumer 0's GEMMs (wgmma)", "consumer 1's GEMMs (wgmma)", "softmax (CUDA cores, under the other's GEMMs)"],
+               loc="lower center", ncol=3, fontsize=7, frameon=False, bbox_to_anchor=(0.55, 0.0))
+    ax.set_title("Step 15's ping-pong: a named barrier passes the turn, so one consumer's softmax runs under the "
+                 "other's GEMMs\nand the tensor pipe takes the two consumers' GEMMs back to back", fontsize=8)
     return fig
 
 
