@@ -157,19 +157,21 @@ def swizzle_banks():
 # ---- step 16: split and combine -------------------------------------------------------------------------
 def split_combine():
     fig, ax = diagram(8.0, 3.0, 40)
-    splits = 4
-    for s in range(splits):
-        x = 4 + s * 18
-        ax.add_patch(Rectangle((x, 28), 17, 6, facecolor=COLORS["full"], edgecolor="white"))
-        ax.text(x + 8.5, 31, f"keys of split {s}", ha="center", va="center", fontsize=7, color="white")
-        ax.add_patch(Rectangle((x + 2, 14), 13, 7, facecolor="#dbe9f6", edgecolor=COLORS["full"]))
-        ax.text(x + 8.5, 17.5, f"block {s}:\nO_{s}, LSE_{s} (fp32)", ha="center", va="center", fontsize=6.5)
-        ax.annotate("", xy=(x + 8.5, 21), xytext=(x + 8.5, 28), arrowprops=dict(arrowstyle="->", lw=0.8))
-        ax.annotate("", xy=(44, 8), xytext=(x + 8.5, 14), arrowprops=dict(arrowstyle="->", lw=0.8, color=COLORS["grey"]))
+    chunks = 4  # doc 16's chunks c = 1..C, one block each
+    centres = [4 + s * 18 + 8.5 for s in range(chunks)]
+    mid = sum(centres) / chunks  # the combine box and the arrows' meeting point: centred under the blocks
+    for s, xc in enumerate(centres):
+        c = s + 1
+        ax.add_patch(Rectangle((xc - 8.5, 28), 17, 6, facecolor=COLORS["full"], edgecolor="white"))
+        ax.text(xc, 31, f"keys of chunk {c}", ha="center", va="center", fontsize=7, color="white")
+        ax.add_patch(Rectangle((xc - 6.5, 14), 13, 7, facecolor="#dbe9f6", edgecolor=COLORS["full"]))
+        ax.text(xc, 17.5, f"block {c}:\nO_{c}, LSE_{c} (fp32)", ha="center", va="center", fontsize=6.5)
+        ax.annotate("", xy=(xc, 21), xytext=(xc, 28), arrowprops=dict(arrowstyle="->", lw=0.8))
+        ax.annotate("", xy=(mid, 8), xytext=(xc, 14), arrowprops=dict(arrowstyle="->", lw=0.8, color=COLORS["grey"]))
     ax.add_patch(Rectangle((76, 28), 18, 6, facecolor=COLORS["skipped"], edgecolor="white"))
     ax.text(85, 31, "past the length:\nnever read", ha="center", va="center", fontsize=6.5)
-    ax.add_patch(Rectangle((12, 1), 64, 7, facecolor=COLORS["diagonal"], edgecolor="white"))
-    ax.text(44, 4.5, "combine: LSE = log Σ exp(LSE_c),  O = Σ exp(LSE_c − LSE)·O_c", ha="center", va="center",
+    ax.add_patch(Rectangle((mid - 34, 1), 68, 7, facecolor=COLORS["diagonal"], edgecolor="white"))
+    ax.text(mid, 4.5, "combine: LSE = ln Σ_c exp(LSE_c),  O = Σ_c exp(LSE_c − LSE)·O_c", ha="center", va="center",
             fontsize=7)
     ax.text(4, 37.5, "one (sequence, K/V head): its G·seq_q query rows against keys [0, len), cut into chunks (step 16)",
             fontsize=7.5)
@@ -182,19 +184,22 @@ def ring_timeline():
     tiles = 8
     fig = new_figure(8.4, 2.9)
     ax = fig.add_axes([0.12, 0.18, 0.85, 0.68])
-    # Tile t's copies are issued when tile t - (STAGES - 1) starts (the prologue issues 0 .. STAGES - 2 at
-    # time 0) and must have landed when tile t starts; compute of tile t takes one unit.
+    # Tile t's copies are issued when tile t - (STAGES - 1) starts, or in the prologue (drawn as the unit
+    # before time 0, which ends when copy 0 has landed) for t <= STAGES - 2, and must have landed when tile t
+    # starts; compute of tile t takes one unit.
     for t in range(tiles):
-        issue = max(0, t - (stages - 1))
+        issue = t - (stages - 1) if t >= stages - 1 else -1
         slot = t % stages
-        ax.add_patch(Rectangle((issue, stages - 1 - slot + 0.15), t - issue if t > issue else 0.25, 0.7,
+        ax.add_patch(Rectangle((issue, stages - 1 - slot + 0.15), t - issue, 0.7,
                                facecolor=COLORS["full"], alpha=0.45, edgecolor=COLORS["full"]))
         ax.text(issue + 0.08, stages - 1 - slot + 0.5, f"copy {t}", va="center", fontsize=6.5)
         ax.add_patch(Rectangle((t, -1.35), 1, 0.7, facecolor=COLORS["diagonal"], edgecolor="white"))
         ax.text(t + 0.5, -1.0, f"tile {t}", ha="center", va="center", fontsize=6.5)
         ax.add_patch(Rectangle((t, stages - 1 - slot + 0.15), 1, 0.7, facecolor="none", edgecolor=COLORS["accent"],
                                lw=1.2, ls="--"))
-    ax.set_xlim(0, tiles + 0.2), ax.set_ylim(-1.6, stages)
+    ax.add_patch(Rectangle((-1, -1.35), 1, 0.7, facecolor=COLORS["skipped"], edgecolor="white"))
+    ax.text(-0.5, -1.0, "prologue", ha="center", va="center", fontsize=6.5)
+    ax.set_xlim(-1, tiles + 0.2), ax.set_ylim(-1.6, stages)
     ax.set_yticks([stages - 1 - s + 0.5 for s in range(stages)] + [-1.0],
                   [f"slot {s}" for s in range(stages)] + ["compute"], fontsize=7)
     ax.set_xticks(range(tiles + 1)), ax.tick_params(axis="x", labelsize=7)
@@ -346,11 +351,12 @@ def flash_sweep():
         ax.add_patch(Rectangle((x, 28), 11, 8, facecolor=face, edgecolor=COLORS["full"]))
         ax.text(x + 5.5, 32, f"K, V tile {t}", ha="center", va="center", fontsize=7, color="white" if t == 2 else "black")
     ax.annotate("", xy=(90, 25), xytext=(20, 25), arrowprops=dict(arrowstyle="->", lw=1.2, color=COLORS["grey"]))
-    ax.text(55, 23, "one tile after the other, through shared memory", ha="center", va="top", fontsize=7, color=COLORS["grey"])
+    ax.text(20, 23, "one tile after the other,\nthrough shared memory", ha="left", va="top", fontsize=7,
+            color=COLORS["grey"])
     ax.add_patch(Rectangle((44, 4), 26, 12, facecolor="#d8f0d2", edgecolor=COLORS["grey"]))
     ax.text(57, 10, "S = Q·Kᵀ of tile 2 → m, l, P\nO = α·O + P·V\n(registers: the block's m, l, O)", ha="center",
             va="center", fontsize=7)
-    ax.annotate("", xy=(57, 16), xytext=(53.5, 28), arrowprops=dict(arrowstyle="->", lw=1))
+    ax.annotate("", xy=(53.5, 16), xytext=(53.5, 28), arrowprops=dict(arrowstyle="->", lw=1))  # clear of the caption
     ax.text(2, 38, "Step 05: one block of BLOCK_M query rows; only its m, l and O survive from tile to tile, never S or P",
             fontsize=7.5)
     return fig
