@@ -34,7 +34,7 @@
 //   atomic            the dK/dV kernel also writes dSᵀ to shared memory and each warp computes
 //                     dQ for 16 of the tile's queries over the block's 64 keys
 //                       dQ += dS·K     [16 queries, D]   A: dSᵀ tile (ldmatrix.trans)  B: K rows (.trans)
-//                     adding it into an fp32 workspace with 16-byte atomics (RED.ADD.F32x4); a
+//                     adding it into an fp32 workspace with 16-byte atomics (REDG.E.ADD.F32x4); a
 //                     last kernel scales and converts. Five products instead of seven, but every
 //                     (query tile, key block) pair adds a [64, D] fp32 tile into L2. The order of
 //                     the adds varies from run to run, so the low bits of dQ do too.
@@ -47,13 +47,13 @@
 //
 // Tiles: 64 queries × 64 keys, head_dim instances 64 and 128 (any multiple of 8 up to 128, padded
 // with zeros). Shared memory, dK/dV kernel: K, V, two buffers each of Q and dO (the next query
-// tile's cp.async copies fly while this one is used), the dSᵀ tile, LSE and delta: 53 KB (d 64) or
+// tile's cp.async copies fly while this one is used), the dSᵀ tile, LSE and delta: 57 KB (d 64) or
 // 105 KB (d 128). dQ kernel: Q, dO, two buffers each of K and V: 48 KB or 96 KB.
 // Registers per thread: profiles/h100/ptxas.csv (generated from the build).
 //
 // Causal (top-left: query i sees key j <= i): the dK/dV kernel starts at the first query tile
 // that sees its keys and masks only the tiles that cross the diagonal (and the last, ragged key
-// block, whose zero-filled keys would otherwise get P = 2^(−LSE)); the dQ kernel stops at the
+// block, whose zero-filled keys would otherwise get P = 2^(−LSE·log2e)); the dQ kernel stops at the
 // diagonal (step 06's stages). A row with LSE = −inf (no visible key) gets P = 0: no gradient,
 // never NaN.
 //
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(THREADS)
         }
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          // One 16-byte atomic per lane (sm_90: RED.E.ADD.F32x4, the result is not read) instead
+          // One 16-byte atomic per lane (sm_90: REDG.E.ADD.F32x4, the result is not read) instead
           // of four scalar ones. A lane holds two columns of rows g and g+8; lanes t4 and t4^1
           // trade pairs so that the even one holds 4 columns of row g, the odd one of row g+8.
           const bool odd = t4 & 1;
