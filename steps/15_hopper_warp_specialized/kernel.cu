@@ -445,7 +445,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // step 11's softmax: the row max on unscaled scores
     s.attn_rule.gqa = true;             // grouped-query attention (step 11)
     s.fwd_workspace_bytes = [](const fa::AttnParams&) -> std::size_t { return 16; };
-    s.workspace_note = "the persistent grid's tile counter, 4 bytes";
+    s.workspace_note = "the persistent grid's tile counter (an int, in 16 bytes)";
     s.variants = {"full", "no-pingpong", "no-overlap", "no-overlaps", "no-persistent", "no-setmaxnreg", "no-rescale-skip"};
     s.needs_cc = 90;
     return s;
