@@ -556,7 +556,7 @@ class TensorCoreTables(unittest.TestCase):
         self.assertIn("| `no-overlap` | S of the next tile issued before the softmax (intra-warpgroup) | - | - | - | -"
                       " | - | - | - | - |", table)
         self.assertIn("| FlashAttention-3 | 661 | full | 2199 |", table)
-        self.assertIn("| no GEMM-softmax pipelining, warp-specialised | 582 | no-overlaps | - |", table)
+        self.assertIn("| no GEMM-softmax pipelining, warp-specialised | 582 | no-overlap | - |", table)
         self.assertIn("| GEMM-softmax pipelining, no warp specialisation | 570 | step 14 | 1100 |", table)
 
     def test_met_and_incomplete(self):
