@@ -1,5 +1,5 @@
 // autotune.h: a step that compiles several instances of its kernel (tile shapes) picks the fastest
-// per problem class, once, and launches it from then on (step 11; steps 13 and 15 reuse it).
+// per problem class, once, and launches it from then on (step 11; step 13 reuses it).
 //
 //   fa::Autotuner<Key, Args> tuner(step_name, "FA_STEP11_CONFIG");
 //   tuner.pick(key, candidates, args, stream)   the candidate to launch for problem class `key`:
