@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """profiles/decode_splits.py: step 16's split count against the alternatives. Each decode shape below
 is timed by the step executable itself (its --bench: CUDA events, warm-up, median of 20, L2 flushed)
-with the heuristic's count (FA_STEP16_SPLITS unset, row "default") and with every count of SPLITS
+with the split rule's own count (FA_STEP16_SPLITS unset, row "default") and with every count of SPLITS
 pinned (FA_STEP16_SPLITS=n).
 
   python3 profiles/decode_splits.py [--build build] [--out profiles/<gpu>/decode_splits.csv]
 
 Rows: the executable's CSV row plus a `splits` column ("default" or n). results.py renders them in
 docs/16 (block results:decode_splits): per shape, GB/s of each count, the fastest in bold, and the
-heuristic's time against the fastest's.
+unpinned count's time against the fastest's.
 """
 import argparse
 import os
@@ -19,8 +19,8 @@ import fa_profiles as fp  # noqa: E402
 from bench import run_pinned, write_tagged_csv  # noqa: E402
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
-# (batch, K/V heads, keys): caches that fit in L2, where only latency counts (is 512 keys per split too
-# many?); few blocks and long caches, where splitting must pay; a full grid, where it must not.
+# (batch, K/V heads, keys): caches that fit in L2, where only latency counts (how short may a split
+# be?); few blocks and long caches, where splitting must pay; a full grid, where it must not.
 SHAPES = ((1, 8, 1024), (8, 1, 4096), (1, 1, 131072), (1, 8, 16384), (1, 32, 65536), (8, 8, 4096), (8, 8, 16384),
           (8, 32, 4096), (64, 8, 4096))
 
