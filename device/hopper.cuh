@@ -142,12 +142,32 @@ __device__ __forceinline__ std::uint64_t smem_desc(std::uint32_t addr, std::uint
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
+#define FA_WGMMA_P88 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87"
+#define FA_WGMMA_D88 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+
 // D[64, N] = A·B (accumulate = 0) or D += A·B (accumulate = 1); A [64, 16] and B [16, N] both
 // K-major in shared memory (descriptors): S = Q·Kᵀ, Q and K rows with the head dims contiguous.
 template <int N, class T>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128, "N = 64 or 128 here");
+  static_assert(N == 64 || N == 128 || N == 176, "N = 64, 128 or 176 here");
   constexpr bool kF16 = std::is_same_v<T, __half>;
 #define FA_WGMMA_SS(SHAPE, TY, LIST, A, B, S)                                                      \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " S ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY \
@@ -157,10 +177,14 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a
     asm volatile(FA_WGMMA_SS("m64n64k16", "f16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_AB);
   else if constexpr (N == 64)
     asm volatile(FA_WGMMA_SS("m64n64k16", "bf16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_AB);
-  else if constexpr (kF16)
+  else if constexpr (N == 128 && kF16)
     asm volatile(FA_WGMMA_SS("m64n128k16", "f16", FA_WGMMA_P64, "%64", "%65", "%66") : FA_WGMMA_D64 : FA_WGMMA_AB);
-  else
+  else if constexpr (N == 128)
     asm volatile(FA_WGMMA_SS("m64n128k16", "bf16", FA_WGMMA_P64, "%64", "%65", "%66") : FA_WGMMA_D64 : FA_WGMMA_AB);
+  else if constexpr (kF16)  // step 15's wide key tile at d 128
+    asm volatile(FA_WGMMA_SS("m64n176k16", "f16", FA_WGMMA_P88, "%88", "%89", "%90") : FA_WGMMA_D88 : FA_WGMMA_AB);
+  else
+    asm volatile(FA_WGMMA_SS("m64n176k16", "bf16", FA_WGMMA_P88, "%88", "%89", "%90") : FA_WGMMA_D88 : FA_WGMMA_AB);
 #undef FA_WGMMA_AB
 #undef FA_WGMMA_SS
 }
