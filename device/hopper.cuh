@@ -142,12 +142,22 @@ __device__ __forceinline__ std::uint64_t smem_desc(std::uint32_t addr, std::uint
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
+#define FA_WGMMA_P88 /* m64n176: the 64 of m64n128, then 24 more */ \
+  FA_WGMMA_P64 ", " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, " \
+  "%76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
+#define FA_WGMMA_D88 \
+  FA_WGMMA_D64, \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+
 // D[64, N] = A·B (accumulate = 0) or D += A·B (accumulate = 1); A [64, 16] and B [16, N] both
 // K-major in shared memory (descriptors): S = Q·Kᵀ, Q and K rows with the head dims contiguous.
 template <int N, class T>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128, "N = 64 or 128 here");
+  static_assert(N == 64 || N == 128 || N == 176, "N = 64, 128 or 176 here");
   constexpr bool kF16 = std::is_same_v<T, __half>;
 #define FA_WGMMA_SS(SHAPE, TY, LIST, A, B, S)                                                      \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " S ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY \
@@ -157,10 +167,14 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a
     asm volatile(FA_WGMMA_SS("m64n64k16", "f16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_AB);
   else if constexpr (N == 64)
     asm volatile(FA_WGMMA_SS("m64n64k16", "bf16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_AB);
-  else if constexpr (kF16)
+  else if constexpr (N == 128 && kF16)
     asm volatile(FA_WGMMA_SS("m64n128k16", "f16", FA_WGMMA_P64, "%64", "%65", "%66") : FA_WGMMA_D64 : FA_WGMMA_AB);
-  else
+  else if constexpr (N == 128)
     asm volatile(FA_WGMMA_SS("m64n128k16", "bf16", FA_WGMMA_P64, "%64", "%65", "%66") : FA_WGMMA_D64 : FA_WGMMA_AB);
+  else if constexpr (kF16)  // step 15's wide key tile at d 128
+    asm volatile(FA_WGMMA_SS("m64n176k16", "f16", FA_WGMMA_P88, "%88", "%89", "%90") : FA_WGMMA_D88 : FA_WGMMA_AB);
+  else
+    asm volatile(FA_WGMMA_SS("m64n176k16", "bf16", FA_WGMMA_P88, "%88", "%89", "%90") : FA_WGMMA_D88 : FA_WGMMA_AB);
 #undef FA_WGMMA_AB
 #undef FA_WGMMA_SS
 }

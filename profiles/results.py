@@ -1096,7 +1096,8 @@ WS_VARIANTS = (("full", "nothing: the step as it is"), ("no-pingpong", "ping-pon
                ("no-overlaps", "both overlaps (warp specialisation, setmaxnreg and persistence kept)"),
                ("no-persistent", "the persistent grid (one block per tile, the hardware schedules)"),
                ("no-setmaxnreg", "the register reallocation (every thread capped at the launch's share)"),
-               ("no-rescale-skip", "skipping O's rescale when no row max moved (d 64 only: the same kernel at d 128)"))
+               ("no-rescale-skip", "skipping O's rescale when no row max moved (d 64 only: the same kernel at d 128)"),
+               ("no-wide-tile", "176-key tiles at d 128 not causal (128 keys instead; elsewhere the same kernel)"))
 
 
 def hopper_ablation_table():
