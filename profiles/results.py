@@ -554,9 +554,12 @@ BLOCKS = {
     "docs/14_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
+                                           "results:crosstile": lambda: crosstile_table(),
                                            "results:gqa": lambda: gqa_table()},
     "docs/16_split_kv_decode.md": {"results:decode": lambda: decode_table(),
-                                   "results:decode_splits": lambda: decode_splits_table()},
+                                   "results:decode_splits": lambda: decode_splits_table(),
+                                   "results:decode_splits_128": lambda: decode_splits_table(
+                                       os.path.join(DECODE, "history", "ceiling128_decode_splits.csv"))},
     "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
@@ -1260,10 +1263,11 @@ def step11_candidates_table():
         source_line(["step11_candidates.csv"])
 
 
-def decode_splits_table():
+def decode_splits_table(csv_name="decode_splits.csv"):
     """Step 16's split counts, each pinned, per decode shape: GB/s, the fastest in bold, and the unpinned
-    count's time (the rule of the build measured) over the fastest's (profiles/decode_splits.py)."""
-    path = SPLITS_OVERRIDE or os.path.join(gpu_dir(), "decode_splits.csv")
+    count's time (the rule of the build measured) over the fastest's (profiles/decode_splits.py). csv_name:
+    under profiles/<gpu>/ (a history file: a run of another build, kept for its doc's appendix)."""
+    path = SPLITS_OVERRIDE or os.path.join(gpu_dir(), csv_name)
     if not os.path.exists(path):
         return "Not measured yet (`profiles/decode_splits.py`, stage `splits` of `profiles/gpu_session.sh`)."
     rows = read_csv(path)
@@ -1282,7 +1286,43 @@ def decode_splits_table():
         "--bench` (median of 20, L2 flushed); fp16, one query row per head, every sequence as long as the cache; " \
         "the fastest count of a shape in bold; unpinned: the count the measured build's rule picked (1.00× in the " \
         "last column: it picked the fastest).\n\n" + \
-        source_line(["decode_splits.csv"])
+        source_line([csv_name])
+
+
+# Step 15's cross-tile overlap (branch step15-crosstile, dropped): its sweep beside the full step's, both
+# kept in history/crosstile_bench.csv (column `build`: main or crosstile; the crosstile run's SDPA rows too).
+CROSSTILE_CSV = os.path.join(HOPPER_WS, "history", "crosstile_bench.csv")
+
+
+def crosstile_table():
+    """Per (head_dim, causal): the range of the cross-tile build's time over the full step's, seq 1024 and up,
+    both dtypes; then the median x SDPA-cuDNN of each build per dtype (cuDNN from the cross-tile run)."""
+    path = os.path.join(gpu_dir(), CROSSTILE_CSV)
+    if not os.path.exists(path):
+        return "Not measured (no `" + CROSSTILE_CSV + "`)."
+    t = {(r["build"], r["step"], r["problem"]): fp_float(r["time_ms"]) for r in read_csv(path)}
+    change, cudnn = OrderedDict(), OrderedDict()
+    for (build, step, problem), ms in t.items():
+        p = split_problem(problem)
+        base = t.get(("main", HOPPER_WS, problem))
+        if build != "crosstile" or step != HOPPER_WS or not p or p["seq"] < TARGET_MIN_SEQ or not base:
+            continue
+        change.setdefault((p["d"], p["causal"]), []).append(ms / base - 1)
+        c = t.get(("crosstile", "sdpa_cudnn", problem))
+        if c:
+            cudnn.setdefault(p["dtype"], {"main": [], "crosstile": []})
+            cudnn[p["dtype"]]["main"].append(c / base)
+            cudnn[p["dtype"]]["crosstile"].append(c / ms)
+    body = [[f"d = {d}, {'causal' if causal else 'not causal'}", f"{100 * min(v):+.1f}% to {100 * max(v):+.1f}%"]
+            for (d, causal), v in sorted(change.items())]
+    med = [[dt, f"{median(sorted(v['main'])):.2f}×", f"{median(sorted(v['crosstile'])):.2f}×"]
+           for dt, v in cudnn.items()]
+    return md_table(["cells", "time change"], body) + "\n\n" + \
+        md_table(["dtype", "median × SDPA-cuDNN, full step", "median × SDPA-cuDNN, cross-tile"], med) + \
+        f"\n\nTime of the cross-tile build over the full step's, seq {TARGET_MIN_SEQ}-16384, fp16 and bf16, " \
+        "FlashAttention-2 benchmark shapes (positive: the cross-tile build is slower); each build's sweep from its " \
+        "own `profiles/bench.py --steps 15` run on the same H100, minutes apart; SDPA-cuDNN from the cross-tile " \
+        "run for both medians.\n\n" + source_line([CROSSTILE_CSV])
 
 
 # ---- ptxas's resource report (profiles/ptxas.py) ------------------------------------------------

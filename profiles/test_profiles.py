@@ -697,6 +697,38 @@ class DecodeSplits(unittest.TestCase):
             shutil.rmtree(tmp)
 
 
+class CrossTile(unittest.TestCase):
+    """results.py's table of step 15's dropped cross-tile build against the full step (synthetic rows)."""
+
+    def test_table(self):
+        import results
+        ws = "15_hopper_warp_specialized"
+        with tempfile.TemporaryDirectory() as d:
+            saved = results.gpu_dir
+            results.gpu_dir = lambda: d
+            try:
+                self.assertIn("Not measured", results.crosstile_table())
+                os.makedirs(os.path.join(d, ws, "history"))
+                rows = []
+                for problem, main, cross, cudnn in (("B4 H16 S4096 D128 f16", 1.0, 1.1, 1.05),
+                                                     ("B2 H16 S8192 D128 f16", 2.0, 1.9, 2.0),
+                                                     ("B32 H16 S512 D128 f16", 0.1, 0.5, 0.1)):  # below seq 1024
+                    rows += [dict(bench_row(ws, problem, main), build="main"),
+                             dict(bench_row(ws, problem, cross), build="crosstile"),
+                             dict(bench_row("sdpa_cudnn", problem, cudnn), build="crosstile")]
+                with open(os.path.join(d, results.CROSSTILE_CSV), "w", newline="") as f:
+                    w = csv.DictWriter(f, fieldnames=["build"] + fp.BENCH_COLUMNS, lineterminator="\n")
+                    w.writeheader()
+                    w.writerows(rows)
+                table = results.crosstile_table()
+            finally:
+                results.gpu_dir = saved
+        # 1.1/1.0 and 1.9/2.0: +10.0% and -5.0%; seq 512 left out (its +400% would show)
+        self.assertIn("| d = 128, not causal | -5.0% to +10.0% |", table)
+        # x cuDNN: full step 1.05 and 1.0 -> median 1.025; cross-tile 1.05/1.1 and 2.0/1.9 -> 0.95, 1.05: 1.00
+        self.assertIn("| f16 | 1.02× | 1.00× |", table)
+
+
 class Step11Candidates(unittest.TestCase):
     """profiles/candidates.py's name discovery (a mock executable) and results.py's table (synthetic rows)."""
 

@@ -27,8 +27,8 @@
 // Block: a producer and CONSUMERS warpgroups of 64 query rows (d 128: 2, 384 threads, BLOCK_M = 128;
 // d 64: 3, 512 threads, BLOCK_M = 192); K/V tiles of BLOCK_N = 128 keys (d 128 not causal: 176) in a
 // ring of STAGES = 2. One consumer, per K/V tile j (with OVERLAP):
-//   wait k_full[j]   take the token   S_j = Q·K_jᵀ (D/16 wgmma), O += P_{j-1}·V_{j-1} (8)   pass it
-//   wait S_j (wgmma_wait<1>)   hand K_j back     softmax of S_j                  [64, 128] scores
+//   wait k_full[j]   take the token   S_j = Q·K_jᵀ (D/16 wgmma), O += P_{j-1}·V_{j-1} (BLOCK_N/16)   pass it
+//   wait S_j (wgmma_wait<1>)   hand K_j back     softmax of S_j                  [64, BLOCK_N] scores
 //   wait O   (wgmma_wait<0>)   hand V_{j-1} back rescale O, pack P_j              [64, D]   accumulator
 //
 // Build + run:  cmake --build build --target 15_hopper_warp_specialized && build/bin/15_hopper_warp_specialized
@@ -67,7 +67,7 @@ struct Config {
   // softmax is needed to keep the tensor cores busy (doc 15).
   static constexpr int D = D_, CONSUMERS = D == 64 ? 3 : 2, THREADS = (CONSUMERS + 1) * kWarpgroup;
   // Keys per K/V tile: 128, or 176 at d 128 not causal (FA3's choice there): a query block then walks
-  // 27% fewer tiles, each turn, wait and row reduction paid fewer times, for 44 more score registers.
+  // 27% fewer tiles, each turn, wait and row reduction paid fewer times, for 36 more registers (s, p).
   static constexpr int BLOCK_M = 64 * CONSUMERS, BLOCK_N = BLOCK_N_, STAGES = 2;
   static constexpr bool PINGPONG = PINGPONG_, OVERLAP = OVERLAP_, MAXNREG = MAXNREG_;
   // d 64 only: skip the rescale of O when no row max of the warp moved (measured +1-3% at d 64, −1%
