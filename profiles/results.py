@@ -555,6 +555,7 @@ BLOCKS = {
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
                                            "results:crosstile": lambda: crosstile_table(),
+                                           "results:softmax_experiments": lambda: softmax_experiments_table(),
                                            "results:gqa": lambda: gqa_table()},
     "docs/16_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
@@ -1323,6 +1324,49 @@ def crosstile_table():
         "FlashAttention-2 benchmark shapes (positive: the cross-tile build is slower); each build's sweep from its " \
         "own `profiles/bench.py --steps 15` run on the same H100, minutes apart; SDPA-cuDNN from the cross-tile " \
         "run for both medians.\n\n" + source_line([CROSSTILE_CSV])
+
+
+# Step 15's three small experiments (branches step15-keep-p and step15-tree-prefetch, dropped): each switched
+# off by a --variant of its own build and timed beside the full build in one call, variants interleaved
+# (history/softmax_experiments.csv: experiment, variant, round, problem, time_ms, ...).
+SOFTMAX_EXP_CSV = os.path.join(HOPPER_WS, "history", "softmax_experiments.csv")
+SOFTMAX_EXPERIMENTS = (("keep-p", "no-keep-p", "P kept live: the softmax under P·V"),
+                       ("tree-prefetch", "no-tree", "two-row, two-chain softmax"),
+                       ("tree-prefetch", "no-prefetch", "next tile's Q prefetched into L2"))
+
+
+def softmax_experiments_table():
+    """Per cell and experiment: the mean time without the change over the mean time with it (above 1: the change
+    is faster), from history/softmax_experiments.csv; then each column's range."""
+    path = os.path.join(gpu_dir(), SOFTMAX_EXP_CSV)
+    if not os.path.exists(path):
+        return "Not measured (no `" + SOFTMAX_EXP_CSV + "`)."
+    t = OrderedDict()
+    for r in read_csv(path):
+        t.setdefault((r["experiment"], r["variant"], r["problem"]), []).append(fp_float(r["time_ms"]))
+    cells = list(OrderedDict.fromkeys(p for (_, _, p) in t))
+    def key(problem):
+        q = split_problem(problem)
+        return (q["d"], q["causal"], q["seq"], q["dtype"]) if q else (0, False, 0, problem)
+    body, spans = [], [[] for _ in SOFTMAX_EXPERIMENTS]
+    for problem in sorted(cells, key=key):
+        q = split_problem(problem)
+        row = [q["dtype"], str(q["d"]), "yes" if q["causal"] else "no", str(q["seq"])] if q else [problem, "", "", ""]
+        for i, (exp, off, _) in enumerate(SOFTMAX_EXPERIMENTS):
+            on, without = t.get((exp, "full", problem)), t.get((exp, off, problem))
+            if on and without:
+                ratio = (sum(without) / len(without)) / (sum(on) / len(on))
+                spans[i].append(ratio)
+                row.append(f"{ratio:.3f}")
+            else:
+                row.append("")
+        body.append(row)
+    body.append(["range", "", "", ""] + [f"{min(v):.3f} to {max(v):.3f}" if v else "" for v in spans])
+    return md_table(["dtype", "d", "causal", "seq"] + [name for _, _, name in SOFTMAX_EXPERIMENTS], body) + \
+        "\n\nEach column: the mean time of the build with the change switched off (its `--variant`) over the mean " \
+        "time of the build with it, `--bench` on the FlashAttention-2 benchmark shapes, the variants interleaved " \
+        "in one call on one H100 (above 1: the change is faster). The first column's build has the one-chain " \
+        "softmax; the other two are one build.\n\n" + source_line([SOFTMAX_EXP_CSV])
 
 
 # ---- ptxas's resource report (profiles/ptxas.py) ------------------------------------------------

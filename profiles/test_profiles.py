@@ -729,6 +729,39 @@ class CrossTile(unittest.TestCase):
         self.assertIn("| f16 | 1.02× | 1.00× |", table)
 
 
+class SoftmaxExperiments(unittest.TestCase):
+    """results.py's table of step 15's three dropped experiments (synthetic rows)."""
+
+    def test_table(self):
+        import results
+        ws = "15_hopper_warp_specialized"
+        with tempfile.TemporaryDirectory() as d:
+            saved = results.gpu_dir
+            results.gpu_dir = lambda: d
+            try:
+                self.assertIn("Not measured", results.softmax_experiments_table())
+                os.makedirs(os.path.join(d, ws, "history"))
+                rows = [("keep-p", "full", "B2 H16 S8192 D128 f16", 1.0), ("keep-p", "full", "B2 H16 S8192 D128 f16", 1.2),
+                        ("keep-p", "no-keep-p", "B2 H16 S8192 D128 f16", 1.21),
+                        ("tree-prefetch", "full", "B2 H16 S8192 D128 f16", 2.0),
+                        ("tree-prefetch", "no-tree", "B2 H16 S8192 D128 f16", 1.9),
+                        ("tree-prefetch", "no-prefetch", "B2 H16 S8192 D128 f16", 2.2),
+                        ("tree-prefetch", "full", "B8 H32 S2048 D64 causal f16", 1.0),
+                        ("tree-prefetch", "no-tree", "B8 H32 S2048 D64 causal f16", 1.05)]
+                with open(os.path.join(d, results.SOFTMAX_EXP_CSV), "w", newline="") as f:
+                    w = csv.writer(f, lineterminator="\n")
+                    w.writerow(["experiment", "variant", "round", "problem", "time_ms", "rate", "device"])
+                    w.writerows([e, v, 1, p, ms, 1, "GPU"] for e, v, p, ms in rows)
+                table = results.softmax_experiments_table()
+            finally:
+                results.gpu_dir = saved
+        # keep-p: 1.21 / mean(1.0, 1.2) = 1.1; no-tree 1.9/2.0 = 0.95; no-prefetch 2.2/2.0 = 1.1; d64 first (sorted)
+        self.assertIn("| f16 | 128 | no | 8192 | 1.100 | 0.950 | 1.100 |", table)
+        self.assertIn("| f16 | 64 | yes | 2048 |  | 1.050 |  |", table)
+        self.assertLess(table.index("| f16 | 64 |"), table.index("| f16 | 128 |"))
+        self.assertIn("| range |  |  |  | 1.100 to 1.100 | 0.950 to 1.050 | 1.100 to 1.100 |", table)
+
+
 class Step11Candidates(unittest.TestCase):
     """profiles/candidates.py's name discovery (a mock executable) and results.py's table (synthetic rows)."""
 

@@ -15,8 +15,9 @@
 //   3. Ping-pong (PINGPONG). Two named barriers pass a token: a consumer issues its GEMMs only when
 //      it holds it, then hands it over, so one warpgroup's softmax runs under the other's GEMMs.
 //   4. Intra-warpgroup overlap (OVERLAP). S_j = Q·K_jᵀ is issued together with O += P_{j-1}·V_{j-1}
-//      and the softmax of tile j runs while the second one is still on the tensor cores: two score
-//      tiles are live (s being computed, p being read).
+//      and the softmax of tile j is written to run while the second one is still on the tensor
+//      cores: two score tiles (s being computed, p being read). ptxas reuses p's registers in the
+//      softmax and so waits for the second product first (doc 15, "What ptxas made of it").
 //   5. Persistence. The grid is one block per SM; a block takes its next tile (query block, head)
 //      from a counter in global memory, in a fixed order (causal: the heaviest query blocks first, in
 //      groups of heads whose K/V fit in L2), and the producer loads the next tile's Q and K/V while
