@@ -23,7 +23,9 @@ Baselines (PyTorch with CUDA only): torch.nn.functional.scaled_dot_product_atten
 torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) (step 'sdpa_flash') and
 SDPBackend.CUDNN_ATTENTION (step 'sdpa_cudnn'), on the attention sweep of the steps (batch·seq =
 16384 tokens, heads = 2048/head_dim, seq 512...16384, head_dim 64 and 128, causal and not), fp16 and
-bf16, layout [B, H, S, D], inputs uniform in [-0.5, 1.5) (dO in [-1, 1)). Timed as the steps are:
+bf16, layout [B, H, S, D], inputs uniform in [-0.5, 1.5) (dO in [-1, 1)). With steps to run, these rows
+are measured twice, before and after the steps, and hold the mean of the two passes (the drift between the
+passes is printed). Timed as the steps are:
 CUDA events around each launch, warm-up launches, at least 20 repetitions, the median, L2 flushed
 before every repetition by writing a buffer twice its size. Rows: forward (problem 'B.. H.. S.. D..
 [causal] f16'), backward ('... bwd', autograd.grad of the forward's output) and their sum ('...
@@ -336,6 +338,35 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
     return rows
 
 
+def bracket_mean(before, after):
+    """SDPA's rows measured before and after the steps: each row's time the mean of its two passes (a drift of
+    the GPU's clocks between the passes cancels to first order, instead of landing on every ratio), its rate
+    and % of peak scaled to that time; a row of one pass only is kept as measured. Says the drift (second
+    pass over first), and returns (rows, drifts)."""
+    first = {(r["step"], r["problem"]): r for r in before}
+    out, drifts, seen = [], [], set()
+    for r in after:
+        key = (r["step"], r["problem"])
+        seen.add(key)
+        b = first.get(key)
+        if b is None:
+            out.append(r)
+            continue
+        t_after, t_before = float(r["time_ms"]), float(b["time_ms"])
+        t = (t_after + t_before) / 2
+        row = dict(r, time_ms=f"{t:.6g}", rate=f"{float(r['rate']) * t_after / t:.6g}")
+        if float(r["pct_peak"]) > 0:
+            row["pct_peak"] = f"{float(r['pct_peak']) * t_after / t:.4g}"
+        drifts.append(t_after / t_before - 1)
+        out.append(row)
+    out += [r for r in before if (r["step"], r["problem"]) not in seen]
+    if drifts:
+        d = sorted(drifts)
+        say(f"SDPA, second pass over first: median {statistics.median(d):+.1%}, {d[0]:+.1%} to {d[-1]:+.1%} "
+            f"over {len(d)} rows (the rows hold the mean of the two)")
+    return out, drifts
+
+
 # Decoding (step 16's sweep, harness: decode_sweep): one query row per head, 32 query heads of d 128 over
 # 32, 8 and 1 K/V heads, batch 1, 8, 64, full caches of 1k-128k keys, K and V at most 2^30 elements each.
 DECODE_BATCHES, DECODE_KV_HEADS, DECODE_LENS = (1, 8, 64), (32, 8, 1), (1024, 4096, 16384, 65536, 131072)
@@ -602,21 +633,29 @@ def main(argv=None):
         say(f"no step executable in {a.build}/bin" + (f" matching --steps {a.steps}" if only else "") +
             " (build first: cmake --preset default && cmake --build build)")
     device, tensor_peak = device_info(exes[0]) if exes else ("", -1.0)
+    torch, why = have_torch() if not a.no_sdpa else (None, "")
+    if torch:
+        if tensor_peak <= 0:
+            built = step_exes(a.build, set())
+            device, tensor_peak = device_info(built[0]) if built else (device, -1.0)
+        modes = "fwd" if a.gqa_only else auto_sdpa_modes(a.sdpa_modes, bool(only), list(map(has_backward, exes)))
+        # --steps 16 alone: only the decode baselines. SDPA's rows of the other problems belong to the run
+        # that measured the steps beside them, and --merge must keep those.
+        decode_only = only == {"16"} and a.sdpa_modes == "auto"
+    # SDPA's attention rows are measured twice, before and after the steps, and the rows hold the mean
+    # (bracket_mean): the steps' sweep takes minutes, and the GPU's clocks drift over them.
+    bracket = bool(torch and exes and not a.gqa_only and not decode_only)
+    if bracket:
+        say(f"== SDPA baselines, first pass (PyTorch {torch.__version__}; rows: {modes})")
+        before = sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
     rows, failed = step_rows(exes, a.gqa_only)
     sdpa_measured = False
     if not a.no_sdpa:
-        torch, why = have_torch()
         if torch:
-            if tensor_peak <= 0:
-                built = step_exes(a.build, set())
-                device, tensor_peak = device_info(built[0]) if built else (device, -1.0)
-            modes = "fwd" if a.gqa_only else auto_sdpa_modes(a.sdpa_modes, bool(only), list(map(has_backward, exes)))
-            # --steps 16 alone: only the decode baselines. SDPA's rows of the other problems belong to the run
-            # that measured the steps beside them, and --merge must keep those.
-            decode_only = only == {"16"} and a.sdpa_modes == "auto"
             if not a.gqa_only and not decode_only:
-                say(f"== SDPA baselines (PyTorch {torch.__version__}; rows: {modes})")
-                rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
+                say(f"== SDPA baselines{', second pass' if bracket else ''} (PyTorch {torch.__version__}; rows: {modes})")
+                after = sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
+                rows += bracket_mean(before, after)[0] if bracket else after
             if not a.gqa_only and modes in ("all", "fwd") and (not only or "16" in only):  # step 16's baselines
                 say("== SDPA baselines, decoding (step 16's shapes)")
                 rows += sdpa_decode_rows(torch, a.reps, a.warmup)

@@ -799,6 +799,30 @@ class Step11Candidates(unittest.TestCase):
         self.assertIn("| B4 H16 S4096 D128 f16 | 200.0 | **360.0** |", table)
 
 
+class BenchBracket(unittest.TestCase):
+    """bench.py's mean of SDPA's two passes (before and after the steps)."""
+
+    def test_mean_of_two_passes(self):
+        import bench
+        def row(step, problem, ms, rate, pct):
+            return dict(step=step, problem=problem, time_ms=str(ms), rate=str(rate), pct_peak=str(pct), idea="x")
+        before = [row("sdpa_cudnn", "B1 H16 S8192 D128 f16", 1.0, 600, 60), row("sdpa_flash", "P2", 2.0, 100, -1),
+                  row("sdpa_flash", "only before", 5.0, 10, 1)]
+        after = [row("sdpa_cudnn", "B1 H16 S8192 D128 f16", 1.2, 500, 50), row("sdpa_flash", "P2", 2.0, 100, -1),
+                 row("sdpa_flash", "only after", 3.0, 20, 2)]
+        rows, drifts = bench.bracket_mean(before, after)
+        got = {r["problem"]: r for r in rows}
+        self.assertEqual(len(rows), 4)
+        # mean time 1.1; rate and % of peak scaled from the second pass's: 500 * 1.2 / 1.1, 50 * 1.2 / 1.1
+        self.assertAlmostEqual(float(got["B1 H16 S8192 D128 f16"]["time_ms"]), 1.1)
+        self.assertAlmostEqual(float(got["B1 H16 S8192 D128 f16"]["rate"]), 545.4545, places=3)
+        self.assertAlmostEqual(float(got["B1 H16 S8192 D128 f16"]["pct_peak"]), 54.55, places=2)
+        self.assertEqual(got["P2"]["pct_peak"], "-1")  # no peak: left as it is
+        self.assertEqual(got["only before"]["time_ms"], "5.0")
+        self.assertEqual(got["only after"]["time_ms"], "3.0")
+        self.assertEqual([round(x, 6) for x in drifts], [0.2, 0.0])
+
+
 class BenchMerge(unittest.TestCase):
     def test_auto_sdpa_modes(self):
         import bench
