@@ -556,6 +556,7 @@ BLOCKS = {
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
                                            "results:crosstile": lambda: crosstile_table(),
                                            "results:softmax_experiments": lambda: softmax_experiments_table(),
+                                           "results:hopper_ws_runs": lambda: hopper_ws_runs_table(),
                                            "results:gqa": lambda: gqa_table()},
     "docs/16_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
@@ -710,15 +711,18 @@ def tc_cells():
     return [(dt, d, c, s) for dt in TC_DTYPES for d in TC_DIMS for c in (False, True) for s in TC_SEQS]
 
 
-def tc_times(gqa=False, kv=None):
+def tc_times(gqa=False, kv=None, rows=None):
     """bench.csv -> {step: {cell: time_ms}} for the forward rows of fp16/bf16 on the FA2 shapes
     (batch·seq = 16384, heads·d = 2048), the tensor-core steps and both SDPA backends; and under
     "<step> prev" each step's previous step, timed interleaved with it (prev_time_ms). With `gqa`: the
-    grouped-query rows (fewer K/V heads than query heads) instead, and the K/V heads of each d into `kv`."""
+    grouped-query rows (fewer K/V heads than query heads) instead, and the K/V heads of each d into `kv`.
+    `rows`: these rows (bench.csv's columns) instead of bench.csv's."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     steps = TC_FWD + (HOPPER_FWD, HOPPER_WS)
     out = {st: {} for st in steps + tuple(st + " prev" for st in steps) + ("sdpa_flash", "sdpa_cudnn")}
-    for r in (read_csv(path) if os.path.exists(path) else []):
+    if rows is None:
+        rows = read_csv(path) if os.path.exists(path) else []
+    for r in rows:
         p = split_problem(r["problem"], gqa=gqa)
         t = fp_float(r["time_ms"])
         if r["step"] not in out or not p or p["mode"] != "fwd" or p["dtype"] not in TC_DTYPES or not t or t <= 0:
@@ -975,6 +979,42 @@ def hopper_ws_table():
         "heads = 2048/d); TFLOP/s by the FlashAttention convention (4·B·H·S²·d, halved when causal). \"× y\" is y's " \
         "time over step 15's (above 1.00× step 15 is faster): step 14 timed interleaved in the same process, SDPA's " \
         "FlashAttention-2 and cuDNN backends in the same `profiles/bench.py` run.\n\n" + tc_source()
+
+
+# Step 15's sweep with SDPA, run after run on the same code (history/bench_runs.csv: column `run`, a label,
+# and `sdpa_passes`; the rows of step 15's full variant and of SDPA's forward).
+WS_RUNS_CSV = os.path.join(HOPPER_WS, "history", "bench_runs.csv")
+
+
+def hopper_ws_runs_table():
+    """Per committed run of step 15's sweep: the three targets' figures, so that their spread from run to run
+    stands beside the verdict of the imported run."""
+    path = os.path.join(gpu_dir(), WS_RUNS_CSV)
+    if not os.path.exists(path):
+        return "Not measured (no `" + WS_RUNS_CSV + "`)."
+    runs = OrderedDict()
+    for r in read_csv(path):
+        runs.setdefault((r["run"], r["sdpa_passes"]), []).append(r)
+    body = []
+    for (label, passes), rows in runs.items():
+        times = tc_times(rows=rows)
+        mine, cudnn = times[HOPPER_WS], times["sdpa_cudnn"]
+        rc = sorted(cudnn[c] / mine[c] for c in tc_cells() if c[3] >= TARGET_MIN_SEQ and c in mine and c in cudnn)
+        low = [cudnn[c] / mine[c] for c in tc_cells() if c[3] >= WS_TARGET_CUDNN_MIN_SEQ and c in mine and c in cudnn]
+        rates = [tc_rate(c, mine[c]) for c in tc_cells() if c in mine and c[1] == WS_TARGET_TFLOPS_D and not c[2]
+                 and c[3] >= WS_TARGET_TFLOPS_MIN_SEQ]
+        if not rc:
+            continue
+        body.append([label, passes, f"{median(rc):.3f}×", f"{rc[(len(rc) - 1) // 2]:.3f}× / {rc[len(rc) // 2]:.3f}×",
+                     f"{sum(1 for x in rc if x < 1.0)} of {len(rc)}", f"{min(low):.2f}×" if low else "-",
+                     f"{min(rates):.0f}" if rates else "-"])
+    return md_table(["run", "SDPA passes", f"median × SDPA-cuDNN (seq ≥ {TARGET_MIN_SEQ})", "the two middle cells",
+                     "cells below 1.00×", f"lowest × cuDNN, seq ≥ {WS_TARGET_CUDNN_MIN_SEQ}",
+                     f"lowest TFLOP/s, d {WS_TARGET_TFLOPS_D} not causal, seq ≥ {WS_TARGET_TFLOPS_MIN_SEQ}"], body) + \
+        "\n\nEach row: one `profiles/bench.py --steps 15` run (step 15's sweep and SDPA's forward in the same run) " \
+        "on the same kernel code (comments aside), on an H100 of the same type; the last row is the run in `bench.csv`, whose tables are " \
+        "above. \"SDPA passes\": SDPA measured once, after the steps, or before and after them with the mean " \
+        "kept (docs/conventions.md, \"Measurement\").\n\n" + source_line([WS_RUNS_CSV])
 
 
 GQA_STEPS = ("11_tuned_forward", HOPPER_FWD, HOPPER_WS)  # the forward steps that run grouped-query attention
