@@ -931,6 +931,20 @@ WS_TARGET_CUDNN_MEDIAN, WS_TARGET_CUDNN_MIN, WS_TARGET_CUDNN_MIN_SEQ = 1.0, 0.9,
 WS_TARGET_TFLOPS, WS_TARGET_TFLOPS_D, WS_TARGET_TFLOPS_MIN_SEQ = 600.0, 128, 8192
 
 
+def ws_target_figures(times):
+    """Step 15's three targets from tc_times()' output: (cells with seq >= TARGET_MIN_SEQ, their sorted ratios
+    to cuDNN; the cells with seq >= WS_TARGET_CUDNN_MIN_SEQ, their (ratio, cell) sorted; the d 128 not causal
+    cells of the TFLOP/s target, their (TFLOP/s, cell) sorted)."""
+    mine, cudnn = times[HOPPER_WS], times["sdpa_cudnn"]
+    cells = [c for c in tc_cells() if c[3] >= TARGET_MIN_SEQ]
+    rc = sorted(cudnn[c] / mine[c] for c in cells if c in cudnn and c in mine)
+    long_cells = [c for c in cells if c[3] >= WS_TARGET_CUDNN_MIN_SEQ]
+    low = sorted((cudnn[c] / mine[c], c) for c in long_cells if c in cudnn and c in mine)
+    big = [c for c in cells if c[1] == WS_TARGET_TFLOPS_D and not c[2] and c[3] >= WS_TARGET_TFLOPS_MIN_SEQ]
+    rates = sorted((tc_rate(c, mine[c]), c) for c in big if c in mine)
+    return cells, rc, long_cells, low, big, rates
+
+
 def hopper_ws_table():
     """Step 15 on the FA2 forward shapes: TFLOP/s and its ratios to step 14 (interleaved in the same
     process), SDPA flash and SDPA cuDNN per cell, then the step's three targets (docs/conventions.md):
@@ -944,7 +958,7 @@ def hopper_ws_table():
     body = [[dt, str(d), "yes" if causal else "no", str(seq), f"{tc_rate(c, mine[c]):.1f}", ratio_text(prev.get(c), mine[c]),
              ratio_text(flash.get(c), mine[c]), ratio_text(cudnn.get(c), mine[c])]
             for c in tc_cells() if c in mine for dt, d, causal, seq in [c]]
-    cells = [c for c in tc_cells() if c[3] >= TARGET_MIN_SEQ]
+    cells, rc, long_cells, low, big, rates = ws_target_figures(times)
     where = lambda c: f"{c[0]} d{c[1]} {'causal' if c[2] else 'not causal'} seq {c[3]}"  # noqa: E731
 
     def verdict(ok, n, need):
@@ -955,11 +969,6 @@ def hopper_ws_table():
         r = sorted(base[c] / mine[c] for c in cells if c in base and c in mine)
         return [str(len(r)), f"{r[0]:.2f}×", f"{median(r):.2f}×", f"{r[-1]:.2f}×"] if r else ["0", "-", "-", "-"]
 
-    rc = sorted(cudnn[c] / mine[c] for c in cells if c in cudnn and c in mine)
-    long_cells = [c for c in cells if c[3] >= WS_TARGET_CUDNN_MIN_SEQ]
-    low = sorted((cudnn[c] / mine[c], c) for c in long_cells if c in cudnn and c in mine)
-    big = [c for c in cells if c[1] == WS_TARGET_TFLOPS_D and not c[2] and c[3] >= WS_TARGET_TFLOPS_MIN_SEQ]
-    rates = sorted((tc_rate(c, mine[c]), c) for c in big if c in mine)
     targets = [
         [f"median × SDPA-cuDNN, seq ≥ {TARGET_MIN_SEQ}", f"≥ {WS_TARGET_CUDNN_MEDIAN:.2f}×",
          f"{median(rc):.2f}× over {len(rc)} cells" if rc else "-",
@@ -997,17 +1006,12 @@ def hopper_ws_runs_table():
         runs.setdefault((r["run"], r["sdpa_passes"]), []).append(r)
     body = []
     for (label, passes), rows in runs.items():
-        times = tc_times(rows=rows)
-        mine, cudnn = times[HOPPER_WS], times["sdpa_cudnn"]
-        rc = sorted(cudnn[c] / mine[c] for c in tc_cells() if c[3] >= TARGET_MIN_SEQ and c in mine and c in cudnn)
-        low = [cudnn[c] / mine[c] for c in tc_cells() if c[3] >= WS_TARGET_CUDNN_MIN_SEQ and c in mine and c in cudnn]
-        rates = [tc_rate(c, mine[c]) for c in tc_cells() if c in mine and c[1] == WS_TARGET_TFLOPS_D and not c[2]
-                 and c[3] >= WS_TARGET_TFLOPS_MIN_SEQ]
+        _, rc, _, low, _, rates = ws_target_figures(tc_times(rows=rows))
         if not rc:
             continue
         body.append([label, passes, f"{median(rc):.3f}×", f"{rc[(len(rc) - 1) // 2]:.3f}× / {rc[len(rc) // 2]:.3f}×",
-                     f"{sum(1 for x in rc if x < 1.0)} of {len(rc)}", f"{min(low):.2f}×" if low else "-",
-                     f"{min(rates):.0f}" if rates else "-"])
+                     f"{sum(1 for x in rc if x < 1.0)} of {len(rc)}", f"{low[0][0]:.2f}×" if low else "-",
+                     f"{rates[0][0]:.0f}" if rates else "-"])
     return md_table(["run", "SDPA passes", f"median × SDPA-cuDNN (seq ≥ {TARGET_MIN_SEQ})", "the two middle cells",
                      "cells below 1.00×", f"lowest × cuDNN, seq ≥ {WS_TARGET_CUDNN_MIN_SEQ}",
                      f"lowest TFLOP/s, d {WS_TARGET_TFLOPS_D} not causal, seq ≥ {WS_TARGET_TFLOPS_MIN_SEQ}"], body) + \
