@@ -108,6 +108,11 @@ struct Config {
   static constexpr int KV_KEYS = BLOCK_N / KV_WARPS, KV_DIMS = D / 2;  // [64, 32], [64, 64], [32, 64]
   static constexpr int Q_WARPS = BLOCK_M > D ? 4 : 2;                                 // along the queries
   static constexpr int Q_QUERIES = BLOCK_M / Q_WARPS, Q_DIMS = D * Q_WARPS / WARPS;  // [32, 16] or [32, 32]
+  // Phase 1 at head_dim 64 reads each lane's LSE and delta from shared memory after the product that
+  // needs them: held through Sᵀ and dPᵀ, their 2·S_QUERIES/4 registers (32 at BLOCK_M 128) took the
+  // bf16 kernels to 255 registers with spills, and reading them late measured 5% faster there. At
+  // head_dim 128 (16 registers) holding them measured about 1.4% faster (doc 13).
+  static constexpr bool LATE_STATS = D == 64;
   // The dQ kernel (deterministic variant): step 12's, each warp owning 16 queries.
   static constexpr int DQ_WARPS = DQ_WARPS_, DQ_THREADS = DQ_WARPS * kWarp, DQ_ROWS = 16 * DQ_WARPS;
   // dK/dV: K, V [BLOCK_N, D]; Q[2], dO[2] [BLOCK_M, D]; Pᵀ, dSᵀ [BLOCK_N, BLOCK_M]; LSE[2], delta[2] [BLOCK_M] fp32.
@@ -370,13 +375,16 @@ __global__ void __launch_bounds__(C::THREADS)
     const T* Qt = Qs + buf * BLOCK_M * D;
     const T* dOt = dOs + buf * BLOCK_M * D;
     float lse_q[SN][2], delta_q[SN][2];  // of this lane's queries sq0 + 8j + 2·t4 + e
+    auto read_stats = [&](bool lse, bool dlt) {  // both here, or (C::LATE_STATS) each after its product
 #pragma unroll
-    for (int j = 0; j < SN; ++j)
+      for (int j = 0; j < SN; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        lse_q[j][e] = lse_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
-        delta_q[j][e] = delta_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
-      }
+        for (int e = 0; e < 2; ++e) {
+          if (lse) lse_q[j][e] = lse_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
+          if (dlt) delta_q[j][e] = delta_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
+        }
+    };
+    if constexpr (!C::LATE_STATS) read_stats(true, true);
 
     // Phase 1. Sᵀ, then Pᵀ = 2^(Sᵀ·sl2 − LSE·log2e) packed to fp16/bf16 pairs at once (the fp32 Sᵀ
     // registers are free before dPᵀ needs its own) and stored. Element e of (mt, j): key
@@ -386,6 +394,7 @@ __global__ void __launch_bounds__(C::THREADS)
     {
       float s[SM][SN][4];
       product_t(s, Ks, Qt);
+      if constexpr (C::LATE_STATS) read_stats(true, false);
 #pragma unroll
       for (int mt = 0; mt < SM; ++mt)
 #pragma unroll
@@ -410,6 +419,7 @@ __global__ void __launch_bounds__(C::THREADS)
     {
       float dp[SM][SN][4];
       product_t(dp, Vs, dOt);
+      if constexpr (C::LATE_STATS) read_stats(false, true);
 #pragma unroll
       for (int mt = 0; mt < SM; ++mt)
 #pragma unroll
