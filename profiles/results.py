@@ -550,7 +550,8 @@ BLOCKS = {
                                   "results:bwd_atomic": bwd_atomic_table},
     "docs/12_tensor_core_backward.md": {"results:tc_bwd": lambda: tc_bwd_table()},
     "docs/13_tuned_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("13_tuned_backward", "deterministic",
-                                                                         "step 12", other_vs_sdpa=True)},
+                                                                         "step 12", other_vs_sdpa=True),
+                                  "results:bwd_experiments": lambda: bwd_experiments_table()},
     "docs/14_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
@@ -1411,6 +1412,52 @@ def softmax_experiments_table():
         "time of the build with it, `--bench` on the FlashAttention-2 benchmark shapes, the variants interleaved " \
         "in one call on one H100 (above 1: the change is faster). The first column's build has the one-chain " \
         "softmax; the other two are one build.\n\n" + source_line([SOFTMAX_EXP_CSV])
+
+
+# Step 13's A/B experiments: each pairs an instance as built before the change ('before') with the same
+# instance, or its counterpart, with it ('after'), each pinned (FA_STEP13_CONFIG) and timed by the executable's
+# --bench, the arms interleaved in one call (history/experiments.csv: experiment, pair, arm, instance, round,
+# problem, time_ms, device).
+BWD_EXP_CSV = os.path.join(TC_BWD[1], "history", "experiments.csv")
+
+
+def bwd_experiments_table():
+    """Per experiment, instance pair and cell: both arms' mean backward time and before/after (above 1: the change
+    is faster), from history/experiments.csv; then each experiment's range."""
+    path = os.path.join(gpu_dir(), BWD_EXP_CSV)
+    if not os.path.exists(path):
+        return "Not measured (no `" + BWD_EXP_CSV + "`)."
+    t, names = OrderedDict(), {}
+    for r in read_csv(path):
+        t.setdefault((r["experiment"], r["pair"], r["problem"]), {}).setdefault(r["arm"], []).append(
+            fp_float(r["time_ms"]))
+        names.setdefault((r["experiment"], r["pair"], r["arm"]), r["instance"])
+    def key(k):
+        q = split_problem(k[2])
+        return (k[0], k[1]) + ((q["d"], q["causal"], q["seq"], q["dtype"]) if q else (0, False, 0, k[2]))
+    body, spans = [], OrderedDict()
+    for k in sorted(t, key=key):
+        arms = t[k]
+        if "before" not in arms or "after" not in arms:
+            continue
+        exp, pair, problem = k
+        q = split_problem(problem)
+        before, after = (sum(arms[a]) / len(arms[a]) for a in ("before", "after"))
+        spans.setdefault(exp, []).append(before / after)
+        inst = pair if names[(exp, pair, "after")] == pair else f"{pair} → {names[(exp, pair, 'after')]}"
+        body.append([exp, f"`{inst}`"] + ([q["dtype"], str(q["d"]), "yes" if q["causal"] else "no", str(q["seq"])]
+                                          if q else [problem, "", "", ""]) +
+                    [f"{before:.3f}", f"{after:.3f}", f"{before / after:.3f}"])
+    summary = [[exp, str(len(v)), f"{min(v):.3f}", f"{max(v):.3f}", f"{sum(x >= 1 for x in v)} of {len(v)}"]
+               for exp, v in spans.items()]
+    return md_table(["experiment", "instance", "dtype", "d", "causal", "seq", "before (ms)", "after (ms)",
+                     "before / after"], body) + "\n\n" + \
+        md_table(["experiment", "cells", "lowest before / after", "highest", "cells faster after"], summary) + \
+        "\n\nBackward time (ms, mean of the rounds) of one instance, pinned with `FA_STEP13_CONFIG` and timed by " \
+        "the executable's `--bench` (median of 20), FlashAttention-2 benchmark shapes; both arms interleaved in one " \
+        "call on one H100 (above 1: the change is faster). An instance named `a → b`: the change is a different " \
+        "instance, b, beside a in the same build; otherwise the same instance from two builds.\n\n" + \
+        source_line([BWD_EXP_CSV])
 
 
 # ---- ptxas's resource report (profiles/ptxas.py) ------------------------------------------------

@@ -759,6 +759,29 @@ class SoftmaxExperiments(unittest.TestCase):
         self.assertIn("| range |  |  |  | 1.100 to 1.100 | 0.950 to 1.050 | 1.100 to 1.100 |", table)
 
 
+class BwdExperiments(unittest.TestCase):
+    """results.py's table of step 13's A/B experiments (synthetic rows)."""
+
+    def test_table(self):
+        rows = [("late stats", "d64m128q4s", "before", "d64m128q4s", "B1 H32 S16384 D64 bf16", 2.0),
+                ("late stats", "d64m128q4s", "before", "d64m128q4s", "B1 H32 S16384 D64 bf16", 2.2),
+                ("late stats", "d64m128q4s", "after", "d64m128q4s", "B1 H32 S16384 D64 bf16", 2.0),
+                ("64-key blocks", "d128m64q8", "before", "d128m64q8", "B8 H16 S2048 D128 causal f16", 1.0),
+                ("64-key blocks", "d128m64q8", "after", "d128n64m64q8", "B8 H16 S2048 D128 causal f16", 1.25),
+                ("64-key blocks", "d128m64q8", "before", "d128m64q8", "B1 H16 S16384 D128 f16", 4.0)]
+        table = history_table(self, "bwd_experiments_table", "BWD_EXP_CSV",
+                              ["experiment", "pair", "arm", "instance", "round", "problem", "time_ms", "device"],
+                              [dict(experiment=e, pair=p, arm=a, instance=i, round=1, problem=q, time_ms=ms)
+                               for e, p, a, i, q, ms in rows])
+        # late stats: mean(2.0, 2.2) / 2.0 = 1.05; 64-key: 1.0 / 1.25 = 0.8; a cell with one arm is left out
+        self.assertIn("| late stats | `d64m128q4s` | bf16 | 64 | no | 16384 | 2.100 | 2.000 | 1.050 |", table)
+        self.assertIn("| 64-key blocks | `d128m64q8 → d128n64m64q8` | f16 | 128 | yes | 2048 | 1.000 | 1.250 | 0.800 |",
+                      table)
+        self.assertNotIn("16384 | 4.000", table)
+        self.assertIn("| late stats | 1 | 1.050 | 1.050 | 1 of 1 |", table)
+        self.assertIn("| 64-key blocks | 1 | 0.800 | 0.800 | 0 of 1 |", table)
+
+
 class HopperWsRuns(unittest.TestCase):
     """results.py's table of step 15's runs side by side (synthetic rows: two runs, three cells)."""
 

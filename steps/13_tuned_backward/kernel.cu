@@ -51,8 +51,8 @@
 // ProblemClass, tuner, tuned_launch) replaces step 12's launch_dim. delta, convert and the dQ kernel
 // are step 12's.
 //
-// What the measurements say (doc 13): at or above SDPA's FlashAttention-2 backward in 25 of the 40
-// cells with seq >= 1024 (median 1.03x), up to 6% slower in the others, all at seq >= 4096.
+// What the measurements say (doc 13): at or above SDPA's FlashAttention-2 backward at short and
+// medium sequences, a few percent slower than it in some cells at long ones (its results table).
 //
 // Build + run:  cmake --build build --target 13_tuned_backward && build/bin/13_tuned_backward
 // =============================================================================================
@@ -111,7 +111,7 @@ struct Config {
   // Phase 1 at head_dim 64 reads each lane's LSE and delta from shared memory after the product that
   // needs them: held through Sᵀ and dPᵀ, their 2·S_QUERIES/4 registers (32 at BLOCK_M 128) took the
   // bf16 kernels to 255 registers with spills, and reading them late measured 5% faster there. At
-  // head_dim 128 (16 registers) holding them measured about 1.4% faster (doc 13).
+  // head_dim 128 (16 registers) holding them measured 1-2% faster for the split instance (doc 13).
   static constexpr bool LATE_STATS = D == 64;
   // The dQ kernel (deterministic variant): step 12's, each warp owning 16 queries.
   static constexpr int DQ_WARPS = DQ_WARPS_, DQ_THREADS = DQ_WARPS * kWarp, DQ_ROWS = 16 * DQ_WARPS;
