@@ -551,7 +551,8 @@ BLOCKS = {
     "docs/12_tensor_core_backward.md": {"results:tc_bwd": lambda: tc_bwd_table()},
     "docs/13_tuned_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("13_tuned_backward", "deterministic",
                                                                          "step 12", other_vs_sdpa=True),
-                                  "results:bwd_experiments": lambda: bwd_experiments_table()},
+                                  "results:bwd_experiments": lambda: bwd_experiments_table(),
+                                  "results:bwd_waves": lambda: bwd_waves_table()},
     "docs/14_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
@@ -1458,6 +1459,43 @@ def bwd_experiments_table():
         "call on one H100 (above 1: the change is faster). An instance named `a → b`: the change is a different " \
         "instance, b, beside a in the same build; otherwise the same instance from two builds.\n\n" + \
         source_line([BWD_EXP_CSV])
+
+
+# Step 13's last-wave check: the same backward with one head more, so that the key blocks fill whole waves
+# (history/waves.csv: impl, problem, round, time_ms, timing, device). Work is proportional to the heads, so
+# time per head compares the two.
+BWD_WAVES_CSV = os.path.join(TC_BWD[1], "history", "waves.csv")
+BWD_SMS, BWD_KEYS = 132, 128  # the H100's SMs; keys per block of step 13's dK/dV kernel (and of FA2's here)
+
+
+def bwd_waves_table():
+    """Per implementation and (batch, seq, head_dim): each head count's key blocks, waves (one block per SM),
+    mean time and time per head, and time per head over that of one head fewer, where measured (below 1: faster
+    per head)."""
+    path = os.path.join(gpu_dir(), BWD_WAVES_CSV)
+    if not os.path.exists(path):
+        return "Not measured (no `" + BWD_WAVES_CSV + "`)."
+    t = OrderedDict()
+    for r in read_csv(path):
+        t.setdefault((r["impl"], r["problem"]), []).append(fp_float(r["time_ms"]))
+    groups = OrderedDict()
+    for (impl, problem), ms in t.items():
+        q = split_problem(problem)
+        groups.setdefault((impl, q["batch"], q["seq"], q["d"]), []).append((q["heads"], sum(ms) / len(ms)))
+    body = []
+    for (impl, b, seq, d), hs in groups.items():
+        per_head = {h: ms / h for h, ms in hs}
+        for h, ms in sorted(hs):
+            blocks = b * h * -(-seq // BWD_KEYS)
+            body.append([impl, f"B{b} S{seq} D{d}", str(h), str(blocks), f"{blocks / BWD_SMS:.2f}", f"{ms:.3f}",
+                         f"{ms / h:.4f}", f"{per_head[h] / per_head[h - 1]:.3f}" if h - 1 in per_head else ""])
+    return md_table(["backward", "shape", "heads", "key blocks", "waves", "ms", "ms per head",
+                     "per head × one head fewer"], body) + \
+        f"\n\nfp16, not causal. Key blocks of {BWD_KEYS} keys, one block per SM on {BWD_SMS} SMs: a whole number of " \
+        "waves leaves no SM idle at the end; 15.5 or 31.03 leave about half or nearly all of the last wave's SMs " \
+        "idle. step13: the executable's `--bench` (tuned instance, median of 20); sdpa_flash: PyTorch SDPA's " \
+        "FlashAttention-2 backward through `torch.autograd.grad` (median of 20 after 5). Both in one call on one " \
+        "H100, two rounds each; compare rows within one implementation and shape only.\n\n" + source_line([BWD_WAVES_CSV])
 
 
 # ---- ptxas's resource report (profiles/ptxas.py) ------------------------------------------------

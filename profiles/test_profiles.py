@@ -782,6 +782,21 @@ class BwdExperiments(unittest.TestCase):
         self.assertIn("| 64-key blocks | 1 | 0.800 | 0.800 | 0 of 1 |", table)
 
 
+class BwdWaves(unittest.TestCase):
+    """results.py's last-wave table of step 13 (synthetic rows)."""
+
+    def test_table(self):
+        rows = [("step13", "B1 H32 S16384 D128 f16", 32.0), ("step13", "B1 H32 S16384 D128 f16", 34.0),
+                ("step13", "B1 H33 S16384 D128 f16", 33.0), ("sdpa_flash", "B2 H16 S8192 D128 f16", 8.0)]
+        table = history_table(self, "bwd_waves_table", "BWD_WAVES_CSV",
+                              ["impl", "problem", "round", "time_ms", "timing", "device"],
+                              [dict(impl=i, problem=p, round=1, time_ms=ms) for i, p, ms in rows])
+        # H32: 4096 blocks, 31.03 waves, 33 ms mean, 1.03125 per head; H33: 4224 blocks, 32 waves, 1.0 per head
+        self.assertIn("| step13 | B1 S16384 D128 | 32 | 4096 | 31.03 | 33.000 | 1.0312 |  |", table)
+        self.assertIn("| step13 | B1 S16384 D128 | 33 | 4224 | 32.00 | 33.000 | 1.0000 | 0.970 |", table)
+        self.assertIn("| sdpa_flash | B2 S8192 D128 | 16 | 2048 | 15.52 | 8.000 | 0.5000 |  |", table)
+
+
 class HopperWsRuns(unittest.TestCase):
     """results.py's table of step 15's runs side by side (synthetic rows: two runs, three cells)."""
 
