@@ -1381,6 +1381,18 @@ SOFTMAX_EXPERIMENTS = (("keep-p", "no-keep-p", "P kept live: the softmax under P
                        ("tree-prefetch", "no-prefetch", "next tile's Q prefetched into L2"))
 
 
+def cell_order(problem):
+    """Sort key of an attention cell of the experiment tables: head_dim, causal, seq, dtype."""
+    q = split_problem(problem)
+    return (q["d"], q["causal"], q["seq"], q["dtype"]) if q else (0, False, 0, problem)
+
+
+def cell_columns(problem):
+    """An attention cell as the experiment tables' columns: dtype, d, causal, seq."""
+    q = split_problem(problem)
+    return [q["dtype"], str(q["d"]), "yes" if q["causal"] else "no", str(q["seq"])] if q else [problem, "", "", ""]
+
+
 def softmax_experiments_table():
     """Per cell and experiment: the mean time without the change over the mean time with it (above 1: the change
     is faster), from history/softmax_experiments.csv; then each column's range."""
@@ -1391,13 +1403,9 @@ def softmax_experiments_table():
     for r in read_csv(path):
         t.setdefault((r["experiment"], r["variant"], r["problem"]), []).append(fp_float(r["time_ms"]))
     cells = list(OrderedDict.fromkeys(p for (_, _, p) in t))
-    def key(problem):
-        q = split_problem(problem)
-        return (q["d"], q["causal"], q["seq"], q["dtype"]) if q else (0, False, 0, problem)
     body, spans = [], [[] for _ in SOFTMAX_EXPERIMENTS]
-    for problem in sorted(cells, key=key):
-        q = split_problem(problem)
-        row = [q["dtype"], str(q["d"]), "yes" if q["causal"] else "no", str(q["seq"])] if q else [problem, "", "", ""]
+    for problem in sorted(cells, key=cell_order):
+        row = cell_columns(problem)
         for i, (exp, off, _) in enumerate(SOFTMAX_EXPERIMENTS):
             on, without = t.get((exp, "full", problem)), t.get((exp, off, problem))
             if on and without:
@@ -1433,31 +1441,27 @@ def bwd_experiments_table():
         t.setdefault((r["experiment"], r["pair"], r["problem"]), {}).setdefault(r["arm"], []).append(
             fp_float(r["time_ms"]))
         names.setdefault((r["experiment"], r["pair"], r["arm"]), r["instance"])
-    def key(k):
-        q = split_problem(k[2])
-        return (k[0], k[1]) + ((q["d"], q["causal"], q["seq"], q["dtype"]) if q else (0, False, 0, k[2]))
     body, spans = [], OrderedDict()
-    for k in sorted(t, key=key):
+    for k in sorted(t, key=lambda k: (k[0], k[1]) + cell_order(k[2])):
         arms = t[k]
         if "before" not in arms or "after" not in arms:
             continue
         exp, pair, problem = k
-        q = split_problem(problem)
         before, after = (sum(arms[a]) / len(arms[a]) for a in ("before", "after"))
         spans.setdefault(exp, []).append(before / after)
         inst = pair if names[(exp, pair, "after")] == pair else f"{pair} → {names[(exp, pair, 'after')]}"
-        body.append([exp, f"`{inst}`"] + ([q["dtype"], str(q["d"]), "yes" if q["causal"] else "no", str(q["seq"])]
-                                          if q else [problem, "", "", ""]) +
-                    [f"{before:.3f}", f"{after:.3f}", f"{before / after:.3f}"])
+        body.append([exp, f"`{inst}`"] + cell_columns(problem) + [f"{before:.3f}", f"{after:.3f}", f"{before / after:.3f}"])
     summary = [[exp, str(len(v)), f"{min(v):.3f}", f"{max(v):.3f}", f"{sum(x >= 1 for x in v)} of {len(v)}"]
                for exp, v in spans.items()]
     return md_table(["experiment", "instance", "dtype", "d", "causal", "seq", "before (ms)", "after (ms)",
                      "before / after"], body) + "\n\n" + \
         md_table(["experiment", "cells", "lowest before / after", "highest", "cells faster after"], summary) + \
-        "\n\nBackward time (ms, mean of the rounds) of one instance, pinned with `FA_STEP13_CONFIG` and timed by " \
-        "the executable's `--bench` (median of 20), FlashAttention-2 benchmark shapes; both arms interleaved in one " \
-        "call on one H100 (above 1: the change is faster). An instance named `a → b`: the change is a different " \
-        "instance, b, beside a in the same build; otherwise the same instance from two builds.\n\n" + \
+        "\n\nBackward time (ms, mean of the rounds) of one instance, pinned with `FA_STEP13_CONFIG` (`tuned`: the " \
+        "autotuner's pick) and timed by the executable's `--bench` (median of 20), FlashAttention-2 benchmark " \
+        "shapes; both arms interleaved in one call on one H100 (above 1: the change is faster). An instance named " \
+        "`a → b`: the change is a different instance, b, beside a in the same build; otherwise the same instance " \
+        "from two builds, or (last-wave split) from one build with the split switched off by `FA_STEP13_TAIL=0`, " \
+        "an environment variable of that build only.\n\n" + \
         source_line([BWD_EXP_CSV])
 
 
