@@ -3,6 +3,7 @@
 
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "check.h"
 
@@ -14,16 +15,18 @@ struct SideStream {
   cudaEvent_t fork = nullptr, join = nullptr;  // recorded on the caller's stream, on the side stream
 };
 
-// One per device, created on first use; never destroyed (they live as long as the context).
-SideStream& side_stream_of_current_device() {
+// One per device and priority, created on first use; never destroyed (they live as long as the context).
+SideStream& side_stream_of_current_device(bool high_priority) {
   static std::mutex mutex;
-  static std::map<int, SideStream> by_device;
+  static std::map<std::pair<int, bool>, SideStream> by_device;
   int dev = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mutex);
-  SideStream& s = by_device[dev];
+  SideStream& s = by_device[{dev, high_priority}];
   if (!s.side) {
-    FA_CUDA_CHECK(cudaStreamCreateWithFlags(&s.side, cudaStreamNonBlocking));
+    int least = 0, greatest = 0;  // numerically: greatest <= least (e.g. -5 and 0)
+    FA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    FA_CUDA_CHECK(cudaStreamCreateWithPriority(&s.side, cudaStreamNonBlocking, high_priority ? greatest : least));
     FA_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming));
     FA_CUDA_CHECK(cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming));
   }
@@ -32,8 +35,8 @@ SideStream& side_stream_of_current_device() {
 
 }  // namespace
 
-StreamFork::StreamFork(cudaStream_t stream) : stream_(stream) {
-  SideStream& s = side_stream_of_current_device();
+StreamFork::StreamFork(cudaStream_t stream, bool high_priority) : stream_(stream) {
+  SideStream& s = side_stream_of_current_device(high_priority);
   side_ = s.side, joined_event_ = s.join;
   // A stream waits on the event's state at the time of the call, so one event can be re-recorded
   // by the next fork at once.

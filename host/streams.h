@@ -16,7 +16,9 @@ namespace fa {
 // a StreamFork destroyed without join() joins anyway (errors are then ignored).
 class StreamFork {
  public:
-  explicit StreamFork(cudaStream_t stream);
+  // high_priority: the side stream is one of the device's greatest priority, so the block scheduler
+  // starts its kernels' blocks before those of kernels on `stream` (default priority) while both wait.
+  explicit StreamFork(cudaStream_t stream, bool high_priority = false);
   ~StreamFork();
   StreamFork(const StreamFork&) = delete;
   StreamFork& operator=(const StreamFork&) = delete;

@@ -52,7 +52,8 @@ case $family in
               "--batch 1 --heads 2 --seq-q 200 --seq-k 150 --head-dim 128 --causal --bwd"
               "--batch 1 --heads 2 --seq-q 100 --seq-k 230 --head-dim 128 --causal --bwd"
               "--batch 2 --heads 1 --seq-q 100 --seq-k 130 --head-dim 40 --bwd"
-              "--batch 2 --heads 1 --seq-q 33 --seq-k 100 --head-dim 128 --bwd")
+              "--batch 2 --heads 1 --seq-q 33 --seq-k 100 --head-dim 128 --bwd"
+              "--batch 1 --heads 2 --seq-q 2050 --seq-k 200 --head-dim 64 --bwd")  # step 13: a split last wave
     else
       shapes=("--batch 1 --heads 2 --seq-q 70 --seq-k 45 --head-dim 64 --causal"
               "--batch 1 --heads 2 --seq-q 200 --seq-k 300 --head-dim 64 --causal"

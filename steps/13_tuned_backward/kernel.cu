@@ -2,7 +2,7 @@
 // FlashAttention from scratch, step by step, in CUDA C++
 // Step 13: the tuned backward: the key-block kernel's 8 warps tiled 2-D in each product, Pᵀ and
 //          dSᵀ through shared memory; the query tile per problem by the autotuner; atomic dQ
-//          blocks that start at staggered query tiles
+//          blocks that start at staggered query tiles; the last wave's key blocks in pieces
 //
 // What changes since step 12: not the math, and not the two ways to produce dQ. What changes is
 // who computes which part of the five products in the dK/dV kernel. In step 12 each warp owns 16
@@ -31,6 +31,11 @@
 // its unmasked ones starting at the (b mod count)-th and wrapping around, so that the key blocks of
 // a head, which run at the same time, add into different dQ rows instead of all into the same tile.
 //
+// The last wave (atomic, not causal, MHA): G key blocks on S SMs leave the last wave G mod S blocks
+// wide while the other SMs idle, about 3% of the time at the FA2 shapes. Those blocks run as pieces
+// along their query tiles in a second grid beside the first (Tail, tail_plan), their fp32 partial
+// dK, dV added in piece order by the last piece to finish.
+//
 // The default variant is the atomic one (step 12's was the deterministic one): the faster of the
 // two with 128-key blocks (doc 13). AttnParams::variant 0 is atomic here.
 //
@@ -41,6 +46,8 @@
 // Kernels, in launch order (step 12's):
 //   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32
 //   dK/dV        grid (key blocks of 128, batch·heads), 256 threads; atomic: also dQ into fp32
+//   dK/dV pieces atomic, not causal, MHA, where the last wave is partial: beside dK/dV, which runs on
+//                a side stream of higher priority; grid (split key blocks · pieces)
 //   convert      atomic only: dQ = scale·dQ_accum -> fp16/bf16
 //   dQ           deterministic only: step 12's, grid (query blocks of 16·DQ_WARPS, batch·heads)
 //
@@ -48,8 +55,8 @@
 // dK/dV kernel is rewritten around the three phases (product_t, product_kv and the dQ block are
 // its three products); Config<D, BLOCK_M, DQ_WARPS, SPLIT_KV> replaces step 12's constants; pair_at is new;
 // the visiting order (t_first, next_tile) staggers the atomic blocks; the autotuner (candidates,
-// ProblemClass, tuner, tuned_launch) replaces step 12's launch_dim. delta, convert and the dQ kernel
-// are step 12's.
+// ProblemClass, tuner, tuned_launch) replaces step 12's launch_dim; Tail, tail_plan and the TAIL
+// instance are the last wave. delta, convert and the dQ kernel are step 12's.
 //
 // What the measurements say (doc 13): at or above SDPA's FlashAttention-2 backward at short and
 // medium sequences, a few percent slower than it in some cells at long ones (its results table).
@@ -60,12 +67,16 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "autotune.h"
@@ -201,6 +212,22 @@ __global__ void __launch_bounds__(kDeltaThreads)
   if (lane == 0) delta[row] = sum;
 }
 
+// ---- the last wave ------------------------------------------------------------------------------------------
+// G key blocks on S SMs (one block each) end with a wave of G mod S blocks while the other SMs idle:
+// 3% of the time at the FA2 shapes (doc 13). Not causal, atomic, MHA: the dK/dV grid runs its first
+// `whole` blocks (a multiple of S) as usual, and a second grid (TAIL), launched beside it at a lower
+// priority so that its blocks take the SMs the first one leaves, runs each of the last G − whole key
+// blocks as `pieces` blocks, each walking its share of the query tiles. A piece adds nothing into dK,
+// dV: it stores its fp32 partial sums, and the piece that finishes last adds them up in piece order
+// (so dK, dV stay bitwise repeatable) and stores dK, dV like any block. Its own instance, not a branch
+// of the main kernel: one kernel with both paths measured 1.2-1.4× slower even with no pieces (doc 13).
+struct Tail {
+  int whole;                // blocks of the main grid, linear (x fastest), that run; the rest are split
+  int n_kb, pieces;         // key blocks per head; pieces per split key block
+  float* partials;          // [split blocks][pieces][D·BLOCK_N·2 / THREADS][THREADS] fp32
+  unsigned* counters;       // [split blocks], zeroed: the pieces that have finished
+};
+
 // ---- the dK/dV kernel: one key block, every query tile that sees it ----------------------------------------
 // grid (key blocks of C::BLOCK_N, batch·heads); block C::THREADS (8 warps). T: __half or
 // __nv_bfloat16. C::D: head_dim padded up to the instance. ATOMIC_DQ: also add this block's share
@@ -218,12 +245,13 @@ __global__ void __launch_bounds__(kDeltaThreads)
 // byte read, below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and
 // clock) ahead of shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21,
 // [64, 64] ones 32.
-template <class T, class C, bool ATOMIC_DQ, bool GROUPED>
+// TAIL: grid (split key blocks · pieces), a piece per block (the last wave, above).
+template <class T, class C, bool ATOMIC_DQ, bool GROUPED, bool TAIL = false>
 __global__ void __launch_bounds__(C::THREADS)
     backward_dkdv(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
                   const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
                   T* __restrict__ dv, float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim, float scale,
-                  bool causal, int heads_per_kv) {
+                  bool causal, int heads_per_kv, Tail tail) {
   constexpr int D = C::D, THREADS = C::THREADS, BLOCK_N = C::BLOCK_N, BLOCK_M = C::BLOCK_M;
   const float sl2 = scale * kLog2e;    // P = 2^(s·sl2 − LSE·log2e): one FFMA and one EX2 per element
   extern __shared__ uint4 smem[];      // uint4: 16-byte alignment for ldmatrix and cp.async
@@ -236,8 +264,15 @@ __global__ void __launch_bounds__(C::THREADS)
   float* lse_s = reinterpret_cast<float*>(dSt + BLOCK_N * BLOCK_M);  // [2][BLOCK_M] LSE·log2e (+inf: P = 0)
   float* delta_s = lse_s + 2 * BLOCK_M;                              // [2][BLOCK_M]
 
-  const int n0 = blockIdx.x * BLOCK_N;   // first key of this block
-  const std::size_t kv_bh = blockIdx.y;  // flattened (batch, K/V head)
+  int kb = blockIdx.x, kvh = blockIdx.y, split = 0, piece = 0;  // key block; (batch, K/V head); TAIL: which piece
+  if constexpr (TAIL) {  // split key block `split` is the (whole + split)-th of the main grid
+    split = blockIdx.x / tail.pieces, piece = blockIdx.x % tail.pieces;
+    kb = (tail.whole + split) % tail.n_kb, kvh = (tail.whole + split) / tail.n_kb;
+  } else if (blockIdx.y * gridDim.x + blockIdx.x >= unsigned(tail.whole)) {
+    return;  // split: the tail grid does this key block
+  }
+  const int n0 = kb * BLOCK_N;     // first key of this block
+  const std::size_t kv_bh = kvh;   // flattened (batch, K/V head)
   // GQA: the heads_per_kv query heads of the group (1 for MHA) one after the other, their first here.
   const std::size_t bh = kv_bh * heads_per_kv;  // flattened (batch, query head)
   q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
@@ -278,11 +313,17 @@ __global__ void __launch_bounds__(C::THREADS)
   // tiles at any moment instead of all into the same one (contention on the same L2 lines).
   const int n_visit = n_q_tiles - t_begin;
   const int n_masked = ragged ? n_visit : t_full - t_begin, n_free = n_visit - n_masked;
-  const int rot = ATOMIC_DQ && n_free > 0 ? blockIdx.x % n_free : 0;
+  const int rot = ATOMIC_DQ && n_free > 0 ? kb % n_free : 0;
   const int t_first = n_masked > 0 ? t_begin : t_full + rot;
   auto next_tile = [&](int i, int t) {  // the tile visited after the i-th, t (no division in the loop)
     return i + 1 == n_masked ? t_full + rot : t + 1 == n_q_tiles ? t_full : t + 1;
   };
+  // TAIL: this piece's visits [i_begin, i_end), from an even one (the first tile goes to buffer 0 = i & 1).
+  const int i_begin = TAIL ? piece * n_visit / tail.pieces & ~1 : 0;
+  const int i_end = TAIL && piece + 1 < tail.pieces ? (piece + 1) * n_visit / tail.pieces & ~1 : n_visit;
+  const int t_start = !TAIL || i_begin == 0 ? t_first
+                      : i_begin < n_masked  ? t_begin + i_begin
+                                            : t_full + (rot + i_begin - n_masked) % max(n_free, 1);
 
   // Thread i < BLOCK_M fetches the LSE of query i of a tile, thread BLOCK_M + i its delta: into a
   // register when the tile's copies are issued, into shared memory a tile later.
@@ -365,7 +406,7 @@ __global__ void __launch_bounds__(C::THREADS)
     const int buf = i & 1;
     cp_async_wait<0>();  // this thread's copies of this tile have landed ...
     __syncthreads();     // ... and everyone's; every warp is also done with the last one (buffer buf^1, Pᵀ, dSᵀ)
-    const bool more = i + 1 < n_visit;
+    const bool more = i + 1 < i_end;
     float stat_next = 0.f;
     if (more) {  // the next tile's copies fly while this one is used
       issue_query_tile(next_tile(i, t), buf ^ 1);
@@ -504,18 +545,57 @@ __global__ void __launch_bounds__(C::THREADS)
   // tiles in turn into the same accumulators, K and V loaded once. MHA instances loop once, a
   // constant: the code of a single pass, which keeps their registers as they were.
   for (int head = 0; head < (GROUPED ? heads_per_kv : 1); ++head) {
-    if (n_visit > 0) {
-      issue_query_tile(t_first, 0);
-      store_row_stat(0, fetch_row_stat(t_first * BLOCK_M));
+    if (i_begin < i_end) {
+      issue_query_tile(t_start, 0);
+      store_row_stat(0, fetch_row_stat(t_start * BLOCK_M));
     }
     cp_async_commit();
-    int i = 0, t = t_first;
-    for (; i < n_masked; t = next_tile(i++, t)) query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
-    for (; i < n_visit; t = next_tile(i++, t)) query_tile(i, t, std::false_type{});  // below it (all, if not causal)
+    int i = i_begin, t = t_start;
+    for (; i < (TAIL ? min(n_masked, i_end) : n_masked); t = next_tile(i++, t))
+      query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
+    for (; i < i_end; t = next_tile(i++, t)) query_tile(i, t, std::false_type{});  // below it (all, if not causal)
     cp_async_wait<0>();  // an empty group at most; nothing pending at exit
     __syncthreads();     // every warp is done with this head's tiles (and K, V: phase 3 reads every key)
     q += std::size_t(seq_q) * head_dim, dout += std::size_t(seq_q) * head_dim, lse += seq_q, delta += seq_q;
     if constexpr (ATOMIC_DQ) dq_accum += std::size_t(seq_q) * head_dim;
+  }
+
+  // TAIL: this piece's sums (unscaled) to its slot; the last piece to finish adds all the slots into
+  // its accumulators, in piece order, and goes on to the epilogue; the others are done. Every
+  // accumulator is named by its indices, never through a pointer, so none leaves the registers.
+  if constexpr (TAIL) {
+    constexpr int NREG = C::KV_ACCS * VM * 2 * VN * 4;  // = D·BLOCK_N·2 / THREADS
+    float* slots = tail.partials + std::size_t(split) * tail.pieces * NREG * THREADS + threadIdx.x;
+    auto slot = [&](int pc, int a, int mt, int j, int e) {  // [pieces][NREG][THREADS]: coalesced
+      return slots + (std::size_t(pc) * NREG + ((a * VM + mt) * 2 * VN + j) * 4 + e) * THREADS;
+    };
+#pragma unroll
+    for (int a = 0; a < C::KV_ACCS; ++a)
+#pragma unroll
+      for (int mt = 0; mt < VM; ++mt)
+#pragma unroll
+        for (int j = 0; j < 2 * VN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) __stcg(slot(piece, a, mt, j, e), kv_acc[a][mt][j][e]);
+    __threadfence();  // this thread's slot is visible device-wide before the count says so
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) last = atomicAdd(tail.counters + split, 1u) == unsigned(tail.pieces - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // the other pieces' slots, seen after their counts
+    for (int pc = 0; pc < tail.pieces; ++pc)  // a slot at a time: its NREG loads independent, in flight together
+#pragma unroll
+      for (int a = 0; a < C::KV_ACCS; ++a)
+#pragma unroll
+        for (int mt = 0; mt < VM; ++mt)
+#pragma unroll
+          for (int j = 0; j < 2 * VN; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float x = __ldcg(slot(pc, a, mt, j, e));
+              kv_acc[a][mt][j][e] = pc == 0 ? x : kv_acc[a][mt][j][e] + x;
+            }
   }
 
   // dK = scale·dK_acc into the K tile and dV into the V tile (this warp's [KV_KEYS, KV_DIMS] of
@@ -706,14 +786,51 @@ __global__ void __launch_bounds__(C::DQ_THREADS)
 }
 
 // ---- workspace and launcher ----------------------------------------------------------------------------------
-// [dQ_accum fp32 [rows, head_dim] (atomic only) | delta fp32 [rows]], rows = batch·heads·seq_q.
-// dQ_accum first: 16-byte aligned for the convert kernel's float4 loads, and rows·head_dim·4 is a
-// multiple of 32 bytes, so delta is aligned too.
+// The last wave's plan (Tail): the last r = G mod S of the G key blocks cut into k pieces, k making
+// the tail, ceil(r·k / S) / k of a wave, smallest, with at least 8 query tiles of 128 per piece and
+// k ≤ 8 (the last piece adds k slots alone); shorter pieces measured slower at head_dim 128, seq
+// 2048. Atomic, not causal, MHA. FA_STEP13_TAIL=0: off (doc 13).
+struct TailPlan {
+  int blocks, split, pieces;  // key blocks in all; split ones; pieces each
+};
+TailPlan tail_plan(const fa::AttnParams& p) {
+  const int n_kb = (p.seq_k + 127) / 128, blocks = n_kb * p.batch * fa::kv_heads_of(p);  // BLOCK_N = 128
+  static const int sms = [] {  // 0 without a GPU: no plan
+    int dev = 0, n = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess
+               ? n
+               : 0;
+  }();
+  static const bool off = std::getenv("FA_STEP13_TAIL") && std::string(std::getenv("FA_STEP13_TAIL")) == "0";
+  const TailPlan none{blocks, 0, 1};
+  if (off || sms == 0 || p.variant != kAtomic || p.causal || fa::kv_heads_of(p) != p.heads) return none;
+  const int r = blocks % sms, k_max = std::min(8, (p.seq_q + 127) / 128 / 8);
+  int best = 1;
+  double best_tail = 1.0;  // k = 1: a wave
+  for (int k = 2; k <= k_max; ++k) {
+    const double tail = double((r * k + sms - 1) / sms) / k;
+    if (tail < best_tail - 1e-9) best = k, best_tail = tail;
+  }
+  return r == 0 || best == 1 ? none : TailPlan{blocks, r, best};
+}
+
+// [dQ_accum fp32 [rows, head_dim] (atomic only) | tail counters | delta fp32 [rows] | tail partials],
+// rows = batch·heads·seq_q. dQ_accum first: 16-byte aligned for the convert kernel's float4 loads;
+// rows·head_dim·4 is a multiple of 32 bytes and the counters are padded to 16, so delta is aligned
+// too. One memset zeroes dQ_accum and the counters.
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
 std::size_t dq_accum_bytes(const fa::AttnParams& p) {
   return p.variant == kAtomic ? rows_of(p) * p.head_dim * sizeof(float) : 0;
 }
-std::size_t bwd_workspace(const fa::AttnParams& p) { return dq_accum_bytes(p) + rows_of(p) * sizeof(float); }
+std::size_t counters_bytes(const fa::AttnParams& p) { return (tail_plan(p).split * sizeof(unsigned) + 15) / 16 * 16; }
+std::size_t partials_bytes(const fa::AttnParams& p) {  // a piece: dK and dV of 128 keys, padded head_dim
+  const TailPlan tp = tail_plan(p);
+  return std::size_t(tp.split) * tp.pieces * 128 * (p.head_dim <= 64 ? 64 : 128) * 2 * sizeof(float);
+}
+std::size_t bwd_workspace(const fa::AttnParams& p) {
+  return dq_accum_bytes(p) + counters_bytes(p) + rows_of(p) * sizeof(float) + partials_bytes(p);
+}
 
 // The dK, dV kernel of a problem: the grouped instance (its loop over a K/V head's query heads) for GQA only.
 template <class T, class C, bool ATOMIC_DQ>
@@ -725,7 +842,8 @@ template <class T, class C>
 void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   static const bool ready = [] {  // once per instance: more than 48 KB of dynamic shared memory
     for (auto* kernel : {backward_dkdv<T, C, true, false>, backward_dkdv<T, C, true, true>,
-                         backward_dkdv<T, C, false, false>, backward_dkdv<T, C, false, true>})
+                         backward_dkdv<T, C, false, false>, backward_dkdv<T, C, false, true>,
+                         backward_dkdv<T, C, true, false, true>})
       fa::opt_in_shared_memory(kernel, C::DKDV_BYTES, info().name);
     fa::opt_in_shared_memory(backward_dq<T, C>, C::DQ_BYTES, info().name);
     return true;
@@ -738,7 +856,9 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   const bool atomic = p.variant == kAtomic;
   char* ws = static_cast<char*>(a.workspace);
   float* dq_accum = atomic ? reinterpret_cast<float*>(ws) : nullptr;
-  float* delta = reinterpret_cast<float*>(ws + dq_accum_bytes(p));
+  auto* counters = reinterpret_cast<unsigned*>(ws + dq_accum_bytes(p));
+  float* delta = reinterpret_cast<float*>(ws + dq_accum_bytes(p) + counters_bytes(p));
+  float* partials = delta + rows_of(p);
 
   const long long rows = (long long)rows_of(p);
   constexpr int kRowsPerBlock = kDeltaThreads / kWarp;
@@ -748,11 +868,26 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 
   const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
   const dim3 grid_kv((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, p.batch * kv_heads);  // GQA: a block per K/V head
+  static_assert(C::BLOCK_N == 128, "tail_plan counts key blocks of 128");
+  const TailPlan tp = tail_plan(p);
+  const Tail tail{tp.blocks - tp.split, int(grid_kv.x), tp.pieces, partials, counters};
   if (atomic) {
-    FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(p), stream));
-    dkdv_kernel<T, C, true>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, stream>>>(
-        q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv);
+    FA_CUDA_CHECK(cudaMemsetAsync(ws, 0, dq_accum_bytes(p) + counters_bytes(p), stream));
+    // The last wave's pieces beside the main grid, which runs on a side stream of higher priority:
+    // the pieces' blocks start as its blocks run out, not after its slowest one.
+    std::optional<fa::StreamFork> fork;
+    if (tp.split > 0) fork.emplace(stream, /*high_priority=*/true);
+    dkdv_kernel<T, C, true>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, fork ? fork->side() : stream>>>(
+        q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv,
+        tail);
     FA_CHECK_LAUNCH();
+    if (fork) {
+      backward_dkdv<T, C, true, false, true><<<unsigned(tp.split * tp.pieces), C::THREADS, C::DKDV_BYTES, stream>>>(
+          q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
+          heads_per_kv, tail);
+      FA_CHECK_LAUNCH();
+      fork->join();
+    }
     const long long n = rows * p.head_dim;  // a multiple of 8
     convert_dq<T><<<unsigned((n / 4 + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
         dq_accum, dq, n, p.scale);
@@ -763,7 +898,8 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   // side (step 07's fork, after delta).
   fa::StreamFork fork(stream);
   dkdv_kernel<T, C, false>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, fork.side()>>>(
-      q, k, v, dout, a.lse, delta, dk, dv, nullptr, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv);
+      q, k, v, dout, a.lse, delta, dk, dv, nullptr, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv,
+      tail);
   FA_CHECK_LAUNCH();
   const dim3 grid_q((p.seq_q + C::DQ_ROWS - 1) / C::DQ_ROWS, p.batch * p.heads);
   backward_dq<T, C><<<grid_q, C::DQ_THREADS, C::DQ_BYTES, stream>>>(
@@ -833,6 +969,11 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 // For the tests, which pin each candidate in turn (FA_STEP13_CONFIG).
 int candidate_count(int head_dim) { return int(candidates<__half>(head_dim).size()); }
 std::string candidate_name(int head_dim, int i) { return candidates<__half>(head_dim).at(i).name; }
+// The last wave's plan of a problem: split key blocks and pieces each (0, 1: not split).
+std::pair<int, int> tail_split(const fa::AttnParams& p) {
+  const TailPlan t = tail_plan(p);
+  return {t.split, t.pieces};
+}
 
 // The FlashAttention-2 benchmark shape at seq 2048, head_dim 64 (batch 8, 32 heads), fp16, fwd + bwd.
 fa::Problem default_problem() {
@@ -854,7 +995,9 @@ const fa::StepInfo& info() {
     s.attn_rule.gqa = true;  // dK, dV of a K/V head summed over its group of query heads (backward_dkdv)
     s.variants = {"atomic", "deterministic"};
     s.bwd_workspace_bytes = bwd_workspace;
-    s.workspace_note = "delta, batch·heads·seq_q fp32; atomic variant: also dQ_accum, batch·heads·seq_q·head_dim fp32";
+    s.workspace_note =
+        "delta, batch·heads·seq_q fp32; atomic variant: also dQ_accum, batch·heads·seq_q·head_dim fp32, and "
+        "(not causal) the last wave's partial dK, dV, at most 8·SMs·128·head_dim·2 fp32";
     s.default_problem = default_problem;
     return s;
   }();

@@ -3,7 +3,11 @@
 // low-precision rule of harness/tolerance.h (dQ per query row, dK and dV per key row). The shared
 // checks of tests/tc_backward_checks.h in both variants, plus what is particular to this step:
 // every candidate instance (not only the ones the tuner picks here) in both variants.
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "tc_backward_checks.h"
 
@@ -14,6 +18,7 @@ namespace step13 {
 const fa::StepInfo& info();
 int candidate_count(int head_dim);
 std::string candidate_name(int head_dim, int i);
+std::pair<int, int> tail_split(const fa::AttnParams& p);
 }  // namespace step13
 
 namespace {
@@ -46,8 +51,67 @@ TEST(Step13TunedBackward, RowWithoutVisibleKeysGetsNoGradient) {
 TEST(Step13TunedBackward, DeterministicVariantIsBitwiseReproducible) {
   deterministic_variant_is_bitwise_reproducible(kStep);
 }
-TEST(Step13TunedBackward, WorkspaceIsDeltaPlusTheAtomicAccumulator) {
-  workspace_is_delta_plus_the_atomic_accumulator(kStep);
+// The last wave (kernel.cu, Tail): which problems split it, into what, and the workspace it takes.
+int sm_count() {
+  int dev = 0, n = 0;
+  EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  return n;
+}
+fa::AttnParams params_of(const Shape& s, int variant) {
+  fa::AttnParams p = s.params();
+  p.variant = variant;
+  return p;
+}
+TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
+  const int sms = sm_count();
+  const int atomic = variant_of(kStep, "atomic"), deterministic = variant_of(kStep, "deterministic");
+  for (int d : {64, 128})
+    for (int seq : {1024, 2048, 4096, 8192, 16384})
+      for (int heads : {16, 17, 32})
+        for (bool causal : {false, true}) {
+          const Shape s{16384 / seq, heads, seq, seq, d, causal, 0, fa::DType::BF16};
+          SCOPED_TRACE(s.str());
+          const fa::AttnParams p = params_of(s, atomic);
+          const auto [split, pieces] = step13::tail_split(p);
+          const int blocks = (seq + 127) / 128 * s.batch * heads, r = blocks % sms;
+          if (causal || r == 0) {
+            EXPECT_EQ(split, 0);
+          } else if (split > 0) {  // the last r blocks, in 2..8 pieces of >= 8 query tiles of 128, a shorter tail
+            EXPECT_EQ(split, r);
+            EXPECT_TRUE(pieces >= 2 && pieces <= 8 && 8 * pieces <= (seq + 127) / 128) << pieces;
+            EXPECT_LT((split * pieces + sms - 1) / sms, pieces) << "tail of " << pieces << " pieces: no shorter";
+          }
+          // dQ_accum, counters (16-byte padded), delta, partial dK and dV (fp32, 128 keys, padded head_dim)
+          const std::size_t rows = std::size_t(s.batch) * heads * seq;
+          EXPECT_EQ(kStep.bwd_workspace_bytes(p), rows * d * 4 + (split * 4 + 15) / 16 * 16 + rows * 4 +
+                                                      std::size_t(split) * pieces * 128 * d * 2 * 4);
+          EXPECT_EQ(step13::tail_split(params_of(s, deterministic)).first, 0);
+          EXPECT_EQ(kStep.bwd_workspace_bytes(params_of(s, deterministic)), rows * 4);
+        }
+  // The FA2 shapes at seq 16384 leave a partial wave on this GPU unless its SM count divides 2048 or 4096.
+  const Shape fa2{1, 32, 16384, 16384, 64, false, 0, fa::DType::F16};
+  if (4096 % sms != 0) EXPECT_GT(step13::tail_split(params_of(fa2, atomic)).first, 0);
+  // GQA keeps the whole grid (its grouped instance has no tail).
+  EXPECT_EQ(step13::tail_split(params_of({1, 8, 4096, 4096, 64, false, 0, fa::DType::F16, 2}, atomic)).first, 0);
+}
+// The split grids against fp64 and step 12, every candidate: all key blocks split (fewer blocks than
+// SMs), and a grid of one wave and a few blocks more, the last of them split (ragged keys: the last
+// key block of each head is masked on every tile).
+TEST(Step13TunedBackward, LastWaveSplitMatchesFp64AndStep12) {
+  const int sms = sm_count(), atomic = variant_of(kStep, "atomic");
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (int i = 0; i < step13::candidate_count(d); ++i) {
+        const std::string name = step13::candidate_name(d, i);
+        SCOPED_TRACE("candidate " + name);
+        setenv("FA_STEP13_CONFIG", name.c_str(), 1);
+        const Shape small{1, 1, 2100, 1000, d, false, 0, t}, wave{1, sms / 8 + 1, 2048, 1000, d, false, 0, t};
+        for (const Shape& s : {small, wave}) ASSERT_GT(step13::tail_split(params_of(s, atomic)).first, 0) << s.str();
+        expect_matches_fp64(kStep, small, atomic);
+        expect_matches_prev(kStep, kPrev, wave, atomic);
+        unsetenv("FA_STEP13_CONFIG");
+      }
 }
 // GQA: the forward (step 11's) and the backward in both variants, dK and dV summed over each group.
 TEST(Step13TunedBackward, GroupedKvHeadsMatchFp64) {
