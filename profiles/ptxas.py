@@ -32,7 +32,8 @@ COLUMNS = ["step", "kernel", "registers", "spill_stores", "spill_loads", "stack"
 _UNIT = re.compile(r"-c \S*/steps/(\d\d_[a-z0-9_]+)/kernel\.cu")
 _ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '(\S+)' for '(sm_\w+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
+_USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:, used \d+ barriers)?(?:, \d+ bytes cumulative stack size)?"
+                   r"(?:, (\d+) bytes smem)?")
 
 
 def parse(log):

@@ -925,6 +925,28 @@ class BenchMerge(unittest.TestCase):
                           ("sdpa_cudnn", "G f16", "3")])
 
 
+class PtxasParse(unittest.TestCase):
+    """ptxas.parse reads registers, spills, stack and static shared memory, with or without a stack frame."""
+
+    def test_static_smem_after_a_cumulative_stack(self):
+        import ptxas
+        log = textwrap.dedent("""\
+            /usr/local/cuda/bin/nvcc -x cu -c /x/steps/13_tuned_backward/kernel.cu -o k.o
+            ptxas info    : Compiling entry function '_Z1av' for 'sm_90a'
+            ptxas info    : Function properties for _Z1av
+                112 bytes stack frame, 120 bytes spill stores, 140 bytes spill loads
+            ptxas info    : Used 255 registers, used 1 barriers, 112 bytes cumulative stack size, 16 bytes smem
+            ptxas info    : Compiling entry function '_Z1bv' for 'sm_90a'
+            ptxas info    : Function properties for _Z1bv
+                0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+            ptxas info    : Used 30 registers, used 1 barriers, 8 bytes smem
+            """)
+        rows, arch = ptxas.parse(log)
+        self.assertEqual(arch, "sm_90a")
+        got = [(r["registers"], r["spill_stores"], r["spill_loads"], r["stack"], r["static_smem"]) for r in rows]
+        self.assertEqual(got, [(255, 120, 140, 112, 16), (30, 0, 0, 0, 8)])
+
+
 class CommittedData(unittest.TestCase):
     def test_compare_01_02(self):
         text, ok = fp.compare_report(["01_safe_softmax", "02_online_softmax"], markdown=True)
