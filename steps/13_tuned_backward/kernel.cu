@@ -346,14 +346,17 @@ __global__ void __launch_bounds__(C::THREADS)
 
   // [KV_KEYS, KV_DIMS] this warp's tile of dV, then of dK (unscaled); SPLIT_KV: one, of dK or dV. C fragments.
   float kv_acc[C::KV_ACCS][VM][2 * VN][4];
+  auto each_acc = [&](auto&& f) {  // f(a, mt, j, e) for every element, unrolled: named, never through a pointer
 #pragma unroll
-  for (int a = 0; a < C::KV_ACCS; ++a)
+    for (int a = 0; a < C::KV_ACCS; ++a)
 #pragma unroll
-    for (int mt = 0; mt < VM; ++mt)
+      for (int mt = 0; mt < VM; ++mt)
 #pragma unroll
-      for (int j = 0; j < 2 * VN; ++j)
+        for (int j = 0; j < 2 * VN; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) kv_acc[a][mt][j][e] = 0.f;
+          for (int e = 0; e < 4; ++e) f(a, mt, j, e);
+  };
+  each_acc([&](int a, int mt, int j, int e) { kv_acc[a][mt][j][e] = 0.f; });
 
   // [S_KEYS, S_QUERIES] += A·Bᵀ with A rows (keys) from X, B rows (queries) from Y: the forward's
   // S = Q·Kᵀ with this warp's keys for Q and the tile's queries for K (plain ldmatrix both).
@@ -562,21 +565,14 @@ __global__ void __launch_bounds__(C::THREADS)
 
   // TAIL: this piece's sums (unscaled) to its slot; the last piece to finish adds all the slots into
   // its accumulators, in piece order, and goes on to the epilogue; the others are done. Every
-  // accumulator is named by its indices, never through a pointer, so none leaves the registers.
+  // accumulator is named by its indices (each_acc), never through a pointer, so none leaves the registers.
   if constexpr (TAIL) {
     constexpr int NREG = C::KV_ACCS * VM * 2 * VN * 4;  // = D·BLOCK_N·2 / THREADS
     float* slots = tail.partials + std::size_t(split) * tail.pieces * NREG * THREADS + threadIdx.x;
     auto slot = [&](int pc, int a, int mt, int j, int e) {  // [pieces][NREG][THREADS]: coalesced
       return slots + (std::size_t(pc) * NREG + ((a * VM + mt) * 2 * VN + j) * 4 + e) * THREADS;
     };
-#pragma unroll
-    for (int a = 0; a < C::KV_ACCS; ++a)
-#pragma unroll
-      for (int mt = 0; mt < VM; ++mt)
-#pragma unroll
-        for (int j = 0; j < 2 * VN; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) __stcg(slot(piece, a, mt, j, e), kv_acc[a][mt][j][e]);
+    each_acc([&](int a, int mt, int j, int e) { __stcg(slot(piece, a, mt, j, e), kv_acc[a][mt][j][e]); });
     __threadfence();  // this thread's slot is visible device-wide before the count says so
     __syncthreads();
     __shared__ bool last;
@@ -585,17 +581,10 @@ __global__ void __launch_bounds__(C::THREADS)
     if (!last) return;
     __threadfence();  // the other pieces' slots, seen after their counts
     for (int pc = 0; pc < tail.pieces; ++pc)  // a slot at a time: its NREG loads independent, in flight together
-#pragma unroll
-      for (int a = 0; a < C::KV_ACCS; ++a)
-#pragma unroll
-        for (int mt = 0; mt < VM; ++mt)
-#pragma unroll
-          for (int j = 0; j < 2 * VN; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float x = __ldcg(slot(pc, a, mt, j, e));
-              kv_acc[a][mt][j][e] = pc == 0 ? x : kv_acc[a][mt][j][e] + x;
-            }
+      each_acc([&](int a, int mt, int j, int e) {
+        const float x = __ldcg(slot(pc, a, mt, j, e));
+        kv_acc[a][mt][j][e] = pc == 0 ? x : kv_acc[a][mt][j][e] + x;
+      });
   }
 
   // dK = scale·dK_acc into the K tile and dV into the V tile (this warp's [KV_KEYS, KV_DIMS] of

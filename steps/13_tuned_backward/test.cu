@@ -63,6 +63,19 @@ fa::AttnParams params_of(const Shape& s, int variant) {
   p.variant = variant;
   return p;
 }
+// f(dtype, head_dim) with every candidate pinned in turn (FA_STEP13_CONFIG bypasses the tuner).
+template <class F>
+void each_pinned_candidate(F f) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (int i = 0; i < step13::candidate_count(d); ++i) {
+        const std::string name = step13::candidate_name(d, i);
+        SCOPED_TRACE("candidate " + name);
+        setenv("FA_STEP13_CONFIG", name.c_str(), 1);
+        f(t, d);
+        unsetenv("FA_STEP13_CONFIG");
+      }
+}
 TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
   const int sms = sm_count();
   const int atomic = variant_of(kStep, "atomic"), deterministic = variant_of(kStep, "deterministic");
@@ -100,18 +113,12 @@ TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
 // key block of each head is masked on every tile).
 TEST(Step13TunedBackward, LastWaveSplitMatchesFp64AndStep12) {
   const int sms = sm_count(), atomic = variant_of(kStep, "atomic");
-  for (fa::DType t : kTypes)
-    for (int d : {64, 128})
-      for (int i = 0; i < step13::candidate_count(d); ++i) {
-        const std::string name = step13::candidate_name(d, i);
-        SCOPED_TRACE("candidate " + name);
-        setenv("FA_STEP13_CONFIG", name.c_str(), 1);
-        const Shape small{1, 1, 2100, 1000, d, false, 0, t}, wave{1, sms / 8 + 1, 2048, 1000, d, false, 0, t};
-        for (const Shape& s : {small, wave}) ASSERT_GT(step13::tail_split(params_of(s, atomic)).first, 0) << s.str();
-        expect_matches_fp64(kStep, small, atomic);
-        expect_matches_prev(kStep, kPrev, wave, atomic);
-        unsetenv("FA_STEP13_CONFIG");
-      }
+  each_pinned_candidate([&](fa::DType t, int d) {
+    const Shape small{1, 1, 2100, 1000, d, false, 0, t}, wave{1, sms / 8 + 1, 2048, 1000, d, false, 0, t};
+    for (const Shape& s : {small, wave}) ASSERT_GT(step13::tail_split(params_of(s, atomic)).first, 0) << s.str();
+    expect_matches_fp64(kStep, small, atomic);
+    expect_matches_prev(kStep, kPrev, wave, atomic);
+  });
 }
 // GQA: the forward (step 11's) and the backward in both variants, dK and dV summed over each group.
 TEST(Step13TunedBackward, GroupedKvHeadsMatchFp64) {
@@ -125,17 +132,11 @@ TEST(Step13TunedBackward, RefusesWhatItCannotRun) { refuses_what_it_cannot_run_b
 // atomic key block's unmasked tiles start at a rotated one), and against step 12 on a longer one.
 TEST(Step13TunedBackward, EveryCandidateMatchesFp64AndStep12) {
   for (int variant : kVariants)
-    for (fa::DType t : kTypes)
-      for (int d : {64, 128})
-        for (int i = 0; i < step13::candidate_count(d); ++i) {
-          const std::string name = step13::candidate_name(d, i);
-          SCOPED_TRACE("candidate " + name);
-          setenv("FA_STEP13_CONFIG", name.c_str(), 1);
-          for (const Shape& s : {Shape{1, 2, 333, 333, d, true, 0, t}, Shape{2, 2, 300, 1000, d, false, 0, t},
-                                 Shape{1, 3, 1000, 300, d, true, 0, t}, Shape{1, 2, 1, 77, d, false, 0, t}})
-            expect_matches_fp64(kStep, s, variant);
-          expect_matches_prev(kStep, kPrev, {1, 4, 1100, 1100, d, variant == 0, 0, t}, variant);
-          unsetenv("FA_STEP13_CONFIG");
-        }
+    each_pinned_candidate([&](fa::DType t, int d) {
+      for (const Shape& s : {Shape{1, 2, 333, 333, d, true, 0, t}, Shape{2, 2, 300, 1000, d, false, 0, t},
+                             Shape{1, 3, 1000, 300, d, true, 0, t}, Shape{1, 2, 1, 77, d, false, 0, t}})
+        expect_matches_fp64(kStep, s, variant);
+      expect_matches_prev(kStep, kPrev, {1, 4, 1100, 1100, d, variant == 0, 0, t}, variant);
+    });
 }
 }  // namespace
