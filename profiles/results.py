@@ -1460,8 +1460,9 @@ def bwd_experiments_table():
         "autotuner's pick) and timed by the executable's `--bench` (median of 20), FlashAttention-2 benchmark " \
         "shapes; both arms interleaved in one call on one H100 (above 1: the change is faster). An instance named " \
         "`a → b`: the change is a different instance, b, beside a in the same build; otherwise the same instance " \
-        "from two builds, or (last-wave split; last wave: one kernel without pieces) from one build with the " \
-        "pieces switched off by `FA_STEP13_TAIL=0`, an environment variable of that build and the step's.\n\n" + \
+        "from two builds. last-wave split: one build, before with its pieces switched off by `FA_STEP13_TAIL=0` (an " \
+        "environment variable of that build and the step's) and after with them; the rows named 'without pieces': " \
+        "after is the new build with its pieces switched off that way.\n\n" + \
         source_line([BWD_EXP_CSV])
 
 

@@ -5,7 +5,6 @@
 // every candidate instance (not only the ones the tuner picks here) in both variants.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -58,11 +57,6 @@ int sm_count() {
   EXPECT_EQ(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
   return n;
 }
-fa::AttnParams params_of(const Shape& s, int variant) {
-  fa::AttnParams p = s.params();
-  p.variant = variant;
-  return p;
-}
 // f(dtype, head_dim) with every candidate pinned in turn (FA_STEP13_CONFIG bypasses the tuner).
 template <class F>
 void each_pinned_candidate(F f) {
@@ -85,7 +79,7 @@ TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
         for (bool causal : {false, true}) {
           const Shape s{16384 / seq, heads, seq, seq, d, causal, 0, fa::DType::BF16};
           SCOPED_TRACE(s.str());
-          const fa::AttnParams p = params_of(s, atomic);
+          const fa::AttnParams p = params(s, atomic);
           const auto [split, pieces] = step13::tail_split(p);
           const int blocks = (seq + 127) / 128 * s.batch * heads, r = blocks % sms;
           if (causal || r == 0) {
@@ -99,14 +93,14 @@ TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
           const std::size_t rows = std::size_t(s.batch) * heads * seq;
           EXPECT_EQ(kStep.bwd_workspace_bytes(p), rows * d * 4 + (split * 4 + 15) / 16 * 16 + rows * 4 +
                                                       std::size_t(split) * pieces * 128 * d * 2 * 4);
-          EXPECT_EQ(step13::tail_split(params_of(s, deterministic)).first, 0);
-          EXPECT_EQ(kStep.bwd_workspace_bytes(params_of(s, deterministic)), rows * 4);
+          EXPECT_EQ(step13::tail_split(params(s, deterministic)).first, 0);
+          EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)), rows * 4);
         }
   // The FA2 shapes at seq 16384 leave a partial wave on this GPU unless its SM count divides 2048 or 4096.
   const Shape fa2{1, 32, 16384, 16384, 64, false, 0, fa::DType::F16};
-  if (4096 % sms != 0) EXPECT_GT(step13::tail_split(params_of(fa2, atomic)).first, 0);
+  if (4096 % sms != 0) EXPECT_GT(step13::tail_split(params(fa2, atomic)).first, 0);
   // GQA keeps the whole grid (its grouped instance has no tail).
-  EXPECT_EQ(step13::tail_split(params_of({1, 8, 4096, 4096, 64, false, 0, fa::DType::F16, 2}, atomic)).first, 0);
+  EXPECT_EQ(step13::tail_split(params({1, 8, 4096, 4096, 64, false, 0, fa::DType::F16, 2}, atomic)).first, 0);
 }
 // The split grids against fp64 and step 12, every candidate: all key blocks split (fewer blocks than
 // SMs), and a grid of one wave and a few blocks more, the last of them split (ragged keys: the last
@@ -115,7 +109,7 @@ TEST(Step13TunedBackward, LastWaveSplitMatchesFp64AndStep12) {
   const int sms = sm_count(), atomic = variant_of(kStep, "atomic");
   each_pinned_candidate([&](fa::DType t, int d) {
     const Shape small{1, 1, 2100, 1000, d, false, 0, t}, wave{1, sms / 8 + 1, 2048, 1000, d, false, 0, t};
-    for (const Shape& s : {small, wave}) ASSERT_GT(step13::tail_split(params_of(s, atomic)).first, 0) << s.str();
+    for (const Shape& s : {small, wave}) ASSERT_GT(step13::tail_split(params(s, atomic)).first, 0) << s.str();
     expect_matches_fp64(kStep, small, atomic);
     expect_matches_prev(kStep, kPrev, wave, atomic);
   });
