@@ -552,7 +552,8 @@ BLOCKS = {
     "docs/13_tuned_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("13_tuned_backward", "deterministic",
                                                                          "step 12", other_vs_sdpa=True),
                                   "results:bwd_experiments": lambda: bwd_experiments_table(),
-                                  "results:bwd_waves": lambda: bwd_waves_table()},
+                                  "results:bwd_waves": lambda: bwd_waves_table(),
+                                  "results:causal_order": lambda: causal_order_table()},
     "docs/14_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
@@ -1462,7 +1463,10 @@ def bwd_experiments_table():
         "`a → b`: the change is a different instance, b, beside a in the same build; otherwise the same instance " \
         "from two builds. last-wave split: one build, before with its pieces switched off by `FA_STEP13_TAIL=0` (an " \
         "environment variable of that build and the step's) and after with them; the rows named 'without pieces': " \
-        "after is the new build with its pieces switched off that way.\n\n" + \
+        "after is the new build with its pieces switched off that way. causal head groups, first build: the " \
+        "groups computed in the kernel from the linear block index, of 16384 keys (or 32768 in the '32768 keys' " \
+        "rows) by an environment variable of that build, against the step's build; causal head groups: the kept " \
+        "build (a 3-D grid) against the step before it, its not-causal rows (group 1) a check of the new grid.\n\n" + \
         source_line([BWD_EXP_CSV])
 
 
@@ -1501,6 +1505,56 @@ def bwd_waves_table():
         "idle. step13: the executable's `--bench` (tuned instance, median of 20); sdpa_flash: PyTorch SDPA's " \
         "FlashAttention-2 backward through `torch.autograd.grad` (median of 20 after 5). Both in one call on one " \
         "H100, two rounds each; compare rows within one implementation and shape only.\n\n" + source_line([BWD_WAVES_CSV])
+
+
+# Step 13's causal order, modelled: blocks start in grid order, each on the SM that frees first (one block per
+# SM), a key block's work the number of query tiles it visits. No measurement: the arithmetic behind the order.
+def list_schedule(works, sms):
+    """The makespan of blocks of these works started in order, each on the first SM to be free."""
+    import heapq
+    free = [0.0] * sms
+    for w in works:
+        heapq.heapreplace(free, free[0] + w)
+    return max(free)
+
+
+def causal_head_group(heads, seq, tokens=16384):
+    """Step 13's head_group: the largest power of two dividing `heads` (batch·K/V heads) with group·seq <= tokens."""
+    g = 1
+    while 2 * g * seq <= tokens and heads % (2 * g) == 0:
+        g *= 2
+    return g
+
+
+def causal_order_works(heads, seq, block_m, group, block_n=BWD_KEYS):
+    """Query tiles each key block visits (causal, seq_q = seq_k), in the grid's start order: groups of `group`
+    heads, key-block-major inside a group (group 1: head after head)."""
+    tiles = -(-seq // block_m)
+    visits = [tiles - kb * block_n // block_m for kb in range(-(-seq // block_n))]
+    return [visits[kb] for g0 in range(0, heads, group) for kb in range(len(visits))
+            for _ in range(min(group, heads - g0))]
+
+
+def causal_order_table(seqs=(1024, 2048, 4096, 8192, 16384), sms=BWD_SMS):
+    """Per head_dim (query tile of its instance: 128 at d 64, 64 at d 128) and seq at the FA2 shapes: the
+    makespan over the perfect split (total work / SMs) with heads in turn and with the head groups."""
+    body = []
+    for d, block_m in ((64, 128), (128, 64)):
+        for seq in seqs:
+            heads = (16384 // seq) * (2048 // d)
+            g = causal_head_group(heads, seq)
+            one, grouped = (causal_order_works(heads, seq, block_m, x) for x in (1, g))
+            ideal = sum(one) / sms
+            body.append([str(d), str(seq), f"{heads}", f"{len(one)}", f"{max(one)} … {min(one)}",
+                         f"{100 * (list_schedule(one, sms) / ideal - 1):.1f}%", str(g),
+                         f"{100 * (list_schedule(grouped, sms) / ideal - 1):.1f}%"])
+    return md_table(["d", "seq", "batch·heads", "key blocks", "query tiles per block", "heads in turn: over the "
+                     "perfect split", "group", "grouped: over the perfect split"], body) + \
+        f"\n\nCausal, FA2 shapes (batch·seq = 16384, heads = 2048/d), {sms} SMs, one block per SM; a block's work " \
+        "is the number of query tiles it visits, and each block starts on the first SM to be free, in the grid's " \
+        "order. The perfect split is the total work over the SMs. A model, not a measurement: the masked tiles, " \
+        "K and V loads and the epilogue are not in it.\n\n*Generated by `profiles/results.py` (list scheduling; " \
+        "no measured input).*"
 
 
 # ---- ptxas's resource report (profiles/ptxas.py) ------------------------------------------------

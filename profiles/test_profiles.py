@@ -782,6 +782,36 @@ class BwdExperiments(unittest.TestCase):
         self.assertIn("| 64-key blocks | 1 | 0.800 | 0.800 | 0 of 1 |", table)
 
 
+class CausalOrder(unittest.TestCase):
+    """results.py's model of step 13's causal order: list scheduling, the head-group rule, the start order."""
+
+    def setUp(self):
+        import results
+        self.r = results
+
+    def test_list_schedule(self):
+        # 2 SMs: 3 | 3, then 2 on each (5 | 5), then 2 on the first: 7
+        self.assertEqual(self.r.list_schedule([3, 3, 2, 2, 2], 2), 7)
+        self.assertEqual(self.r.list_schedule([4, 1, 1, 1, 1], 2), 4)
+
+    def test_head_group(self):
+        self.assertEqual(self.r.causal_head_group(32, 8192), 2)
+        self.assertEqual(self.r.causal_head_group(16, 16384), 1)
+        self.assertEqual(self.r.causal_head_group(6, 1024), 2)  # 4 does not divide 6
+        self.assertEqual(self.r.causal_head_group(17, 100), 1)
+        self.assertEqual(self.r.causal_head_group(256, 1024), 16)
+
+    def test_start_order(self):
+        # 3 heads of 256 keys (2 key blocks visiting 4 and 2 query tiles of 64): groups of 2, then the last head
+        self.assertEqual(self.r.causal_order_works(3, 256, 64, 2), [4, 4, 2, 2, 4, 2])
+        self.assertEqual(self.r.causal_order_works(2, 256, 64, 1), [4, 2, 4, 2])
+
+    def test_table(self):
+        table = self.r.causal_order_table(seqs=(8192,))
+        self.assertIn("| 128 | 8192 | 32 | 2048 | 128 … 2 |", table)
+        self.assertIn("| 64 | 8192 | 64 | 4096 | 64 … 1 |", table)
+
+
 class BwdWaves(unittest.TestCase):
     """results.py's last-wave table of step 13 (synthetic rows)."""
 

@@ -2,7 +2,8 @@
 // FlashAttention from scratch, step by step, in CUDA C++
 // Step 13: the tuned backward: the key-block kernel's 8 warps tiled 2-D in each product, Pᵀ and
 //          dSᵀ through shared memory; the query tile per problem by the autotuner; atomic dQ
-//          blocks that start at staggered query tiles; the last wave's key blocks in pieces
+//          blocks that start at staggered query tiles; the last wave's key blocks in pieces;
+//          causal: heads in groups, heaviest key blocks of a group first
 //
 // What changes since step 12: not the math, and not the two ways to produce dQ. What changes is
 // who computes which part of the five products in the dK/dV kernel. In step 12 each warp owns 16
@@ -36,6 +37,12 @@
 // along their query tiles in a second grid beside the first (Tail, tail_plan), their fp32 partial
 // dK, dV added in piece order by the last piece to finish.
 //
+// The causal order: a key block sees the query tiles from its diagonal on, so the first key block of a
+// head does seq/BLOCK_M tiles and the last one a few. A grid that runs head after head, heaviest first
+// in each, ends with the heavy blocks of its last heads beside idle SMs (6-7% of the time at head_dim
+// 128, seq 1024-8192, by list scheduling: doc 13). The grid runs heads in groups instead, the blocks of a group
+// key-block-major (head_group), so that every heavy block of a group starts before its light ones.
+//
 // The default variant is the atomic one (step 12's was the deterministic one): the faster of the
 // two with 128-key blocks (doc 13). AttnParams::variant 0 is atomic here.
 //
@@ -45,7 +52,8 @@
 //
 // Kernels, in launch order (step 12's):
 //   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32
-//   dK/dV        grid (key blocks of 128, batch·heads), 256 threads; atomic: also dQ into fp32
+//   dK/dV        grid (heads of a group, key blocks of 128, batch·heads / group), 256 threads; atomic:
+//                also dQ into fp32; group 1 unless causal
 //   dK/dV pieces atomic, not causal, MHA, where the last wave is partial: beside dK/dV, which runs on
 //                a side stream of higher priority; grid (split key blocks · pieces)
 //   convert      atomic only: dQ = scale·dQ_accum -> fp16/bf16
@@ -56,7 +64,8 @@
 // its three products); Config<D, BLOCK_M, DQ_WARPS, SPLIT_KV> replaces step 12's constants; pair_at is new;
 // the visiting order (t_first, next_tile) staggers the atomic blocks; the autotuner (candidates,
 // ProblemClass, tuner, tuned_launch) replaces step 12's launch_dim; Tail, tail_plan and the TAIL
-// instance are the last wave. delta, convert and the dQ kernel are step 12's.
+// instance are the last wave; head_group and the 3-D grid are the causal order. delta, convert and
+// the dQ kernel are step 12's.
 //
 // What the measurements say (doc 13): at or above SDPA's FlashAttention-2 backward at short and
 // medium sequences, a few percent slower than it in some cells at long ones (its results table).
@@ -229,7 +238,8 @@ struct Tail {
 };
 
 // ---- the dK/dV kernel: one key block, every query tile that sees it ----------------------------------------
-// grid (key blocks of C::BLOCK_N, batch·heads); block C::THREADS (8 warps). T: __half or
+// grid (group, key blocks of C::BLOCK_N, batch·heads / group), block C::THREADS (8 warps): blocks start
+// in x-fastest order, so the group's heads come first at each key block (head_group). T: __half or
 // __nv_bfloat16. C::D: head_dim padded up to the instance. ATOMIC_DQ: also add this block's share
 // of dQ into dq_accum (fp32, [rows, head_dim]).
 //
@@ -264,11 +274,13 @@ __global__ void __launch_bounds__(C::THREADS)
   float* lse_s = reinterpret_cast<float*>(dSt + BLOCK_N * BLOCK_M);  // [2][BLOCK_M] LSE·log2e (+inf: P = 0)
   float* delta_s = lse_s + 2 * BLOCK_M;                              // [2][BLOCK_M]
 
-  int kb = blockIdx.x, kvh = blockIdx.y, split = 0, piece = 0;  // key block; (batch, K/V head); TAIL: which piece
+  // Key block; (batch, K/V head): grid (heads of a group, key blocks, groups), so that blocks start
+  // key-block-major inside a group of heads (heaviest first when causal; groups of 1 otherwise).
+  int kb = blockIdx.y, kvh = blockIdx.z * gridDim.x + blockIdx.x, split = 0, piece = 0;  // TAIL: which piece
   if constexpr (TAIL) {  // split key block `split` is the (whole + split)-th of the main grid
     split = blockIdx.x / tail.pieces, piece = blockIdx.x % tail.pieces;
     kb = (tail.whole + split) % tail.n_kb, kvh = (tail.whole + split) / tail.n_kb;
-  } else if (blockIdx.y * gridDim.x + blockIdx.x >= unsigned(tail.whole)) {
+  } else if ((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x >= unsigned(tail.whole)) {
     return;  // split: the tail grid does this key block
   }
   const int n0 = kb * BLOCK_N;     // first key of this block
@@ -804,6 +816,19 @@ TailPlan tail_plan(const fa::AttnParams& p) {
   return r == 0 || best == 1 ? none : TailPlan{blocks, r, best};
 }
 
+// Causal: the key blocks of a head differ in work (the first sees every query tile, the last one),
+// and a grid that runs head after head, heaviest first in each, ends with the heavy blocks of its
+// last heads still running beside idle SMs. Heads in groups of `group`, the blocks of a group
+// key-block-major, start every heavy block of the group first. group·seq_k ≈ 16384 keeps a group's
+// Q, dO and dQ_accum (16 MB at head_dim 128) in L2; a power of two that divides batch·K/V heads.
+int head_group(const fa::AttnParams& p) {
+  static const bool off = std::getenv("FA_STEP13_GROUP") && std::string(std::getenv("FA_STEP13_GROUP")) == "0";
+  const int heads = p.batch * fa::kv_heads_of(p);
+  int g = 1;
+  while (!off && p.causal && 2 * g * p.seq_k <= 16384 && heads % (2 * g) == 0) g *= 2;
+  return g;
+}
+
 // [dQ_accum fp32 [rows, head_dim] (atomic only) | tail counters | delta fp32 [rows] | tail partials],
 // rows = batch·heads·seq_q. dQ_accum first: 16-byte aligned for the convert kernel's float4 loads;
 // rows·head_dim·4 is a multiple of 32 bytes and the counters are padded to 16, so delta is aligned
@@ -856,10 +881,11 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 
   const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
-  const dim3 grid_kv((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, p.batch * kv_heads);  // GQA: a block per K/V head
+  const int n_kb = (p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, group = head_group(p);
+  const dim3 grid_kv(group, n_kb, p.batch * kv_heads / group);  // GQA: a block per K/V head
   static_assert(C::BLOCK_N == 128, "tail_plan counts key blocks of 128");
   const TailPlan tp = tail_plan(p);
-  const Tail tail{tp.blocks - tp.split, int(grid_kv.x), tp.pieces, partials, counters};
+  const Tail tail{tp.blocks - tp.split, n_kb, tp.pieces, partials, counters};
   if (atomic) {
     FA_CUDA_CHECK(cudaMemsetAsync(ws, 0, dq_accum_bytes(p) + counters_bytes(p), stream));
     // The last wave's pieces beside the main grid, which runs on a side stream of higher priority:
@@ -946,6 +972,8 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   if (a.p.variant != kAtomic && a.p.variant != kDeterministic)
     throw fa::UsageError(std::string(info().name) + ": no variant " + std::to_string(a.p.variant) +
                          " (0: atomic, 1: deterministic)");
+  if ((a.p.seq_k + 127) / 128 > 65535)  // the dK/dV grid's y: key blocks of 128
+    throw fa::UsageError(std::string(info().name) + ": seq_k must be at most 65535·128 = 8388480 (key blocks are grid.y)");
   if (!a.workspace)
     throw fa::UsageError(std::string(info().name) + ": the backward needs its workspace (" + info().workspace_note +
                          ")");

@@ -18,6 +18,7 @@ const fa::StepInfo& info();
 int candidate_count(int head_dim);
 std::string candidate_name(int head_dim, int i);
 std::pair<int, int> tail_split(const fa::AttnParams& p);
+int head_group(const fa::AttnParams& p);
 }  // namespace step13
 
 namespace {
@@ -101,6 +102,27 @@ TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
   if (4096 % sms != 0) EXPECT_GT(step13::tail_split(params(fa2, atomic)).first, 0);
   // GQA keeps the whole grid (its grouped instance has no tail).
   EXPECT_EQ(step13::tail_split(params({1, 8, 4096, 4096, 64, false, 0, fa::DType::F16, 2}, atomic)).first, 0);
+}
+// The causal order: heads in groups of a power of two that divides batch·K/V heads, the largest with
+// group·seq_k <= 16384 (1 where none is); one head at a time without the mask.
+TEST(Step13TunedBackward, CausalHeadGroupsDivideTheHeads) {
+  for (int seq : {100, 1024, 2048, 3000, 8192, 16384, 20000})
+    for (int batch : {1, 3, 8})
+      for (int heads : {1, 6, 16, 17})
+        for (bool causal : {false, true}) {
+          const Shape s{batch, heads, seq, seq, 64, causal, 0, fa::DType::F16};
+          SCOPED_TRACE(s.str());
+          const int g = step13::head_group(params(s, 0)), n = batch * heads;
+          if (!causal) {
+            EXPECT_EQ(g, 1);
+            continue;
+          }
+          EXPECT_TRUE(g >= 1 && (g & (g - 1)) == 0 && n % g == 0) << g;
+          EXPECT_TRUE(g == 1 || g * seq <= 16384) << g;
+          EXPECT_FALSE(2 * g * seq <= 16384 && n % (2 * g) == 0) << g << ": a larger group fits";
+        }
+  // GQA: groups of K/V heads (the grouped instance's blocks each walk a K/V head's query heads).
+  EXPECT_EQ(step13::head_group(params({1, 8, 1024, 1024, 64, true, 0, fa::DType::F16, 2}, 0)), 2);
 }
 // The split grids against fp64 and step 12, every candidate: all key blocks split (fewer blocks than
 // SMs), and a grid of one wave and a few blocks more, the last of them split (ragged keys: the last
