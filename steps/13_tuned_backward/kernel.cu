@@ -972,8 +972,6 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   if (a.p.variant != kAtomic && a.p.variant != kDeterministic)
     throw fa::UsageError(std::string(info().name) + ": no variant " + std::to_string(a.p.variant) +
                          " (0: atomic, 1: deterministic)");
-  if ((a.p.seq_k + 127) / 128 > 65535)  // the dK/dV grid's y: key blocks of 128
-    throw fa::UsageError(std::string(info().name) + ": seq_k must be at most 65535·128 = 8388480 (key blocks are grid.y)");
   if (!a.workspace)
     throw fa::UsageError(std::string(info().name) + ": the backward needs its workspace (" + info().workspace_note +
                          ")");
@@ -990,6 +988,14 @@ std::string candidate_name(int head_dim, int i) { return candidates<__half>(head
 std::pair<int, int> tail_split(const fa::AttnParams& p) {
   const TailPlan t = tail_plan(p);
   return {t.split, t.pieces};
+}
+
+// Beyond attn_rule: the dK/dV grid's y counts key blocks of 128 (at most 65535).
+std::string supports(const fa::Problem& pr) {
+  if ((pr.attn.seq_k + 127LL) / 128 > 65535)
+    return "seq_k must be at most 65535·128 = 8388480 (the backward's key blocks of 128 are its grid.y; got " +
+           std::to_string(pr.attn.seq_k) + ")";
+  return "";
 }
 
 // The FlashAttention-2 benchmark shape at seq 2048, head_dim 64 (batch 8, 32 heads), fp16, fwd + bwd.
@@ -1011,6 +1017,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // step 11's forward takes the row max on unscaled scores
     s.attn_rule.gqa = true;  // dK, dV of a K/V head summed over its group of query heads (backward_dkdv)
     s.variants = {"atomic", "deterministic"};
+    s.supports = supports;
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note =
         "delta, batch·heads·seq_q fp32; atomic variant: also dQ_accum, batch·heads·seq_q·head_dim fp32, and "

@@ -3,3 +3,6 @@
 # tuner runs at the first launch of the backward).
 add_gpu_cli_test(${step}.bad_pinned_config 2 "FA_STEP13_CONFIG=nope is not a candidate"
                  env FA_STEP13_CONFIG=nope ${exe} --batch 1 --heads 1 --seq 64 --check)
+# Key blocks of 128 are the dK/dV grid's y: a longer seq_k is refused before anything runs (no GPU needed).
+add_cli_test(${step}.seq_k_blocks 2 "seq_k must be at most 65535.128 = 8388480"
+             env CUDA_VISIBLE_DEVICES=-1 ${exe} --batch 1 --heads 1 --seq-q 1 --seq-k 8388609 --head-dim 8 --bwd)
