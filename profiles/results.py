@@ -32,6 +32,7 @@ Only the standard library is used.
 """
 import csv
 import gzip
+import heapq
 import math
 import os
 import re
@@ -1511,7 +1512,6 @@ def bwd_waves_table():
 # SM), a key block's work the number of query tiles it visits. No measurement: the arithmetic behind the order.
 def list_schedule(works, sms):
     """The makespan of blocks of these works started in order, each on the first SM to be free."""
-    import heapq
     free = [0.0] * sms
     for w in works:
         heapq.heapreplace(free, free[0] + w)

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "device_info.h"
 #include "tc_backward_checks.h"
 
 namespace step12 {
@@ -53,10 +54,9 @@ TEST(Step13TunedBackward, DeterministicVariantIsBitwiseReproducible) {
 }
 // The last wave (kernel.cu, Tail): which problems split it, into what, and the workspace it takes.
 int sm_count() {
-  int dev = 0, n = 0;
+  int dev = 0;
   EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
-  EXPECT_EQ(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
-  return n;
+  return fa::query_device(dev, /*measure_copy=*/false).sm_count;  // the harness's device facts
 }
 // f(dtype, head_dim) with every candidate pinned in turn (FA_STEP13_CONFIG bypasses the tuner).
 template <class F>
