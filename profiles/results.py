@@ -1149,7 +1149,8 @@ WS_VARIANTS = (("full", "nothing: the step as it is"), ("no-pingpong", "ping-pon
                ("no-persistent", "the persistent grid (one block per tile, the hardware schedules)"),
                ("no-setmaxnreg", "the register reallocation (every thread capped at the launch's share)"),
                ("no-rescale-skip", "skipping O's rescale when no row max moved (d 64 only: the same kernel at d 128)"),
-               ("no-wide-tile", "176-key tiles at d 128 not causal (128 keys instead; elsewhere the same kernel)"))
+               ("no-wide-tile", "176-key tiles at d 128 not causal (128 keys instead; elsewhere the same kernel)"),
+               ("no-masked-skip", "causal: a consumer skipping the key tiles wholly masked for its rows (d 64)"))
 
 
 def hopper_ablation_table():

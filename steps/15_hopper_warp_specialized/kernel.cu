@@ -62,7 +62,7 @@ constexpr int kBox = 64;  // dims per TMA box: 64 16-bit elements = 128 bytes, o
 
 // The techniques as switches, so that doc 15's ablation can remove each one (StepInfo::variants).
 template <int D_, bool PINGPONG_ = true, bool OVERLAP_ = true, bool MAXNREG_ = true, bool SKIP_ = D_ == 64,
-          int BLOCK_N_ = 128>
+          int BLOCK_N_ = 128, bool MASKED_SKIP_ = true>
 struct Config {
   // d 64: three consumers (192 query rows): the products are half as long, so a third warpgroup's
   // softmax is needed to keep the tensor cores busy (doc 15).
@@ -74,6 +74,10 @@ struct Config {
   // d 64 only: skip the rescale of O when no row max of the warp moved (measured +1-3% at d 64, −1%
   // at d 128, where the tensor pipe rather than the consumer's own loop is the bound; doc 15).
   static constexpr bool SKIP_RESCALE = SKIP_;
+  // Causal: a consumer computes nothing on the key tiles past its own rows' last visible key (wholly
+  // masked for it, not for the block's later rows), and still waits for, hands back and takes its turn
+  // on each of them.
+  static constexpr bool MASKED_SKIP = MASKED_SKIP_;
   // 65536 registers / THREADS at launch (d 128: 170, ptxas caps at 168; d 64: 128); then the producer
   // keeps 24 and the consumers share the rest: 128·24 + 256·240 = 64512, 128·24 + 384·160 = 64512.
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = D == 64 ? 160 : 240;
@@ -244,6 +248,12 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     const Tile w = tile_at(i, n_qb, bh_count, group, causal);
     const int m0 = w.qb * BLOCK_M, n_tiles = kv_tiles(m0);
     const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;  // tiles before these need no mask
+    // Causal: the tiles this consumer's rows see, up to its last row's key (its later tiles are wholly
+    // masked for it: at BLOCK_M = 192 and 128-key tiles, one of every three consumer tiles on the
+    // diagonal). Broadcast from lane 0 so that ptxas knows it is warp-uniform: the wgmma below are in
+    // loops it bounds.
+    const int seen = (min(min(m0 + 64 * cg + 64, seq_q), seq_k) + BLOCK_N - 1) / BLOCK_N;
+    const int own = __shfl_sync(~0u, C::MASKED_SKIP && causal ? max(1, min(n_tiles, seen)) : n_tiles, 0);
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) acc[k] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];  // rows r0, r0 + 8 (step 14)
@@ -307,10 +317,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
       pass_turn();
       wgmma_wait<0>();
       hand_back(&k_empty[slot(0)]);
-      if (n_tiles == 1) mbarrier_arrive(q_empty);  // the producer may load the next tile's Q
+      if (own == 1) mbarrier_arrive(q_empty);  // the producer may load the next tile's Q
       softmax(0);
       pack_p();
-      for (int j = 1; j < n_tiles; ++j) {
+      for (int j = 1; j < own; ++j) {
         mbarrier_wait(&k_full[slot(j)], parity(j));
         mbarrier_wait(&v_full[slot(j - 1)], parity(j - 1));
         take_turn();
@@ -319,22 +329,22 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         pass_turn();
         wgmma_wait<1>();  // S_j has landed; P_{j-1}·V_{j-1} may still be running
         hand_back(&k_empty[slot(j)]);
-        if (j == n_tiles - 1) mbarrier_arrive(q_empty);
+        if (j == own - 1) mbarrier_arrive(q_empty);
         softmax(j);
         wgmma_wait<0>();  // O += P_{j-1}·V_{j-1} has landed: O may be rescaled, p overwritten
         hand_back(&v_empty[slot(j - 1)]);
         rescale();
         pack_p();
       }
-      mbarrier_wait(&v_full[slot(n_tiles - 1)], parity(n_tiles - 1));
+      mbarrier_wait(&v_full[slot(own - 1)], parity(own - 1));
       take_turn();
-      issue_pv(slot(n_tiles - 1));
+      issue_pv(slot(own - 1));
       pass_turn();
       wgmma_wait<0>();
-      hand_back(&v_empty[slot(n_tiles - 1)]);
+      hand_back(&v_empty[slot(own - 1)]);
     } else {
       // Step 14's order: S_j, its softmax, then P_j·V_j, each product waited for at once.
-      for (int j = 0; j < n_tiles; ++j) {
+      for (int j = 0; j < own; ++j) {
         const int slot = (it + j) % STAGES, parity = (it + j) / STAGES & 1;
         mbarrier_wait(&k_full[slot], parity);
         take_turn();
@@ -342,7 +352,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         pass_turn();
         wgmma_wait<0>();
         hand_back(&k_empty[slot]);
-        if (j == n_tiles - 1) mbarrier_arrive(q_empty);
+        if (j == own - 1) mbarrier_arrive(q_empty);
         softmax(j);
         rescale();
         pack_p();
@@ -353,6 +363,18 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         wgmma_wait<0>();
         hand_back(&v_empty[slot]);
       }
+    }
+    // The tiles wholly masked for this consumer: each waited for (a slot is handed back only after its
+    // copy has landed, so that no arrival runs ahead of the producer's phase), handed back, and its
+    // turns taken and passed on (one per tile with OVERLAP, two without), as the other consumers do.
+    for (int j = own; j < n_tiles; ++j) {
+      const int slot = (it + j) % STAGES, parity = (it + j) / STAGES & 1;
+      mbarrier_wait(&k_full[slot], parity);
+      mbarrier_wait(&v_full[slot], parity);
+#pragma unroll
+      for (int t = 0; t < (C::OVERLAP ? 1 : 2); ++t) take_turn(), pass_turn();
+      hand_back(&k_empty[slot]);
+      hand_back(&v_empty[slot]);
     }
     it += n_tiles;
 
@@ -383,7 +405,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
 // ---- launcher --------------------------------------------------------------------------------------------
 // The variants (StepInfo::variants, in this order): the full step, then each technique removed.
 enum Variant {
-  kFull, kNoPingPong, kNoOverlap, kNoOverlaps, kNoPersistent, kNoSetmaxnreg, kNoRescaleSkip, kNoWideTile, kVariants
+  kFull, kNoPingPong, kNoOverlap, kNoOverlaps, kNoPersistent, kNoSetmaxnreg, kNoRescaleSkip, kNoWideTile, kNoMaskedSkip,
+  kVariants
 };
 
 template <class T, class C>
@@ -432,6 +455,7 @@ void launch_variant(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     case kNoSetmaxnreg: return launch<T, Config<D, true, true, false, S, N>>(a, stream, true);
     case kNoRescaleSkip: return launch<T, Config<D, true, true, true, false, N>>(a, stream, true);
     case kNoWideTile: return launch<T, Config<D>>(a, stream, true);  // the full step with 128-key tiles
+    case kNoMaskedSkip: return launch<T, Config<D, true, true, true, S, N, false>>(a, stream, true);
   }
   throw fa::UsageError(std::string(info().name) + ": no variant " + std::to_string(a.p.variant));
 }
@@ -465,7 +489,7 @@ const fa::StepInfo& info() {
     s.fwd_workspace_bytes = [](const fa::AttnParams&) -> std::size_t { return 16; };
     s.workspace_note = "the persistent grid's tile counter (an int, in 16 bytes)";
     s.variants = {"full",          "no-pingpong",   "no-overlap",      "no-overlaps",
-                  "no-persistent", "no-setmaxnreg", "no-rescale-skip", "no-wide-tile"};
+                  "no-persistent", "no-setmaxnreg", "no-rescale-skip", "no-wide-tile", "no-masked-skip"};
     s.needs_cc = 90;
     return s;
   }();

@@ -45,40 +45,54 @@ void expect_variant_matches_fp64(const Shape& s, int variant) {
 // Each technique switched off (doc 15's ablation) leaves the result within the same bounds: the
 // variants differ in who waits for whom, not in the arithmetic.
 TEST(Step15WarpSpecialized, EveryVariantMatchesFp64) {
-  ASSERT_EQ(kStep.variants.size(), 8u);
+  ASSERT_EQ(kStep.variants.size(), 9u);
   for (int v = 0; v < int(kStep.variants.size()); ++v)
     for (fa::DType t : kTypes)
       for (int d : {64, 128})
         for (bool causal : {false, true}) expect_variant_matches_fp64({2, 3, 333, 300, d, causal, 0, t}, v);
 }
 
+// The full step against variant `name` on shape s, fresh inputs: the same bits in O and LSE.
+void expect_same_bits_as_variant(const char* name, const Shape& s) {
+  int other = -1;
+  for (int v = 0; v < int(kStep.variants.size()); ++v)
+    if (kStep.variants[v] == name) other = v;
+  ASSERT_GE(other, 0) << name;
+  const std::uint64_t seed = fa::fresh_seed();
+  SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed) + ", against " + name);
+  const Inputs in = random_inputs(s, seed);
+  fa::attention::Outputs out[2];
+  for (int k = 0; k < 2; ++k) {
+    fa::AttnParams p = s.params();
+    p.variant = k == 0 ? 0 : other;
+    fa::attention::Run r(kStep, p, false, in);
+    out[k] = fa::attention::run_checked(r, false);
+  }
+  ASSERT_EQ(out[0].o.size(), out[1].o.size());
+  ASSERT_EQ(out[0].lse.size(), out[1].lse.size());
+  EXPECT_EQ(std::memcmp(out[0].o.data(), out[1].o.data(), out[0].o.size() * sizeof(float)), 0) << "O differs";
+  EXPECT_EQ(std::memcmp(out[0].lse.data(), out[1].lse.data(), out[0].lse.size() * sizeof(float)), 0) << "LSE differs";
+}
+
 // At d 64 the rescale of O is skipped when alpha = 1 for every row of the warp; multiplying by 1
 // changes no bit, so the step with and without the skip gives the same bits in O and LSE. Long
 // rows (many K/V tiles, most of them skipped) and ragged ends; both dtypes, causal and not.
 TEST(Step15WarpSpecialized, RescaleSkipChangesNoBit) {
-  int skipless = -1;
-  for (int v = 0; v < int(kStep.variants.size()); ++v)
-    if (kStep.variants[v] == "no-rescale-skip") skipless = v;
-  ASSERT_GE(skipless, 0);
   for (fa::DType t : kTypes)
-    for (bool causal : {false, true}) {
-      const Shape s{1, 4, 1500, 1700, 64, causal, 0, t};
-      const std::uint64_t seed = fa::fresh_seed();
-      SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
-      const Inputs in = random_inputs(s, seed);
-      fa::attention::Outputs out[2];
-      for (int k = 0; k < 2; ++k) {
-        fa::AttnParams p = s.params();
-        p.variant = k == 0 ? 0 : skipless;
-        fa::attention::Run r(kStep, p, false, in);
-        out[k] = fa::attention::run_checked(r, false);
-      }
-      ASSERT_EQ(out[0].o.size(), out[1].o.size());
-      ASSERT_EQ(out[0].lse.size(), out[1].lse.size());
-      EXPECT_EQ(std::memcmp(out[0].o.data(), out[1].o.data(), out[0].o.size() * sizeof(float)), 0) << "O differs";
-      EXPECT_EQ(std::memcmp(out[0].lse.data(), out[1].lse.data(), out[0].lse.size() * sizeof(float)), 0)
-          << "LSE differs";
-    }
+    for (bool causal : {false, true})
+      expect_same_bits_as_variant("no-rescale-skip", {1, 4, 1500, 1700, 64, causal, 0, t});
+}
+
+// Causal: a consumer skips the key tiles wholly masked for its rows. Computed, such a tile has
+// P = 0 and moves no row max (alpha = 1), so skipping it changes no bit either. d 64 (query blocks of
+// 192 rows over 128-key tiles: a skipped tile in most blocks) with seq_q above, equal to and below
+// seq_k, ragged ends; d 128 (128-row blocks: nothing to skip) as the control.
+TEST(Step15WarpSpecialized, MaskedSkipChangesNoBit) {
+  for (fa::DType t : kTypes) {
+    for (const Shape& s : {Shape{1, 4, 1500, 1700, 64, true, 0, t}, Shape{2, 3, 1000, 1000, 64, true, 0, t},
+                           Shape{1, 2, 900, 500, 64, true, 0, t}, Shape{1, 2, 700, 1000, 128, true, 0, t}})
+      expect_same_bits_as_variant("no-masked-skip", s);
+  }
 }
 
 // More tiles than the H100 has SMs (132): each persistent block walks several tiles of different
