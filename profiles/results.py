@@ -1020,8 +1020,8 @@ def hopper_ws_runs_table():
                      "cells below 1.00×", f"lowest × cuDNN, seq ≥ {WS_TARGET_CUDNN_MIN_SEQ}",
                      f"lowest TFLOP/s, d {WS_TARGET_TFLOPS_D} not causal, seq ≥ {WS_TARGET_TFLOPS_MIN_SEQ}"], body) + \
         "\n\nEach row: one `profiles/bench.py --steps 15` run (step 15's sweep and SDPA's forward in the same run) " \
-        "on the same kernel code (comments aside), on an H100 of the same type; the last row is the run in `bench.csv`, whose tables are " \
-        "above. \"SDPA passes\": SDPA measured once, after the steps, or before and after them with the mean " \
+        "on the same kernel code (comments aside) unless its label names a change, on an H100 of the same type; the last " \
+        "row is the run in `bench.csv`, whose tables are above. \"SDPA passes\": SDPA measured once, after the steps, or before and after them with the mean " \
         "kept (docs/conventions.md, \"Measurement\").\n\n" + source_line([WS_RUNS_CSV])
 
 
