@@ -812,6 +812,31 @@ class CausalOrder(unittest.TestCase):
         self.assertIn("| 64 | 8192 | 64 | 4096 | 64 … 1 |", table)
 
 
+class ConsumerTiles(unittest.TestCase):
+    """results.py's count of step 15's consumer tiles: the causal masked tiles and the rows past seq_q."""
+
+    def setUp(self):
+        import results
+        self.r = results
+
+    def test_counts(self):
+        # d 64, seq 256, not causal: query blocks of 192 rows at 0 and 192, 2 tiles each; the second block's
+        # consumers at rows 256 and 320 lie past seq_q
+        self.assertEqual(self.r.consumer_tiles(256, 64, False, skip_rows=False), (12, 4))
+        self.assertEqual(self.r.consumer_tiles(256, 64, False), (8, 0))
+        # causal: block 0 walks 2 tiles (its consumers see 1, 1 and 2 of them), block 1 walks 2 (rows 192-255: 2)
+        self.assertEqual(self.r.consumer_tiles(256, 64, True, skip_masked=False, skip_rows=False), (12, 4))
+        self.assertEqual(self.r.consumer_tiles(256, 64, True, skip_rows=False), (10, 4))
+        self.assertEqual(self.r.consumer_tiles(256, 64, True), (6, 0))
+        # d 128: blocks of 128 rows divide 256; nothing to skip
+        self.assertEqual(self.r.consumer_tiles(256, 128, True, skip_masked=False), self.r.consumer_tiles(256, 128, True))
+
+    def test_table(self):
+        table = self.r.consumer_tiles_table(seqs=(1024,))
+        self.assertIn("| 64 | no | 11.1% (11.1%) |", table)
+        self.assertIn("| 128 | yes | 0.0% (0.0%) |", table)
+
+
 class BwdWaves(unittest.TestCase):
     """results.py's last-wave table of step 13 (synthetic rows)."""
 

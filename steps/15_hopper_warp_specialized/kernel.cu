@@ -74,9 +74,11 @@ struct Config {
   // d 64 only: skip the rescale of O when no row max of the warp moved (measured +1-3% at d 64, −1%
   // at d 128, where the tensor pipe rather than the consumer's own loop is the bound; doc 15).
   static constexpr bool SKIP_RESCALE = SKIP_;
-  // Causal: a consumer computes nothing on the key tiles past its own rows' last visible key (wholly
-  // masked for it, not for the block's later rows), and still waits for, hands back and takes its turn
-  // on each of them.
+  // A consumer computes nothing on the key tiles wholly masked for its rows, and still waits for,
+  // hands back and takes its turn on each of them. Causal: the tiles past its rows' last visible key
+  // (not past the block's later rows'). Causal or not: every tile, for a consumer whose rows all lie
+  // past seq_q (the last query block's ragged end; at BLOCK_M = 192 one or two of the three consumers
+  // of every head's last block when seq_q is a power of two).
   static constexpr bool MASKED_SKIP = MASKED_SKIP_;
   // 65536 registers / THREADS at launch (d 128: 170, ptxas caps at 168; d 64: 128); then the producer
   // keeps 24 and the consumers share the rest: 128·24 + 256·240 = 64512, 128·24 + 384·160 = 64512.
@@ -248,12 +250,16 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     const Tile w = tile_at(i, n_qb, bh_count, group, causal);
     const int m0 = w.qb * BLOCK_M, n_tiles = kv_tiles(m0);
     const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;  // tiles before these need no mask
-    // Causal: the tiles this consumer's rows see, up to its last row's key (its later tiles are wholly
-    // masked for it: at BLOCK_M = 192 and 128-key tiles, one of every three consumer tiles on the
-    // diagonal). Broadcast from lane 0 so that ptxas knows it is warp-uniform: the wgmma below are in
-    // loops it bounds.
+    // The tiles this consumer's rows see; the others are wholly masked for it. Causal: up to its last
+    // row's key (at BLOCK_M = 192 and 128-key tiles, one of every three consumer tiles on the diagonal
+    // is masked for it). Rows all past seq_q (the ragged end of a last query block): none. Broadcast
+    // from lane 0 so that ptxas knows it is warp-uniform: the wgmma below are in loops it bounds.
     const int seen = (min(min(m0 + 64 * cg + 64, seq_q), seq_k) + BLOCK_N - 1) / BLOCK_N;
-    const int own = __shfl_sync(~0u, C::MASKED_SKIP && causal ? max(1, min(n_tiles, seen)) : n_tiles, 0);
+    const int sees = !C::MASKED_SKIP         ? n_tiles
+                     : m0 + 64 * cg >= seq_q ? 0
+                     : causal                ? max(1, min(n_tiles, seen))
+                                             : n_tiles;
+    const int own = __shfl_sync(~0u, sees, 0);
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) acc[k] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];  // rows r0, r0 + 8 (step 14)
@@ -305,7 +311,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         for (int e = 0; e < 4; ++e) p[kk][e] = pack<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
     };
 
-    if constexpr (C::OVERLAP) {
+    if (own == 0) {
+      mbarrier_arrive(q_empty);  // rows past seq_q: Q is never read
+    } else if constexpr (C::OVERLAP) {
       // Tile 0: S only. Then per tile j: S_j and P_{j-1}·V_{j-1} in one turn, S_j's softmax under
       // the second. Last: P_{n-1}·V_{n-1} alone. (Peeled rather than guarded by ifs: a wgmma under
       // a branch ptxas cannot prove uniform gets serialised, warning C7518.)
@@ -376,6 +384,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
       hand_back(&k_empty[slot]);
       hand_back(&v_empty[slot]);
     }
+    if (C::OVERLAP && own == 0) take_turn(), pass_turn();  // and the turn of the pipeline's last P·V
     it += n_tiles;
 
     // Step 14's epilogue: O = acc / l, LSE = m·scale + log l, from the registers. Meanwhile the

@@ -83,14 +83,18 @@ TEST(Step15WarpSpecialized, RescaleSkipChangesNoBit) {
       expect_same_bits_as_variant("no-rescale-skip", {1, 4, 1500, 1700, 64, causal, 0, t});
 }
 
-// Causal: a consumer skips the key tiles wholly masked for its rows. Computed, such a tile has
-// P = 0 and moves no row max (alpha = 1), so skipping it changes no bit either. d 64 (query blocks of
+// A consumer skips the key tiles wholly masked for its rows. Computed, such a tile has P = 0 and
+// moves no row max (alpha = 1), so skipping it changes no bit either. Causal, d 64 (query blocks of
 // 192 rows over 128-key tiles: a skipped tile in most blocks) with seq_q above, equal to and below
-// seq_k, ragged ends; d 128 (128-row blocks: nothing to skip) as the control.
+// seq_k, ragged ends; d 128 (128-row blocks: nothing to skip on the diagonal). Rows all past seq_q
+// (the consumer skips every tile, and its O and LSE are not stored): 1000 and 50 rows at d 64 leave
+// two consumers of the last block without rows, 1050 at d 128 one, causal or not.
 TEST(Step15WarpSpecialized, MaskedSkipChangesNoBit) {
   for (fa::DType t : kTypes) {
     for (const Shape& s : {Shape{1, 4, 1500, 1700, 64, true, 0, t}, Shape{2, 3, 1000, 1000, 64, true, 0, t},
-                           Shape{1, 2, 900, 500, 64, true, 0, t}, Shape{1, 2, 700, 1000, 128, true, 0, t}})
+                           Shape{1, 2, 900, 500, 64, true, 0, t}, Shape{1, 2, 700, 1000, 128, true, 0, t},
+                           Shape{2, 3, 1000, 1000, 64, false, 0, t}, Shape{1, 2, 50, 300, 64, false, 0, t},
+                           Shape{1, 2, 1050, 900, 128, false, 0, t}, Shape{1, 2, 1050, 1100, 128, true, 0, t}})
       expect_same_bits_as_variant("no-masked-skip", s);
   }
 }
