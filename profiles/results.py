@@ -562,6 +562,7 @@ BLOCKS = {
                                            "results:crosstile": lambda: crosstile_table(),
                                            "results:softmax_experiments": lambda: softmax_experiments_table(),
                                            "results:hopper_ws_runs": lambda: hopper_ws_runs_table(),
+                                           "results:ragged_skip": lambda: ws_change_table(),
                                            "results:gqa": lambda: gqa_table()},
     "docs/16_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
@@ -1025,6 +1026,53 @@ def hopper_ws_runs_table():
         "row is the run in `bench.csv`, whose tables are above. \"SDPA passes\": SDPA measured once, after the steps, or before and after them with the mean " \
         "kept (docs/conventions.md, \"Measurement\").\n\n" + source_line([WS_RUNS_CSV])
 
+
+
+def ws_change_table(before="(+ masked skip)", after="(+ ragged skip)"):
+    """A change to step 15 measured across runs of history/bench_runs.csv: per d 64 cell, step 15's time in the
+    runs labelled `before` over its mean time in the runs labelled `after` (above 1.00x the change is faster),
+    beside the counted share of consumer tiles it removes (rows past seq_q); the d 128 cells, whose kernel the
+    change leaves alone, give the run-to-run band."""
+    path = os.path.join(gpu_dir(), WS_RUNS_CSV)
+    if not os.path.exists(path):
+        return "Not measured (no `" + WS_RUNS_CSV + "`)."
+    sides = {before: [], after: []}
+    for r in read_csv(path):
+        for tag, rows in sides.items():
+            if r["run"].endswith(tag):
+                rows.append(r)
+    labels = {tag: sorted({r["run"] for r in rows}) for tag, rows in sides.items()}
+    if not labels[before] or not labels[after]:
+        return f"Not measured (no runs labelled `{before}` and `{after}`)."
+
+    def mean_times(tag):
+        per_run = [tc_times(rows=[r for r in sides[tag] if r["run"] == lab])[HOPPER_WS] for lab in labels[tag]]
+        cells = set.intersection(*(set(t) for t in per_run))
+        return {c: sum(t[c] for t in per_run) / len(per_run) for c in cells}
+
+    old, new = mean_times(before), mean_times(after)
+    ratio = {c: old[c] / new[c] for c in old if c in new}
+    body = []
+    for causal in (False, True):
+        for seq in TC_SEQS:
+            every, _ = consumer_tiles(seq, 64, causal, skip_rows=False)
+            kept, _ = consumer_tiles(seq, 64, causal)
+            body.append(["64", "yes" if causal else "no", str(seq), f"{100 * (every - kept) / every:.1f}%"] +
+                        [f"{ratio[(dt, 64, causal, seq)]:.3f}×" if (dt, 64, causal, seq) in ratio else "-"
+                         for dt in TC_DTYPES])
+    band = sorted(x for c, x in ratio.items() if c[1] == 128)
+    if band:
+        body.append(["128 (unchanged)", "both", "all", "0.0%", f"{band[0]:.3f}× to {band[-1]:.3f}× "
+                     f"(median {median(band):.3f}×, {len(band)} cells, both dtypes)", ""])
+    return md_table(["d", "causal", "seq", "consumer tiles skipped (counted)"] +
+                    [f"{dt}: time before / after" for dt in TC_DTYPES], body) + \
+        f"\n\nStep 15's forward time in the run before the change ({', '.join(labels[before])}) over its mean time " \
+        f"in the runs after it ({', '.join(labels[after])}), FA2 shapes, each run with SDPA in the same " \
+        "`profiles/bench.py` run; above 1.00× the change made the cell faster. \"Consumer tiles skipped\": the share " \
+        "of consumer tiles that belong to consumers whose 64 rows all lie past seq_q, counted with the causal " \
+        "masked skip already in place (`results:consumer_tiles`). The d 128 row runs the same kernel before and " \
+        "after (its query blocks of 128 rows divide every seq here), so its spread is the runs' own.\n\n" + \
+        source_line([WS_RUNS_CSV])
 
 GQA_STEPS = ("11_tuned_forward", HOPPER_FWD, HOPPER_WS)  # the forward steps that run grouped-query attention
 GQA_TARGET_CUDNN_MEDIAN = 1.0

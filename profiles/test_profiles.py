@@ -871,6 +871,24 @@ class HopperWsRuns(unittest.TestCase):
         self.assertIn("| r2 | 2 | 1.111× | 1.111× / 1.111× | 0 of 3 | 1.06× | 1222 |", table)
 
 
+
+class WsChange(unittest.TestCase):
+    """results.py's table of a step-15 change measured across runs (synthetic rows: one run before, two after)."""
+
+    def test_table(self):
+        rows = []
+        for run, d64, d128 in (("c (+ masked skip)", 1.05, 1.0), ("d (+ ragged skip)", 1.0, 0.98),
+                               ("e (+ ragged skip)", 1.0, 1.02)):
+            rows += [dict(bench_row(WS, "B16 H32 S1024 D64 f16", d64), run=run, sdpa_passes="2"),
+                     dict(bench_row(WS, "B8 H16 S2048 D128 bf16", d128), run=run, sdpa_passes="2")]
+        table = history_table(self, "ws_change_table", "WS_RUNS_CSV", ["run", "sdpa_passes"] + fp.BENCH_COLUMNS,
+                              rows)
+        # d 64 seq 1024 not causal: 2 of 18 consumers past seq_q (11.1%), 1.05 ms before over 1.0 ms after
+        self.assertIn("| 64 | no | 1024 | 11.1% | 1.050× | - |", table)
+        # d 128: 1.0 ms before over the mean of 0.98 and 1.02 after: the band of one cell
+        self.assertIn("| 128 (unchanged) | both | all | 0.0% | 1.000× to 1.000× (median 1.000×, 1 cells", table)
+        self.assertIn("c (+ masked skip)", table)
+
 class Step11Candidates(unittest.TestCase):
     """profiles/candidates.py's name discovery (a mock executable) and results.py's table (synthetic rows)."""
 
