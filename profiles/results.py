@@ -1518,7 +1518,9 @@ def bwd_experiments_table():
         "after is the new build with its pieces switched off that way. causal head groups, first build: the " \
         "groups computed in the kernel from the linear block index, of 16384 keys (or 32768 in the '32768 keys' " \
         "rows) by an environment variable of that build, against the step's build; causal head groups: the kept " \
-        "build (a 3-D grid) against the step before it, its not-causal rows (group 1) a check of the new grid.\n\n" + \
+        "build (a 3-D grid) against the step before it, its not-causal rows (group 1) a check of the new grid. " \
+        "stmatrix stores: the step's build against a build storing Pᵀ and dSᵀ (or dSᵀ only) with stmatrix; round 1 " \
+        "in one call, rounds 2 and 3 in another with the arms' order rotated.\n\n" + \
         source_line([BWD_EXP_CSV])
 
 
