@@ -1520,7 +1520,8 @@ def bwd_experiments_table():
         "rows) by an environment variable of that build, against the step's build; causal head groups: the kept " \
         "build (a 3-D grid) against the step before it, its not-causal rows (group 1) a check of the new grid. " \
         "stmatrix stores: the step's build against a build storing Pᵀ and dSᵀ (or dSᵀ only) with stmatrix; round 1 " \
-        "in one call, rounds 2 and 3 in another with the arms' order rotated.\n\n" + \
+        "in one call, rounds 2 and 3 in another with the arms' order rotated; per instance: a build that stores with " \
+        "stmatrix in every instance but head_dim 128's split one, keeping the loops of the step (one round).\n\n" + \
         source_line([BWD_EXP_CSV])
 
 
