@@ -1027,7 +1027,6 @@ def hopper_ws_runs_table():
         "kept (docs/conventions.md, \"Measurement\").\n\n" + source_line([WS_RUNS_CSV])
 
 
-
 def ws_change_table(before="(+ masked skip)", after="(+ ragged skip)"):
     """A change to step 15 measured across runs of history/bench_runs.csv: per d 64 cell, step 15's time in the
     runs labelled `before` over its mean time in the runs labelled `after` (above 1.00x the change is faster),
@@ -1073,6 +1072,7 @@ def ws_change_table(before="(+ masked skip)", after="(+ ragged skip)"):
         "masked skip already in place (`results:consumer_tiles`). The d 128 row runs the same kernel before and " \
         "after (its query blocks of 128 rows divide every seq here), so its spread is the runs' own.\n\n" + \
         source_line([WS_RUNS_CSV])
+
 
 GQA_STEPS = ("11_tuned_forward", HOPPER_FWD, HOPPER_WS)  # the forward steps that run grouped-query attention
 GQA_TARGET_CUDNN_MEDIAN = 1.0

@@ -871,7 +871,6 @@ class HopperWsRuns(unittest.TestCase):
         self.assertIn("| r2 | 2 | 1.111× | 1.111× / 1.111× | 0 of 3 | 1.06× | 1222 |", table)
 
 
-
 class WsChange(unittest.TestCase):
     """results.py's table of a step-15 change measured across runs (synthetic rows: one run before, two after)."""
 
@@ -888,6 +887,7 @@ class WsChange(unittest.TestCase):
         # d 128: 1.0 ms before over the mean of 0.98 and 1.02 after: the band of one cell
         self.assertIn("| 128 (unchanged) | both | all | 0.0% | 1.000× to 1.000× (median 1.000×, 1 cells", table)
         self.assertIn("c (+ masked skip)", table)
+
 
 class Step11Candidates(unittest.TestCase):
     """profiles/candidates.py's name discovery (a mock executable) and results.py's table (synthetic rows)."""
