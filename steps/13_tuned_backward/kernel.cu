@@ -26,7 +26,9 @@
 // the five or so instructions of swz: with the loops unrolled, this took the kernel from 779 to 590
 // million instructions (ncu, d 128 fp16 atomic at seq 2048; FA2's backward: 539 million). Reading
 // the per-instruction counts then took it to 476 million: one 64-bit product per tile in the loads
-// (copy_tile) and 8-byte dQ atomics at constant offsets (phase 3).
+// (copy_tile) and 8-byte dQ atomics at constant offsets (phase 3). The dQ accumulator then took the
+// layout of the lanes' fragments (acc_rows, convert_dq): a warp's atomic covers 512 consecutive
+// bytes, four cache lines, where one in row-major order touched eight rows (eight lines for 256 bytes).
 //
 // The staggered start (atomic only): key block b visits its masked tiles (the diagonal) first, then
 // its unmasked ones starting at the (b mod count)-th and wrapping around, so that the key blocks of
@@ -108,6 +110,8 @@ const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 constexpr int kWarp = 32;
 constexpr int kTile = 64;  // the tiles a block walks: 64 queries (dK/dV kernel) or 64 keys (dQ kernel)
 constexpr float kLog2e = 1.4426950408889634f;
+// Rows of a head in dQ_accum: seq_q rounded up to whole query tiles of 128 (so of 64 too).
+__host__ __device__ constexpr std::size_t acc_rows(int seq_q) { return std::size_t(seq_q + 127) / 128 * 128; }
 
 // The two ways to produce dQ: AttnParams::variant indexes StepInfo::variants.
 enum Variant { kAtomic = 0, kDeterministic = 1 };  // the default first: atomic, measured the faster here
@@ -241,7 +245,7 @@ struct Tail {
 // grid (group, key blocks of C::BLOCK_N, batch·heads / group), block C::THREADS (8 warps): blocks start
 // in x-fastest order, so the group's heads come first at each key block (head_group). T: __half or
 // __nv_bfloat16. C::D: head_dim padded up to the instance. ATOMIC_DQ: also add this block's share
-// of dQ into dq_accum (fp32, [rows, head_dim]).
+// of dQ into dq_accum (fp32, per head acc_rows(seq_q)·D floats in fragment order: convert_dq).
 //
 // Per query tile, three phases, each with its own 2-D tiling of the 8 warps (Config):
 //   1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ   [BLOCK_N keys, BLOCK_M queries]  4 × 2 warps of [S_KEYS, S_QUERIES]
@@ -289,7 +293,7 @@ __global__ void __launch_bounds__(C::THREADS)
   const std::size_t bh = kv_bh * heads_per_kv;  // flattened (batch, query head)
   q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
   k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
-  if constexpr (ATOMIC_DQ) dq_accum += bh * seq_q * head_dim;
+  if constexpr (ATOMIC_DQ) dq_accum += bh * acc_rows(seq_q) * D;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
   // This warp's tile in each phase: first key / query / dim.
@@ -523,36 +527,28 @@ __global__ void __launch_bounds__(C::THREADS)
           }
         }
       }
-      // Each lane adds its two columns of rows g and g + 8 of every fragment with 8-byte atomics
-      // (sm_90: RED.E.ADD.F32x2, the result is not read). A whole tile (every row < seq_q, head_dim
-      // = D) adds at constant offsets from one pointer, without checks: gathering 16 bytes per lane
-      // by shuffles, with a 64-bit address and a branch per atomic, cost about 170 instructions per
-      // tile and warp, against about 20 here (ncu source counters).
-      float* to = dq_accum + (std::size_t(m0 + qq0 + g) * head_dim + qd0 + 2 * t4);
-      auto add = [](float* at, float x, float y) {
+      // Each lane adds its fragments with 16-byte atomics (sm_90: RED.E.ADD.F32x4, the result is not
+      // read) into dQ_accum's fragment order: fragment (mt, n) of a warp is 32 lanes × 4 floats, rows g
+      // and g + 8 of its two columns, one after the other. Why faster than row-major dQ_accum, where
+      // a lane's columns of rows g and g + 8 lie D floats apart: an atomic of the warp then touched 8
+      // rows, 8 cache lines (8 L1 tag lookups) for 256 bytes, and the load/store unit that also serves
+      // ldmatrix was busy with them (ncu: 13% of the warp-state samples at the end of the tile,
+      // against 2% for FA2's kernel, whose 4-byte atomics each cover one line). Here one covers 4
+      // lines for 512 bytes. convert_dq puts the elements back in place; no bounds: dQ_accum has
+      // whole tiles (acc_rows) of D columns.
+      float* to = dq_accum + std::size_t(m0) * D + (warp * QM * 2 * QN * kWarp + lane) * 4;
+#pragma unroll
+      for (int mt = 0; mt < QM; ++mt)
+#pragma unroll
+        for (int n = 0; n < 2 * QN; ++n) {
+          float* at = to + (mt * 2 * QN + n) * kWarp * 4;
 #if __CUDA_ARCH__ >= 900
-        atomicAdd(reinterpret_cast<float2*>(at), make_float2(x, y));
+          atomicAdd(reinterpret_cast<float4*>(at), make_float4(c[mt][n][0], c[mt][n][1], c[mt][n][2], c[mt][n][3]));
 #else
-        atomicAdd(at, x), atomicAdd(at + 1, y);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) atomicAdd(at + e, c[mt][n][e]);
 #endif
-      };
-      if (head_dim == D && m0 + BLOCK_M <= seq_q) {
-#pragma unroll
-        for (int mt = 0; mt < QM; ++mt)
-#pragma unroll
-          for (int n = 0; n < 2 * QN; ++n)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) add(to + (16 * mt + 8 * h) * D + 8 * n, c[mt][n][2 * h], c[mt][n][2 * h + 1]);
-      } else {  // the last query tile of a ragged seq_q, or head_dim padded up to D
-#pragma unroll
-        for (int mt = 0; mt < QM; ++mt)
-#pragma unroll
-          for (int n = 0; n < 2 * QN; ++n)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              if (m0 + qq0 + 16 * mt + g + 8 * h < seq_q && qd0 + 8 * n < head_dim)
-                add(to + (16 * mt + 8 * h) * head_dim + 8 * n, c[mt][n][2 * h], c[mt][n][2 * h + 1]);
-      }
+        }
     }
     if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the first barrier
   };
@@ -572,7 +568,7 @@ __global__ void __launch_bounds__(C::THREADS)
     cp_async_wait<0>();  // an empty group at most; nothing pending at exit
     __syncthreads();     // every warp is done with this head's tiles (and K, V: phase 3 reads every key)
     q += std::size_t(seq_q) * head_dim, dout += std::size_t(seq_q) * head_dim, lse += seq_q, delta += seq_q;
-    if constexpr (ATOMIC_DQ) dq_accum += std::size_t(seq_q) * head_dim;
+    if constexpr (ATOMIC_DQ) dq_accum += acc_rows(seq_q) * D;
   }
 
   // TAIL: this piece's sums (unscaled) to its slot; the last piece to finish adds all the slots into
@@ -632,15 +628,28 @@ __global__ void __launch_bounds__(C::THREADS)
 }
 
 // ---- atomic variant: dQ = scale·dQ_accum -> fp16/bf16 ------------------------------------------------------
-// n = rows·head_dim, a multiple of 8: 4 floats in, 4 elements (8 bytes) out per thread.
+// dQ_accum in fragment order (phase 3): per head, query tiles of BLOCK_M rows; per tile, warp w's
+// fragments (mt, n) in turn; per fragment, lane l's 4 floats: row g = l/4 and g + 8 of the warp's
+// m-tile mt, columns 8n + 2·(l%4) and the next. A thread takes one lane's 4 floats (16 bytes in) and
+// writes them where they belong, two 4-byte pairs, if inside [seq_q, head_dim]. slots = floats / 4.
 constexpr int kConvertThreads = 256;
-template <class T>
+template <class T, class C>
 __global__ void __launch_bounds__(kConvertThreads)
-    convert_dq(const float* __restrict__ acc, T* __restrict__ dq, long long n, float scale) {
-  const long long i = 4 * ((long long)blockIdx.x * kConvertThreads + threadIdx.x);
-  if (i >= n) return;
-  const float4 a = *reinterpret_cast<const float4*>(acc + i);
-  *reinterpret_cast<uint2*>(dq + i) = make_uint2(pack<T>(scale * a.x, scale * a.y), pack<T>(scale * a.z, scale * a.w));
+    convert_dq(const float* __restrict__ acc, T* __restrict__ dq, long long slots, int seq_q, int head_dim,
+               float scale) {
+  const long long i = (long long)blockIdx.x * kConvertThreads + threadIdx.x;
+  if (i >= slots) return;
+  const float4 a = reinterpret_cast<const float4*>(acc)[i];
+  constexpr int NT = C::Q_DIMS / 8, QM = C::Q_QUERIES / 16, TILE = C::BLOCK_M * C::D / 4;  // slots per tile
+  const long long per_head = (long long)acc_rows(seq_q) * C::D / 4, bh = i / per_head;
+  const int r = int(i % per_head) % TILE, lane = r % kWarp, n = r / kWarp % NT, mt = r / kWarp / NT % QM,
+            warp = r / kWarp / NT / QM;
+  const int row = int(i % per_head) / TILE * C::BLOCK_M + warp % C::Q_WARPS * C::Q_QUERIES + 16 * mt + lane / 4;
+  const int col = warp / C::Q_WARPS * C::Q_DIMS + 8 * n + 2 * (lane % 4);
+  if (col >= head_dim) return;  // head_dim even: col + 1 is inside too
+  T* out = dq + (bh * seq_q + row) * head_dim + col;
+  if (row < seq_q) *reinterpret_cast<std::uint32_t*>(out) = pack<T>(scale * a.x, scale * a.y);
+  if (row + 8 < seq_q) *reinterpret_cast<std::uint32_t*>(out + 8 * head_dim) = pack<T>(scale * a.z, scale * a.w);
 }
 
 // ---- deterministic variant: the dQ kernel, one query block, every key tile it sees --------------------------
@@ -829,13 +838,16 @@ int head_group(const fa::AttnParams& p) {
   return g;
 }
 
-// [dQ_accum fp32 [rows, head_dim] (atomic only) | tail counters | delta fp32 [rows] | tail partials],
-// rows = batch·heads·seq_q. dQ_accum first: 16-byte aligned for the convert kernel's float4 loads;
-// rows·head_dim·4 is a multiple of 32 bytes and the counters are padded to 16, so delta is aligned
+// [dQ_accum fp32 (atomic only) | tail counters | delta fp32 [rows] | tail partials], rows =
+// batch·heads·seq_q. dQ_accum: per head acc_rows(seq_q) rows of the instance's D = 64 or 128
+// columns, in fragment order (convert_dq); first, 16-byte aligned for the 16-byte atomics and
+// loads; its size is a multiple of 32 bytes and the counters are padded to 16, so delta is aligned
 // too. One memset zeroes dQ_accum and the counters.
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
 std::size_t dq_accum_bytes(const fa::AttnParams& p) {
-  return p.variant == kAtomic ? rows_of(p) * p.head_dim * sizeof(float) : 0;
+  return p.variant == kAtomic
+             ? std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) * (p.head_dim <= 64 ? 64 : 128) * sizeof(float)
+             : 0;
 }
 std::size_t counters_bytes(const fa::AttnParams& p) { return (tail_plan(p).split * sizeof(unsigned) + 15) / 16 * 16; }
 std::size_t partials_bytes(const fa::AttnParams& p) {  // a piece: dK and dV of 128 keys, padded head_dim
@@ -903,9 +915,9 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
       FA_CHECK_LAUNCH();
       fork->join();
     }
-    const long long n = rows * p.head_dim;  // a multiple of 8
-    convert_dq<T><<<unsigned((n / 4 + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
-        dq_accum, dq, n, p.scale);
+    const long long slots = (long long)(dq_accum_bytes(p) / sizeof(float4));
+    convert_dq<T, C><<<unsigned((slots + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
+        dq_accum, dq, slots, p.seq_q, p.head_dim, p.scale);
     FA_CHECK_LAUNCH();
     return;
   }
@@ -1020,7 +1032,8 @@ const fa::StepInfo& info() {
     s.supports = supports;
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note =
-        "delta, batch·heads·seq_q fp32; atomic variant: also dQ_accum, batch·heads·seq_q·head_dim fp32, and "
+        "delta, batch·heads·seq_q fp32; atomic variant: also dQ_accum, batch·heads·seq_q·head_dim fp32 (seq_q "
+        "rounded up to 128, head_dim to 64 or 128), and "
         "(not causal) the last wave's partial dK, dV, at most 8·SMs·128·head_dim·2 fp32";
     s.default_problem = default_problem;
     return s;
