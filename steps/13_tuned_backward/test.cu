@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <tuple>
 #include <utility>
 
 #include "device_info.h"
@@ -102,6 +103,18 @@ TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
   if (4096 % sms != 0) EXPECT_GT(step13::tail_split(params(fa2, atomic)).first, 0);
   // GQA keeps the whole grid (its grouped instance has no tail).
   EXPECT_EQ(step13::tail_split(params({1, 8, 4096, 4096, 64, false, 0, fa::DType::F16, 2}, atomic)).first, 0);
+}
+// dQ_accum (atomic) holds whole query tiles of 128 rows and the instance's 64 or 128 columns, in
+// fragment order: ragged seq_q and padded head_dim round up (causal: no tail, so no counters or partials).
+TEST(Step13TunedBackward, DqAccumHoldsWholeTiles) {
+  const int atomic = variant_of(kStep, "atomic");
+  for (auto [seq, d, padded_seq, padded_d] : {std::tuple{1, 8, 128, 64}, {129, 64, 256, 64}, {1000, 40, 1024, 64},
+                                              {300, 72, 384, 128}, {2048, 128, 2048, 128}}) {
+    const Shape s{2, 3, seq, seq, d, /*causal=*/true, 0, fa::DType::F16};
+    SCOPED_TRACE(s.str());
+    const std::size_t rows = std::size_t(2) * 3 * seq, tiles = std::size_t(2) * 3 * padded_seq;
+    EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, atomic)), tiles * padded_d * 4 + rows * 4);
+  }
 }
 // The causal order: heads in groups of a power of two that divides batch·K/V heads, the largest with
 // group·seq_k <= 16384 (1 where none is); one head at a time without the mask.
