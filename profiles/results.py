@@ -1521,7 +1521,11 @@ def bwd_experiments_table():
         "build (a 3-D grid) against the step before it, its not-causal rows (group 1) a check of the new grid. " \
         "stmatrix stores: the step's build against a build storing Pᵀ and dSᵀ (or dSᵀ only) with stmatrix; round 1 " \
         "in one call, rounds 2 and 3 in another with the arms' order rotated; per instance: a build that stores with " \
-        "stmatrix in every instance but head_dim 128's split one, keeping the loops of the step (one round).\n\n" + \
+        "stmatrix in every instance but head_dim 128's split one, keeping the loops of the step (one round). dQ " \
+        "phase first, 4-byte dQ atomics, dQ in fragment order: main's build before the change against a build " \
+        "with it (phase 3 with its atomics before phase 2; two 4-byte atomics per lane and fragment row instead of " \
+        "one 8-byte one; dQ_accum in the lanes' fragment order with 16-byte atomics, the change kept), three " \
+        "rounds in one call, the arms' order rotated.\n\n" + \
         source_line([BWD_EXP_CSV])
 
 
