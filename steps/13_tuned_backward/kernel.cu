@@ -112,6 +112,8 @@ constexpr int kTile = 64;  // the tiles a block walks: 64 queries (dK/dV kernel)
 constexpr float kLog2e = 1.4426950408889634f;
 // Rows of a head in dQ_accum: seq_q rounded up to whole query tiles of 128 (so of 64 too).
 __host__ __device__ constexpr std::size_t acc_rows(int seq_q) { return std::size_t(seq_q + 127) / 128 * 128; }
+// The instances' head_dim D for a problem's head_dim (padded up with zeros, step 12): 64 or 128.
+constexpr int instance_dim(int head_dim) { return head_dim <= 64 ? 64 : 128; }
 
 // The two ways to produce dQ: AttnParams::variant indexes StepInfo::variants.
 enum Variant { kAtomic = 0, kDeterministic = 1 };  // the default first: atomic, measured the faster here
@@ -846,13 +848,13 @@ int head_group(const fa::AttnParams& p) {
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
 std::size_t dq_accum_bytes(const fa::AttnParams& p) {
   return p.variant == kAtomic
-             ? std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) * (p.head_dim <= 64 ? 64 : 128) * sizeof(float)
+             ? std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) * instance_dim(p.head_dim) * sizeof(float)
              : 0;
 }
 std::size_t counters_bytes(const fa::AttnParams& p) { return (tail_plan(p).split * sizeof(unsigned) + 15) / 16 * 16; }
 std::size_t partials_bytes(const fa::AttnParams& p) {  // a piece: dK and dV of 128 keys, padded head_dim
   const TailPlan tp = tail_plan(p);
-  return std::size_t(tp.split) * tp.pieces * 128 * (p.head_dim <= 64 ? 64 : 128) * 2 * sizeof(float);
+  return std::size_t(tp.split) * tp.pieces * 128 * instance_dim(p.head_dim) * 2 * sizeof(float);
 }
 std::size_t bwd_workspace(const fa::AttnParams& p) {
   return dq_accum_bytes(p) + counters_bytes(p) + rows_of(p) * sizeof(float) + partials_bytes(p);
@@ -950,7 +952,7 @@ const std::vector<Candidate>& candidates(int d) {
                                               {"d128m64q8s", launch<T, Config<128, 64, 8, true>>},
                                               {"d128m64q4", launch<T, Config<128, 64, 4, false>>},
                                               {"d128m64q4s", launch<T, Config<128, 64, 4, true>>}};
-  return d <= 64 ? d64 : d128;
+  return instance_dim(d) == 64 ? d64 : d128;
 }
 
 // The autotuner (host/autotune.h, as step 11), one per element type. A problem class is (head_dim
@@ -963,7 +965,7 @@ int bucket(int n) {
   return b;
 }
 ProblemClass problem_class(const fa::AttnParams& p) {
-  return {p.head_dim <= 64 ? 64 : 128, p.causal, p.variant, bucket(p.seq_q), bucket(p.seq_k)};
+  return {instance_dim(p.head_dim), p.causal, p.variant, bucket(p.seq_q), bucket(p.seq_k)};
 }
 template <class T>
 fa::Autotuner<ProblemClass, fa::AttnBwdArgs>& tuner() {
