@@ -3,9 +3,10 @@
 // Step 13: the tuned backward: the key-block kernel's 8 warps tiled 2-D in each product, Pᵀ and
 //          dSᵀ through shared memory; the query tile per problem by the autotuner; atomic dQ
 //          blocks that start at staggered query tiles; the last wave's key blocks in pieces;
-//          causal: heads in groups, heaviest key blocks of a group first
+//          causal: heads in groups, heaviest key blocks of a group first; deterministic dQ by
+//          the same atomic adds, each in its turn
 //
-// What changes since step 12: not the math, and not the two ways to produce dQ. What changes is
+// What changes since step 12: not the math. What changes first is
 // who computes which part of the five products in the dK/dV kernel. In step 12 each warp owns 16
 // keys for the whole kernel and computes everything for them: its [16, 64] tiles of Sᵀ and dPᵀ, its
 // 16 rows of dV and dK, and (atomic) its share of dQ after a round trip of dSᵀ through shared memory.
@@ -18,7 +19,7 @@
 //   1. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ  [128 keys, BLOCK_M queries]  4 × 2 warps of [32, BLOCK_M/2]
 //   2. dV += Pᵀ·dO, dK += dSᵀ·Q  [128 keys, D]              4 × 2 warps of [32, D/2] doing both, or
 //                                                            (SPLIT_KV) 2 × 2 of [64, D/2] for each
-//   3. dQ = dS·K (atomic)        [BLOCK_M queries, D]        4 × 2 or 2 × 4 warps of [32, D/2 or D/4]
+//   3. dQ = dS·K                 [BLOCK_M queries, D]        4 × 2 or 2 × 4 warps of [32, D/2 or D/4]
 //
 // Phase 2 needs all of a key row's Pᵀ and dSᵀ, which phase 1 spread over two warps: both go to
 // shared memory (step 12 stored only dSᵀ, and only in the atomic variant), and a barrier separates
@@ -30,9 +31,9 @@
 // layout of the lanes' fragments (acc_rows, convert_dq): a warp's atomic covers 512 consecutive
 // bytes, four cache lines, where one in row-major order touched eight rows (eight lines for 256 bytes).
 //
-// The staggered start (atomic only): key block b visits its masked tiles (the diagonal) first, then
-// its unmasked ones starting at the (b mod count)-th and wrapping around, so that the key blocks of
-// a head, which run at the same time, add into different dQ rows instead of all into the same tile.
+// The staggered start (Walk): key block b visits its masked tiles (the diagonal) first, then its
+// unmasked ones starting at the (b mod count)-th and wrapping around, so that the key blocks of a
+// head, which run at the same time, add into different dQ rows instead of all into the same tile.
 //
 // The last wave (atomic, not causal, MHA): G key blocks on S SMs leave the last wave G mod S blocks
 // wide while the other SMs idle, about 3% of the time at the FA2 shapes. Those blocks run as pieces
@@ -45,8 +46,13 @@
 // 128, seq 1024-8192, by list scheduling: doc 13). The grid runs heads in groups instead, the blocks of a group
 // key-block-major (head_group), so that every heavy block of a group starts before its light ones.
 //
+// The deterministic variant (Order): step 12's recomputed S and dP in a dQ kernel of its own, 7
+// products where the atomic variant does 5, so 1.4× the work (doc 13). Here it runs the atomic
+// variant's kernel and adds, but each warp adds its share of a query tile only in its turn, in an
+// order fixed by the problem that follows the time the key blocks get there: a persistent grid
+// (a cooperative launch) takes key blocks in turn, and per-tile counters say whose turn it is.
 // The default variant is the atomic one (step 12's was the deterministic one): the faster of the
-// two with 128-key blocks (doc 13). AttnParams::variant 0 is atomic here.
+// two (doc 13). AttnParams::variant 0 is atomic here.
 //
 // A few instances are compiled (candidates, bottom of the file); the first launch of a problem
 // class (head_dim instance, causal, variant, seq_q and seq_k buckets) times each on the caller's
@@ -54,20 +60,21 @@
 //
 // Kernels, in launch order (step 12's):
 //   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32
-//   dK/dV        grid (heads of a group, key blocks of 128, batch·heads / group), 256 threads; atomic:
-//                also dQ into fp32; group 1 unless causal
+//   dK/dV        also dQ into fp32 dQ_accum, 256 threads; atomic: grid (heads of a group, key blocks
+//                of 128, batch·heads / group), group 1 unless causal; deterministic: a persistent
+//                grid of as many blocks as the GPU holds at once, adds in turn (Order)
 //   dK/dV pieces atomic, not causal, MHA, where the last wave is partial: beside dK/dV, which runs on
 //                a side stream of higher priority; grid (split key blocks · pieces)
-//   convert      atomic only: dQ = scale·dQ_accum -> fp16/bf16
-//   dQ           deterministic only: step 12's, grid (query blocks of 16·DQ_WARPS, batch·heads)
+//   convert      dQ = scale·dQ_accum -> fp16/bf16
 //
 // Reading `diff steps/12_tensor_core_backward/kernel.cu steps/13_tuned_backward/kernel.cu`: the
 // dK/dV kernel is rewritten around the three phases (product_t, product_kv and the dQ block are
-// its three products); Config<D, BLOCK_M, DQ_WARPS, SPLIT_KV> replaces step 12's constants; pair_at is new;
-// the visiting order (t_first, next_tile) staggers the atomic blocks; the autotuner (candidates,
-// ProblemClass, tuner, tuned_launch) replaces step 12's launch_dim; Tail, tail_plan and the TAIL
-// instance are the last wave; head_group and the 3-D grid are the causal order. delta, convert and
-// the dQ kernel are step 12's.
+// its three products); Config<D, BLOCK_M, SPLIT_KV> replaces step 12's constants; pair_at is new;
+// the visiting order (Walk) staggers the blocks; the autotuner (candidates, ProblemClass, tuner,
+// tuned_launch) replaces step 12's launch_dim; Tail, tail_plan and the TAIL instance are the last
+// wave; head_group and the 3-D grid are the causal order; Order, turn_at, the ORDERED instance and
+// launch_ordered are the deterministic variant, which replaces step 12's dQ kernel. delta is step
+// 12's; convert reads the fragment order.
 //
 // What the measurements say (doc 13): at or above SDPA's FlashAttention-2 backward at short and
 // medium sequences, a few percent slower than it in some cells at long ones (its results table).
@@ -108,7 +115,6 @@ using namespace fa::ptx;  // step 09's ldmatrix_x4(_trans), mma_16816, pack; ste
 const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 
 constexpr int kWarp = 32;
-constexpr int kTile = 64;  // the tiles a block walks: 64 queries (dK/dV kernel) or 64 keys (dQ kernel)
 constexpr float kLog2e = 1.4426950408889634f;
 // Rows of a head in dQ_accum: seq_q rounded up to whole query tiles of 128 (so of 64 too).
 __host__ __device__ constexpr std::size_t acc_rows(int seq_q) { return std::size_t(seq_q + 127) / 128 * 128; }
@@ -118,10 +124,10 @@ constexpr int instance_dim(int head_dim) { return head_dim <= 64 ? 64 : 128; }
 // The two ways to produce dQ: AttnParams::variant indexes StepInfo::variants.
 enum Variant { kAtomic = 0, kDeterministic = 1 };  // the default first: atomic, measured the faster here
 
-// A compiled instance (the autotuner's candidates, bottom of the file): head_dim instance D, the
-// query tile BLOCK_M a key block of BLOCK_N = 128 keys walks, and the warps of the deterministic
-// dQ kernel. The dK/dV kernel has 8 warps, tiled 2-D in each of its three phases (its banner).
-template <int D_, int BLOCK_M_, int DQ_WARPS_, bool SPLIT_KV_>
+// A compiled instance (the autotuner's candidates, bottom of the file): head_dim instance D and the
+// query tile BLOCK_M a key block of BLOCK_N = 128 keys walks. The dK/dV kernel has 8 warps, tiled
+// 2-D in each of its three phases (its banner).
+template <int D_, int BLOCK_M_, bool SPLIT_KV_>
 struct Config {
   static constexpr int D = D_, WARPS = 8, THREADS = WARPS * kWarp, BLOCK_N = 128, BLOCK_M = BLOCK_M_;
   // The warp tiles of the dK/dV kernel: Sᵀ and dPᵀ 4 × 2, dK and dV 4 × 2, dQ Q_WARPS × (8 / Q_WARPS),
@@ -139,19 +145,14 @@ struct Config {
   // bf16 kernels to 255 registers with spills, and reading them late measured 5% faster there. At
   // head_dim 128 (16 registers) holding them measured 1-2% faster for the split instance (doc 13).
   static constexpr bool LATE_STATS = D == 64;
-  // The dQ kernel (deterministic variant): step 12's, each warp owning 16 queries.
-  static constexpr int DQ_WARPS = DQ_WARPS_, DQ_THREADS = DQ_WARPS * kWarp, DQ_ROWS = 16 * DQ_WARPS;
   // dK/dV: K, V [BLOCK_N, D]; Q[2], dO[2] [BLOCK_M, D]; Pᵀ, dSᵀ [BLOCK_N, BLOCK_M]; LSE[2], delta[2] [BLOCK_M] fp32.
   static constexpr std::size_t DKDV_BYTES =
       2 * (2 * BLOCK_N * D + 4 * BLOCK_M * D + 2 * BLOCK_N * BLOCK_M) + 4 * 4 * BLOCK_M;
-  // dQ: Q, dO [DQ_ROWS, D]; K[2], V[2] [64, D].
-  static constexpr std::size_t DQ_BYTES = 2 * (2 * DQ_ROWS * D + 4 * kTile * D);
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "query tiles of 64 or 128 (swizzled rows of >= 8 chunks)");
   static_assert(Q_DIMS % 16 == 0 && S_QUERIES % 16 == 0, "whole ldmatrix_x4 tiles in every phase");
   static_assert(2 * BLOCK_M <= THREADS, "one thread per query for the LSE and the delta of a tile");
-  static_assert(DQ_WARPS == 4 || DQ_WARPS == 8, "dQ kernel: 4 or 8 warps of 16 queries");
-  static_assert(DKDV_BYTES <= 227 * 1024 && DQ_BYTES <= 227 * 1024, "an sm_90 block's shared memory");
+  static_assert(DKDV_BYTES <= 227 * 1024, "an sm_90 block's shared memory");
 };
 
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -243,11 +244,111 @@ struct Tail {
   unsigned* counters;       // [split blocks], zeroed: the pieces that have finished
 };
 
+// ---- the order a key block visits its query tiles --------------------------------------------------------
+// Step 12's order, staggered: the masked tiles first (the diagonal, or all of them in a ragged block:
+// its zero-filled keys have S = 0 and P = 2^(−LSE·log2e), which may overflow, and then inf·0 = NaN in
+// dQ), then the unmasked ones from the rot-th on, wrapping around. rot = kb mod their count (stagger),
+// so that the key blocks of a head, which run at the same time, add into different dQ tiles at any
+// moment instead of all into the same one (contention on the same L2 lines). Causal: tiles before
+// t_begin (every query < the block's first key) see nothing; tiles from t_full on (first query >= its
+// last key) see every key.
+struct Walk {
+  int n_q_tiles, t_begin, t_full, n_masked, n_free, rot;
+  template <int BLOCK_M, int BLOCK_N>
+  __device__ static Walk of(int kb, int seq_q, int seq_k, bool causal, bool stagger) {
+    Walk w;
+    const int n0 = kb * BLOCK_N;  // first key of the block
+    w.n_q_tiles = (seq_q + BLOCK_M - 1) / BLOCK_M;
+    w.t_begin = causal ? min(n0 / BLOCK_M, w.n_q_tiles) : 0;
+    w.t_full = causal ? min((min(n0 + BLOCK_N, seq_k) - 1 + BLOCK_M - 1) / BLOCK_M, w.n_q_tiles) : 0;
+    const bool ragged = n0 + BLOCK_N > seq_k;  // masked on every tile
+    w.n_masked = ragged ? w.n_q_tiles - w.t_begin : w.t_full - w.t_begin;
+    w.n_free = w.n_q_tiles - w.t_begin - w.n_masked;
+    w.rot = stagger && w.n_free > 0 ? kb % w.n_free : 0;
+    return w;
+  }
+  __device__ int visits() const { return n_q_tiles - t_begin; }
+  __device__ int at(int i) const {  // the i-th tile visited
+    return i < n_masked ? t_begin + i : t_full + (rot + i - n_masked) % max(n_free, 1);
+  }
+  __device__ int next(int i, int t) const {  // the tile visited after the i-th, t (no division in the loop)
+    return i + 1 == n_masked ? t_full + rot : t + 1 == n_q_tiles ? t_full : t + 1;
+  }
+  __device__ int step(int t) const {  // which visit tile t is, -1 if none (at's inverse)
+    if (t < t_begin) return -1;
+    if (t < t_begin + n_masked) return t - t_begin;
+    const int d = t - t_full - rot;
+    return n_masked + (d < 0 ? d + n_free : d);
+  }
+};
+
+// ---- the deterministic variant: the adds into dQ in a fixed order ----------------------------------------
+// Atomic adds into dQ_accum land in whatever order the key blocks reach a tile, and fp32 addition
+// is not associative: dQ differs in its last bits from run to run. Here each warp waits for its turn
+// before it adds its share of a query tile and counts its add afterwards (turns: one counter per tile
+// and warp, the warps of all key blocks splitting a tile alike). The order is fixed by the problem,
+// never by timing: so dQ is bitwise repeatable, and every add is still one of the atomic variant's,
+// nothing computed twice (step 12's deterministic dQ kernel recomputed S and dP: 7 products, not 5).
+//
+// Which order. Waiting costs nothing if a key block's turn comes when it gets to the tile anyway, so
+// the order follows the time of the visits. The grid is persistent, `wave` blocks that all run at
+// once (a cooperative launch), each taking key blocks in turn from a counter (`next`): the i-th key
+// block taken is in wave i / `wave`. Key blocks of a head in an earlier wave come first. In a wave:
+//   not causal: every key block visits every tile, staggered, all from the same time: by the step at
+//               which it visits the tile (ties, where a head has more key blocks than tiles: the one
+//               taken first). A block waits for the one that visited the tile one step before it.
+//   causal:     the key blocks of a head are taken last one first (the lightest: it sees the fewest
+//               tiles) and visit their tiles in order from the diagonal (no stagger). Block kb reaches
+//               tile t at (when it started) + (t − its diagonal), and kb + 1, taken earlier, with a
+//               diagonal further on, reaches it sooner: the order is the one they are taken in.
+// No block waits for one that waits for it (doc 13): a block waits only for blocks of earlier waves
+// (taken before it, so running or done) or of its own wave at an earlier step, and a wave's blocks all
+// run at once. That needs every block of the grid resident, which a cooperative launch guarantees.
+struct Order {
+  unsigned* turns;  // [batch·heads][acc_rows(seq_q) / 64][8 warps], zeroed: the adds done into each share
+  unsigned* next;   // key blocks taken so far, zeroed
+  int items, wave;  // key blocks in all (batch·K/V heads·n_kb); blocks of the grid
+  int group, n_kb;  // head_group (causal); key blocks per head
+};
+// ld.acquire: what the block that counted the add wrote before counting is seen after this load.
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// fence.acq_rel + red: this warp's adds (ordered before it by __syncwarp) are seen before the count.
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// The adds into tile t of this head that come before this key block's (it visits t at step `step`):
+// the block's turn. `pos`: its place among its head's key blocks in the order they are taken; `base`:
+// the index at which its head's first is taken is base + group·0 (the i-th, base + group·i). One warp.
+template <int BLOCK_M, int BLOCK_N>
+__device__ int turn_at(const Order& o, int t, int step, int pos, long long base, int seq_q, int seq_k, bool causal) {
+  if (causal) {  // the key blocks after this one (kb' > kb, taken before it) that see tile t: kb'·BLOCK_N/BLOCK_M <= t
+    const int kb = o.n_kb - 1 - pos;
+    return max(0, min(o.n_kb - 1, t / (BLOCK_N / BLOCK_M)) - kb);
+  }
+  // Not causal: this wave's key blocks of the head are [lo, hi), those before lo all came first.
+  const long long w = (base + (long long)o.group * pos) / o.wave;
+  auto first_at = [&](long long i) {  // the first key block of the head taken at index >= i
+    const long long k = i <= base ? 0 : (i - base + o.group - 1) / o.group;
+    return int(k < o.n_kb ? k : o.n_kb);
+  };
+  const int lo = first_at(w * o.wave), hi = first_at((w + 1) * o.wave), lane = threadIdx.x % kWarp;
+  int before = 0;
+  for (int kb = lo + lane; kb < hi; kb += kWarp) {
+    const int s = Walk::of<BLOCK_M, BLOCK_N>(kb, seq_q, seq_k, false, true).step(t);
+    before += s < step || (s == step && kb < pos);
+  }
+  return lo + __reduce_add_sync(0xffffffffu, before);
+}
+
 // ---- the dK/dV kernel: one key block, every query tile that sees it ----------------------------------------
-// grid (group, key blocks of C::BLOCK_N, batch·heads / group), block C::THREADS (8 warps): blocks start
-// in x-fastest order, so the group's heads come first at each key block (head_group). T: __half or
-// __nv_bfloat16. C::D: head_dim padded up to the instance. ATOMIC_DQ: also add this block's share
-// of dQ into dq_accum (fp32, per head acc_rows(seq_q)·D floats in fragment order: convert_dq).
+// One key block kb of K/V head kvh (flattened batch·K/V heads), with 8 warps (C::THREADS); its
+// launches are backward_dkdv's, below. T: __half or __nv_bfloat16. C::D: head_dim padded up to the
+// instance. Each query tile's share of dQ is added into dq_accum (fp32, per head acc_rows(seq_q)·D
+// floats in fragment order: convert_dq); ORDERED (the deterministic variant), each warp's in turn.
 //
 // Per query tile, three phases, each with its own 2-D tiling of the 8 warps (Config):
 //   1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ   [BLOCK_N keys, BLOCK_M queries]  4 × 2 warps of [S_KEYS, S_QUERIES]
@@ -255,19 +356,21 @@ struct Tail {
 //   2. dV += Pᵀ·dO (warps 0-3)      [BLOCK_N keys, D]               2 × 2 warps of [KV_KEYS, KV_DIMS]
 //      dK += dSᵀ·Q (warps 4-7)      [BLOCK_N keys, D]               2 × 2 warps of [KV_KEYS, KV_DIMS]
 //      (not SPLIT_KV: every warp both products, 4 × 2 warps of [KV_KEYS, KV_DIMS])
-//   3. dQ  = dS·K  (atomic only)    [BLOCK_M queries, D]            Q_WARPS × 8/Q_WARPS of [Q_QUERIES, Q_DIMS]
+//   3. dQ  = dS·K                   [BLOCK_M queries, D]            Q_WARPS × 8/Q_WARPS of [Q_QUERIES, Q_DIMS]
 // Why faster than step 12's warps of 16 rows: a warp's [m, n] tile of a product reads m + n
 // operand rows from shared memory for 2·m·n·k FLOPs. Step 12's [16, 64] tiles do 12.8 FLOP per
 // byte read, below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and
 // clock) ahead of shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21,
 // [64, 64] ones 32.
-// TAIL: grid (split key blocks · pieces), a piece per block (the last wave, above).
-template <class T, class C, bool ATOMIC_DQ, bool GROUPED, bool TAIL = false>
-__global__ void __launch_bounds__(C::THREADS)
-    backward_dkdv(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
-                  const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
-                  T* __restrict__ dv, float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim, float scale,
-                  bool causal, int heads_per_kv, Tail tail) {
+// TAIL: a piece of a split key block (the last wave, above). ORDERED: `taken` is the index at which
+// the block took this key block (Order).
+template <class T, class C, bool ORDERED, bool GROUPED, bool TAIL>
+__device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                           const T* __restrict__ dout, const float* __restrict__ lse,
+                                           const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
+                                           float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim,
+                                           float scale, bool causal, int heads_per_kv, int kb, int kvh, int split,
+                                           int piece, int taken, const Tail& tail, const Order& order) {
   constexpr int D = C::D, THREADS = C::THREADS, BLOCK_N = C::BLOCK_N, BLOCK_M = C::BLOCK_M;
   const float sl2 = scale * kLog2e;    // P = 2^(s·sl2 − LSE·log2e): one FFMA and one EX2 per element
   extern __shared__ uint4 smem[];      // uint4: 16-byte alignment for ldmatrix and cp.async
@@ -280,22 +383,14 @@ __global__ void __launch_bounds__(C::THREADS)
   float* lse_s = reinterpret_cast<float*>(dSt + BLOCK_N * BLOCK_M);  // [2][BLOCK_M] LSE·log2e (+inf: P = 0)
   float* delta_s = lse_s + 2 * BLOCK_M;                              // [2][BLOCK_M]
 
-  // Key block; (batch, K/V head): grid (heads of a group, key blocks, groups), so that blocks start
-  // key-block-major inside a group of heads (heaviest first when causal; groups of 1 otherwise).
-  int kb = blockIdx.y, kvh = blockIdx.z * gridDim.x + blockIdx.x, split = 0, piece = 0;  // TAIL: which piece
-  if constexpr (TAIL) {  // split key block `split` is the (whole + split)-th of the main grid
-    split = blockIdx.x / tail.pieces, piece = blockIdx.x % tail.pieces;
-    kb = (tail.whole + split) % tail.n_kb, kvh = (tail.whole + split) / tail.n_kb;
-  } else if ((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x >= unsigned(tail.whole)) {
-    return;  // split: the tail grid does this key block
-  }
   const int n0 = kb * BLOCK_N;     // first key of this block
   const std::size_t kv_bh = kvh;   // flattened (batch, K/V head)
   // GQA: the heads_per_kv query heads of the group (1 for MHA) one after the other, their first here.
   const std::size_t bh = kv_bh * heads_per_kv;  // flattened (batch, query head)
   q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
   k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
-  if constexpr (ATOMIC_DQ) dq_accum += bh * acc_rows(seq_q) * D;
+  dq_accum += bh * acc_rows(seq_q) * D;
+  unsigned* turns = order.turns + bh * (acc_rows(seq_q) / 64) * C::WARPS;  // ORDERED: [tiles of 64][warps]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
   // This warp's tile in each phase: first key / query / dim.
@@ -317,31 +412,27 @@ __global__ void __launch_bounds__(C::THREADS)
   const int o_q_b = swz<D>(lane % 8 + lane / 8 % 2 * 8, qd0 / 8 + lane / 16);          // dQ: B = K
   const int o_st = swz<BLOCK_M>(sk0 + g, sq0 / 8) + 2 * t4;  // Pᵀ, dSᵀ stores: chunk sq0/8 + j is o_st ^ 8j
 
-  // The query tiles that see this key block (step 08). Causal: tiles before t_begin (every query
-  // < n0) see nothing; tiles from t_full on (first query >= the block's last key) see every key.
-  const int n_q_tiles = (seq_q + BLOCK_M - 1) / BLOCK_M;
-  const int t_begin = causal ? min(n0 / BLOCK_M, n_q_tiles) : 0;
-  const int t_full = causal ? min((min(n0 + BLOCK_N, seq_k) - 1 + BLOCK_M - 1) / BLOCK_M, n_q_tiles) : 0;
-  // The last key block, if ragged, is masked on every tile: its zero-filled keys have S = 0 and
-  // P = 2^(−LSE·log2e), which may overflow, and then inf·0 = NaN in dQ.
-  const bool ragged = n0 + BLOCK_N > seq_k;
-  // The order the tiles are visited in: the masked ones first (the diagonal, or all of them in a
-  // ragged block), then the unmasked ones. Atomic: key block b starts its unmasked tiles at the
-  // b-th (mod their count) and wraps around, so that the blocks of a head add into different dQ
-  // tiles at any moment instead of all into the same one (contention on the same L2 lines).
-  const int n_visit = n_q_tiles - t_begin;
-  const int n_masked = ragged ? n_visit : t_full - t_begin, n_free = n_visit - n_masked;
-  const int rot = ATOMIC_DQ && n_free > 0 ? kb % n_free : 0;
-  const int t_first = n_masked > 0 ? t_begin : t_full + rot;
-  auto next_tile = [&](int i, int t) {  // the tile visited after the i-th, t (no division in the loop)
-    return i + 1 == n_masked ? t_full + rot : t + 1 == n_q_tiles ? t_full : t + 1;
-  };
+  // The query tiles that see this key block, in the order it visits them (Walk): staggered, except
+  // in the deterministic variant's causal order.
+  const Walk walk = Walk::of<BLOCK_M, BLOCK_N>(kb, seq_q, seq_k, causal, !(ORDERED && causal));
+  const int n_masked = walk.n_masked;
+  auto next_tile = [&](int i, int t) { return walk.next(i, t); };
   // TAIL: this piece's visits [i_begin, i_end), from an even one (the first tile goes to buffer 0 = i & 1).
-  const int i_begin = TAIL ? piece * n_visit / tail.pieces & ~1 : 0;
-  const int i_end = TAIL && piece + 1 < tail.pieces ? (piece + 1) * n_visit / tail.pieces & ~1 : n_visit;
-  const int t_start = !TAIL || i_begin == 0 ? t_first
-                      : i_begin < n_masked  ? t_begin + i_begin
-                                            : t_full + (rot + i_begin - n_masked) % max(n_free, 1);
+  const int i_begin = TAIL ? piece * walk.visits() / tail.pieces & ~1 : 0;
+  const int i_end = TAIL && piece + 1 < tail.pieces ? (piece + 1) * walk.visits() / tail.pieces & ~1 : walk.visits();
+  const int t_start = walk.at(i_begin);
+  // ORDERED: this key block's turn at the tile visited next, found by one warp a tile ahead (turn_at).
+  __shared__ int turn_s[2];
+  const int pos = causal ? order.n_kb - 1 - kb : kb;  // its place among its head's in the taking order
+  auto find_turn = [&](int i, int t, int buf) {
+    const int turn = turn_at<BLOCK_M, BLOCK_N>(order, t, i, pos, taken - (long long)order.group * pos, seq_q, seq_k,
+                                               causal);
+    if (threadIdx.x % kWarp == 0) turn_s[buf] = turn;
+  };
+  unsigned* counted = nullptr;  // ORDERED, lane 0: the share whose add is still to be counted
+  auto count_add = [&] {        // a while after the adds: by then they have landed, and the fence is short
+    if (ORDERED && counted) add_release(counted, 1), counted = nullptr;
+  };
 
   // Thread i < BLOCK_M fetches the LSE of query i of a tile, thread BLOCK_M + i its delta: into a
   // register when the tile's copies are issued, into shared memory a tile later.
@@ -434,6 +525,7 @@ __global__ void __launch_bounds__(C::THREADS)
       stat_next = fetch_row_stat(next_tile(i, t) * BLOCK_M);
     }
     cp_async_commit();
+    if (ORDERED && more && warp == i % C::WARPS) find_turn(i + 1, next_tile(i, t), buf ^ 1);  // a warp in turn
     const T* Qt = Qs + buf * BLOCK_M * D;
     const T* dOt = dOs + buf * BLOCK_M * D;
     float lse_q[SN][2], delta_q[SN][2];  // of this lane's queries sq0 + 8j + 2·t4 + e
@@ -494,6 +586,7 @@ __global__ void __launch_bounds__(C::THREADS)
           }
     }
     __syncthreads();  // every warp's Pᵀ and dSᵀ are in
+    count_add();      // ORDERED: the last tile's adds, long landed
 
     // Phase 2. dV += Pᵀ·dO, dK += dSᵀ·Q (unscaled; scale once at the end). SPLIT_KV, why faster
     // than every warp doing both as 4 × 2 of [32, D/2]: a [64, D/2] tile reads 64 + D/2 operand rows
@@ -506,7 +599,7 @@ __global__ void __launch_bounds__(C::THREADS)
       product_kv(kv_acc[1], dSt, Qt);
     }
 
-    if constexpr (ATOMIC_DQ) {
+    {
       // Phase 3. dQ[query][d] += Σ_key dS[query][key]·K[key][d] for this warp's [Q_QUERIES, Q_DIMS].
       // A[query][key] = dSᵀ[key][query]: two keys per register from rows that hold queries side
       // by side: ldmatrix.trans, matrices queries +0..7 × keys +0..7, +8..15 × +0..7, +0..7 ×
@@ -539,6 +632,13 @@ __global__ void __launch_bounds__(C::THREADS)
       // lines for 512 bytes. convert_dq puts the elements back in place; no bounds: dQ_accum has
       // whole tiles (acc_rows) of D columns.
       float* to = dq_accum + std::size_t(m0) * D + (warp * QM * 2 * QN * kWarp + lane) * 4;
+      [[maybe_unused]] unsigned* share = turns + t * C::WARPS + warp;  // ORDERED: this warp's share of tile t
+      if constexpr (ORDERED) {  // wait for its turn: every add before it in the order has landed (Order)
+        if (lane == 0)
+          for (unsigned polls = 0; ld_acquire(share) != unsigned(turn_s[buf]);)
+            if (++polls == 1u << 26) __trap();  // seconds: a wrong order would hang the GPU; fail instead
+        __syncwarp();
+      }
 #pragma unroll
       for (int mt = 0; mt < QM; ++mt)
 #pragma unroll
@@ -551,6 +651,10 @@ __global__ void __launch_bounds__(C::THREADS)
           for (int e = 0; e < 4; ++e) atomicAdd(at + e, c[mt][n][e]);
 #endif
         }
+      if constexpr (ORDERED) {  // counted a while later (count_add): the fence then has little to wait for
+        __syncwarp();
+        if (lane == 0) counted = share;
+      }
     }
     if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the first barrier
   };
@@ -563,14 +667,16 @@ __global__ void __launch_bounds__(C::THREADS)
       store_row_stat(0, fetch_row_stat(t_start * BLOCK_M));
     }
     cp_async_commit();
+    if (ORDERED && i_begin < i_end && warp == 0) find_turn(i_begin, t_start, 0);
     int i = i_begin, t = t_start;
     for (; i < (TAIL ? min(n_masked, i_end) : n_masked); t = next_tile(i++, t))
       query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
     for (; i < i_end; t = next_tile(i++, t)) query_tile(i, t, std::false_type{});  // below it (all, if not causal)
     cp_async_wait<0>();  // an empty group at most; nothing pending at exit
+    count_add();
     __syncthreads();     // every warp is done with this head's tiles (and K, V: phase 3 reads every key)
     q += std::size_t(seq_q) * head_dim, dout += std::size_t(seq_q) * head_dim, lse += seq_q, delta += seq_q;
-    if constexpr (ATOMIC_DQ) dq_accum += acc_rows(seq_q) * D;
+    dq_accum += acc_rows(seq_q) * D, turns += acc_rows(seq_q) / 64 * C::WARPS;
   }
 
   // TAIL: this piece's sums (unscaled) to its slot; the last piece to finish adds all the slots into
@@ -629,7 +735,46 @@ __global__ void __launch_bounds__(C::THREADS)
   }
 }
 
-// ---- atomic variant: dQ = scale·dQ_accum -> fp16/bf16 ------------------------------------------------------
+// The launches of dkdv_block.
+//   atomic:        grid (heads of a group, key blocks, batch·K/V heads / group): blocks start in
+//                  x-fastest order, so the group's heads come first at each key block, heaviest first
+//                  when causal (head_group; groups of 1 otherwise).
+//   TAIL:          grid (split key blocks · pieces), a piece per block (the last wave, above).
+//   ORDERED:       order.wave blocks, all resident, each taking key blocks in turn in the same order
+//                  as the atomic grid's, except that a causal head's come lightest first (Order).
+template <class T, class C, bool ORDERED, bool GROUPED, bool TAIL = false>
+__global__ void __launch_bounds__(C::THREADS)
+    backward_dkdv(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+                  const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
+                  T* __restrict__ dv, float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim, float scale,
+                  bool causal, int heads_per_kv, Tail tail, Order order) {
+  if constexpr (ORDERED) {
+    __shared__ int taken;
+    for (;;) {
+      if (threadIdx.x == 0) taken = int(atomicAdd(order.next, 1u));
+      __syncthreads();
+      const int i = taken, g = order.group;
+      if (i >= order.items) return;
+      const int pos = i / g % order.n_kb;  // (x, pos, z) as the atomic grid's (x, kb, z)
+      dkdv_block<T, C, true, GROUPED, false>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq_q, seq_k, head_dim,
+                                             scale, causal, heads_per_kv, causal ? order.n_kb - 1 - pos : pos,
+                                             i / g / order.n_kb * g + i % g, 0, 0, i, tail, order);
+      __syncthreads();  // every thread is done with the key block's shared memory and with `taken`
+    }
+  } else {
+    int kb = blockIdx.y, kvh = blockIdx.z * gridDim.x + blockIdx.x, split = 0, piece = 0;  // TAIL: which piece
+    if constexpr (TAIL) {  // split key block `split` is the (whole + split)-th of the main grid
+      split = blockIdx.x / tail.pieces, piece = blockIdx.x % tail.pieces;
+      kb = (tail.whole + split) % tail.n_kb, kvh = (tail.whole + split) / tail.n_kb;
+    } else if ((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x >= unsigned(tail.whole)) {
+      return;  // split: the tail grid does this key block
+    }
+    dkdv_block<T, C, false, GROUPED, TAIL>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq_q, seq_k, head_dim, scale,
+                                           causal, heads_per_kv, kb, kvh, split, piece, 0, tail, order);
+  }
+}
+
+// ---- dQ = scale·dQ_accum -> fp16/bf16 -------------------------------------------------------------------
 // dQ_accum in fragment order (phase 3): per head, query tiles of BLOCK_M rows; per tile, warp w's
 // fragments (mt, n) in turn; per fragment, lane l's 4 floats: row g = l/4 and g + 8 of the warp's
 // m-tile mt, columns 8n + 2·(l%4) and the next. A thread takes one lane's 4 floats (16 bytes in) and
@@ -654,166 +799,27 @@ __global__ void __launch_bounds__(kConvertThreads)
   if (row + 8 < seq_q) *reinterpret_cast<std::uint32_t*>(out + 8 * head_dim) = pack<T>(scale * a.z, scale * a.w);
 }
 
-// ---- deterministic variant: the dQ kernel, one query block, every key tile it sees --------------------------
-// grid (query blocks of C::DQ_ROWS, batch·heads); block C::DQ_THREADS; each warp owns 16 queries. Step
-// 08's dQ kernel on tensor cores, the forward's way round: S = Q·Kᵀ exactly as steps 09-11 compute it.
-template <class T, class C>
-__global__ void __launch_bounds__(C::DQ_THREADS)
-    backward_dq(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
-                const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dq, int seq_q,
-                int seq_k, int head_dim, float scale, bool causal, int heads_per_kv) {
-  constexpr int D = C::D, THREADS = C::DQ_THREADS, BLOCK_M = C::DQ_ROWS, BLOCK_N = kTile;  // step 12's names
-  const float sl2 = scale * kLog2e;
-  extern __shared__ uint4 smem[];
-  T* Qs = reinterpret_cast<T*>(smem);  // [BLOCK_M, D] swizzled (whole kernel); the dQ tile at the end
-  T* dOs = Qs + BLOCK_M * D;           // [BLOCK_M, D] swizzled (whole kernel)
-  T* Ks = dOs + BLOCK_M * D;           // [2][BLOCK_N, D] swizzled: this key tile and the next
-  T* Vs = Ks + 2 * BLOCK_N * D;        // [2][BLOCK_N, D] swizzled
-
-  // Causal: the last query block (the most key tiles) runs first, as in step 06.
-  const int qb = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int m0 = qb * BLOCK_M;        // first query of this block
-  const std::size_t bh = blockIdx.y;  // flattened (batch, head)
-  const std::size_t kv_bh = bh / heads_per_kv;  // flattened (batch, K/V head): b·H + h over H/KVH (step 11)
-  q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
-  k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int g = lane / 4, t4 = lane % 4;
-  const int w0 = warp * 16;  // this warp's first query in the block
-
-  // The stages of step 06.
-  const int kv_end = causal ? min(seq_k, min(m0 + BLOCK_M, seq_q)) : seq_k;
-  const int n_tiles = (kv_end + BLOCK_N - 1) / BLOCK_N;
-  const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;
-
-  auto issue_key_tile = [&](int t, int buf) {  // K_t and V_t into buffer buf
-    copy_tile<BLOCK_N, D, THREADS>(Ks + buf * BLOCK_N * D, k, t * BLOCK_N, seq_k, head_dim);
-    copy_tile<BLOCK_N, D, THREADS>(Vs + buf * BLOCK_N * D, v, t * BLOCK_N, seq_k, head_dim);
-  };
-  copy_tile<BLOCK_M, D, THREADS>(Qs, q, m0, seq_q, head_dim);
-  copy_tile<BLOCK_M, D, THREADS>(dOs, dout, m0, seq_q, head_dim);
-  if (n_tiles > 0) issue_key_tile(0, 0);
-  cp_async_commit();
-
-  // LSE·log2e and delta of this lane's rows g and g + 8, for the whole kernel.
-  float lse2[2], dlt[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = m0 + w0 + g + 8 * h;
-    lse2[h] = lse_log2(lse, row, seq_q);
-    dlt[h] = row < seq_q ? delta[row] : 0.f;
-  }
-
-  float acc[D / 8][4];  // [16 queries, D] this warp's rows of dQ (unscaled), C fragments
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-
-  auto key_tile = [&](int t, auto masked) {
-    const int n0 = t * BLOCK_N;  // first key of this tile
-    const int buf = t & 1;
-    cp_async_wait<0>();
-    __syncthreads();  // tile t is in; every warp is done with tile t-1 (buffer buf^1)
-    if (t + 1 < n_tiles) issue_key_tile(t + 1, buf ^ 1);
-    cp_async_commit();
-    const T* Kt = Ks + buf * BLOCK_N * D;
-    const T* Vt = Vs + buf * BLOCK_N * D;
-
-    // S = Q·Kᵀ and dP = dO·Vᵀ: the forward's S, twice (A: this warp's rows; B: K or V rows).
-    float s[BLOCK_N / 8][4], ds[BLOCK_N / 8][4];  // [16 queries, BLOCK_N] C fragments: P, then dS
-#pragma unroll
-    for (int j = 0; j < BLOCK_N / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = ds[j][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t aq[4], ao[4];
-      ldmatrix_x4(aq, Qs + swz<D>(w0 + lane % 16, 2 * kk + lane / 16));
-      ldmatrix_x4(ao, dOs + swz<D>(w0 + lane % 16, 2 * kk + lane / 16));
-#pragma unroll
-      for (int jj = 0; jj < BLOCK_N / 16; ++jj) {
-        std::uint32_t b[4];
-        ldmatrix_x4(b, Kt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
-        mma_16816<T>(s[2 * jj], aq, b[0], b[1]);
-        mma_16816<T>(s[2 * jj + 1], aq, b[2], b[3]);
-        ldmatrix_x4(b, Vt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
-        mma_16816<T>(ds[2 * jj], ao, b[0], b[1]);
-        mma_16816<T>(ds[2 * jj + 1], ao, b[2], b[3]);
-      }
-    }
-
-    // P = 2^(S·sl2 − LSE·log2e) and dS = P ∘ (dP − delta). Element e of n-tile j: row
-    // m0 + w0 + g + 8·(e/2), key n0 + 8j + 2·t4 + e%2. Masked tiles: keys after the query or past seq_k.
-#pragma unroll
-    for (int j = 0; j < BLOCK_N / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        float p = exp2_approx(fmaf(s[j][e], sl2, -lse2[h]));
-        if constexpr (decltype(masked)::value) {
-          const int row = m0 + w0 + g + 8 * h, key = n0 + 8 * j + 2 * t4 + e % 2;
-          if (key >= (causal ? min(row + 1, seq_k) : seq_k)) p = 0.f;
-        }
-        ds[j][e] = p * (ds[j][e] - dlt[h]);
-      }
-
-      // dQ += dS·K: dS from registers (the forward's P trick), B[key][d] = K[key][d] by ldmatrix.trans.
-#pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-      const std::uint32_t a[4] = {pack<T>(ds[2 * kk][0], ds[2 * kk][1]), pack<T>(ds[2 * kk][2], ds[2 * kk][3]),
-                                  pack<T>(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
-                                  pack<T>(ds[2 * kk + 1][2], ds[2 * kk + 1][3])};
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, Kt + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-        mma_16816<T>(acc[2 * dd], a, b[0], b[1]);
-        mma_16816<T>(acc[2 * dd + 1], a, b[2], b[3]);
-      }
-    }
-  };
-  int t = 0;
-  for (; t < n_full; ++t) key_tile(t, std::false_type{});  // left of the diagonal, no mask
-  for (; t < n_tiles; ++t) key_tile(t, std::true_type{});  // the diagonal and the ragged end of the keys
-  cp_async_wait<0>();
-
-  // dQ = scale·acc into this warp's own rows of the Q tile (only this warp read them: a warp
-  // barrier suffices), then 16-byte stores (step 11's epilogue).
-  __syncwarp();
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<std::uint32_t*>(Qs + swz<D>(w0 + g + 8 * h, j) + 2 * t4) =
-          pack<T>(scale * acc[j][2 * h], scale * acc[j][2 * h + 1]);
-  __syncwarp();
-  dq += bh * seq_q * head_dim;
-  constexpr int CHUNKS = D / 8;
-#pragma unroll
-  for (int i = lane; i < 16 * CHUNKS; i += kWarp) {
-    const int r = w0 + i / CHUNKS, c = i % CHUNKS;
-    if (m0 + r < seq_q && 8 * c < head_dim)
-      *reinterpret_cast<uint4*>(dq + std::size_t(m0 + r) * head_dim + 8 * c) =
-          *reinterpret_cast<const uint4*>(Qs + swz<D>(r, c));
-  }
-}
-
 // ---- workspace and launcher ----------------------------------------------------------------------------------
 // The last wave's plan (Tail): the last r = G mod S of the G key blocks cut into k pieces, k making
 // the tail, ceil(r·k / S) / k of a wave, smallest, with at least 8 query tiles of 128 per piece and
 // k ≤ 8 (the last piece adds k slots alone); shorter pieces measured slower at head_dim 128, seq
 // 2048. Atomic, not causal, MHA. FA_STEP13_TAIL=0: off (doc 13).
-struct TailPlan {
-  int blocks, split, pieces;  // key blocks in all; split ones; pieces each
-};
-TailPlan tail_plan(const fa::AttnParams& p) {
-  const int n_kb = (p.seq_k + 127) / 128, blocks = n_kb * p.batch * fa::kv_heads_of(p);  // BLOCK_N = 128
-  static const int sms = [] {  // 0 without a GPU: no plan
+int sm_count() {  // the GPU's SMs, 0 without a GPU
+  static const int sms = [] {
     int dev = 0, n = 0;
     return cudaGetDevice(&dev) == cudaSuccess &&
                    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess
                ? n
                : 0;
   }();
+  return sms;
+}
+struct TailPlan {
+  int blocks, split, pieces;  // key blocks in all; split ones; pieces each
+};
+TailPlan tail_plan(const fa::AttnParams& p) {
+  const int n_kb = (p.seq_k + 127) / 128, blocks = n_kb * p.batch * fa::kv_heads_of(p);  // BLOCK_N = 128
+  const int sms = sm_count();
   static const bool off = std::getenv("FA_STEP13_TAIL") && std::string(std::getenv("FA_STEP13_TAIL")) == "0";
   const TailPlan none{blocks, 0, 1};
   if (off || sms == 0 || p.variant != kAtomic || p.causal || fa::kv_heads_of(p) != p.heads) return none;
@@ -840,18 +846,21 @@ int head_group(const fa::AttnParams& p) {
   return g;
 }
 
-// [dQ_accum fp32 (atomic only) | tail counters | delta fp32 [rows] | tail partials], rows =
-// batch·heads·seq_q. dQ_accum: per head acc_rows(seq_q) rows of the instance's D = 64 or 128
-// columns, in fragment order (convert_dq); first, 16-byte aligned for the 16-byte atomics and
-// loads; its size is a multiple of 32 bytes and the counters are padded to 16, so delta is aligned
-// too. One memset zeroes dQ_accum and the counters.
+// [dQ_accum fp32 | counters | delta fp32 [rows] | tail partials], rows = batch·heads·seq_q.
+// dQ_accum: per head acc_rows(seq_q) rows of the instance's D = 64 or 128 columns, in fragment order
+// (convert_dq); first, 16-byte aligned for the 16-byte atomics and loads; its size is a multiple of
+// 32 bytes and the counters are padded to 16, so delta is aligned too. Counters: atomic, the tail's
+// (one per split key block); deterministic, Order's turns (per head, 8 per query tile of 64) and
+// next. One memset zeroes dQ_accum and the counters.
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
 std::size_t dq_accum_bytes(const fa::AttnParams& p) {
-  return p.variant == kAtomic
-             ? std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) * instance_dim(p.head_dim) * sizeof(float)
-             : 0;
+  return std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) * instance_dim(p.head_dim) * sizeof(float);
 }
-std::size_t counters_bytes(const fa::AttnParams& p) { return (tail_plan(p).split * sizeof(unsigned) + 15) / 16 * 16; }
+std::size_t turns_count(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) / 64 * 8; }
+std::size_t counters_bytes(const fa::AttnParams& p) {
+  const std::size_t n = p.variant == kAtomic ? tail_plan(p).split : turns_count(p) + 1;
+  return (n * sizeof(unsigned) + 15) / 16 * 16;
+}
 std::size_t partials_bytes(const fa::AttnParams& p) {  // a piece: dK and dV of 128 keys, padded head_dim
   const TailPlan tp = tail_plan(p);
   return std::size_t(tp.split) * tp.pieces * 128 * instance_dim(p.head_dim) * 2 * sizeof(float);
@@ -861,19 +870,37 @@ std::size_t bwd_workspace(const fa::AttnParams& p) {
 }
 
 // The dK, dV kernel of a problem: the grouped instance (its loop over a K/V head's query heads) for GQA only.
-template <class T, class C, bool ATOMIC_DQ>
+template <class T, class C, bool ORDERED>
 auto dkdv_kernel(int heads_per_kv) {
-  return heads_per_kv > 1 ? backward_dkdv<T, C, ATOMIC_DQ, true> : backward_dkdv<T, C, ATOMIC_DQ, false>;
+  return heads_per_kv > 1 ? backward_dkdv<T, C, ORDERED, true> : backward_dkdv<T, C, ORDERED, false>;
+}
+// Deterministic: the persistent grid, as many blocks as fit on the GPU at once, all resident: a
+// cooperative launch fails rather than run a grid that does not fit.
+template <class K, class... Args>
+void launch_ordered(K* kernel, int threads, std::size_t smem, cudaStream_t stream, Order& order, const char* name,
+                    Args... args) {
+  int per_sm = 0;
+  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  if (per_sm == 0) throw fa::UsageError(std::string(name) + ": the dK/dV kernel does not fit on an SM");
+  order.wave = std::min(order.items, per_sm * sm_count());
+  if (const char* cap = std::getenv("FA_STEP13_WAVE"))  // tests: fewer blocks, more waves
+    order.wave = std::min(order.wave, std::max(1, std::atoi(cap)));
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(order.wave)), config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem, config.stream = stream, config.attrs = &cooperative, config.numAttrs = 1;
+  FA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args..., order));
 }
 
 template <class T, class C>
 void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   static const bool ready = [] {  // once per instance: more than 48 KB of dynamic shared memory
-    for (auto* kernel : {backward_dkdv<T, C, true, false>, backward_dkdv<T, C, true, true>,
-                         backward_dkdv<T, C, false, false>, backward_dkdv<T, C, false, true>,
-                         backward_dkdv<T, C, true, false, true>})
+    for (auto* kernel : {backward_dkdv<T, C, false, false>, backward_dkdv<T, C, false, true>,
+                         backward_dkdv<T, C, true, false>, backward_dkdv<T, C, true, true>,
+                         backward_dkdv<T, C, false, false, true>})
       fa::opt_in_shared_memory(kernel, C::DKDV_BYTES, info().name);
-    fa::opt_in_shared_memory(backward_dq<T, C>, C::DQ_BYTES, info().name);
     return true;
   }();
   (void)ready;
@@ -881,9 +908,8 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   const auto *q = static_cast<const T*>(a.q), *k = static_cast<const T*>(a.k), *v = static_cast<const T*>(a.v),
              *o = static_cast<const T*>(a.o), *dout = static_cast<const T*>(a.dout);
   auto *dq = static_cast<T*>(a.dq), *dk = static_cast<T*>(a.dk), *dv = static_cast<T*>(a.dv);
-  const bool atomic = p.variant == kAtomic;
   char* ws = static_cast<char*>(a.workspace);
-  float* dq_accum = atomic ? reinterpret_cast<float*>(ws) : nullptr;
+  auto* dq_accum = reinterpret_cast<float*>(ws);
   auto* counters = reinterpret_cast<unsigned*>(ws + dq_accum_bytes(p));
   float* delta = reinterpret_cast<float*>(ws + dq_accum_bytes(p) + counters_bytes(p));
   float* partials = delta + rows_of(p);
@@ -893,65 +919,54 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   backward_delta<T><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kDeltaThreads, 0, stream>>>(
       o, dout, delta, rows, p.head_dim);
   FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaMemsetAsync(ws, 0, dq_accum_bytes(p) + counters_bytes(p), stream));
 
   const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
   const int n_kb = (p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, group = head_group(p);
-  const dim3 grid_kv(group, n_kb, p.batch * kv_heads / group);  // GQA: a block per K/V head
   static_assert(C::BLOCK_N == 128, "tail_plan counts key blocks of 128");
   const TailPlan tp = tail_plan(p);
   const Tail tail{tp.blocks - tp.split, n_kb, tp.pieces, partials, counters};
-  if (atomic) {
-    FA_CUDA_CHECK(cudaMemsetAsync(ws, 0, dq_accum_bytes(p) + counters_bytes(p), stream));
+  if (p.variant == kAtomic) {
+    const dim3 grid_kv(group, n_kb, p.batch * kv_heads / group);  // GQA: a block per K/V head
     // The last wave's pieces beside the main grid, which runs on a side stream of higher priority:
     // the pieces' blocks start as its blocks run out, not after its slowest one.
     std::optional<fa::StreamFork> fork;
     if (tp.split > 0) fork.emplace(stream, /*high_priority=*/true);
-    dkdv_kernel<T, C, true>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, fork ? fork->side() : stream>>>(
+    dkdv_kernel<T, C, false>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, fork ? fork->side() : stream>>>(
         q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv,
-        tail);
+        tail, Order{});
     FA_CHECK_LAUNCH();
     if (fork) {
-      backward_dkdv<T, C, true, false, true><<<unsigned(tp.split * tp.pieces), C::THREADS, C::DKDV_BYTES, stream>>>(
+      backward_dkdv<T, C, false, false, true><<<unsigned(tp.split * tp.pieces), C::THREADS, C::DKDV_BYTES, stream>>>(
           q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
-          heads_per_kv, tail);
+          heads_per_kv, tail, Order{});
       FA_CHECK_LAUNCH();
       fork->join();
     }
-    const long long slots = (long long)(dq_accum_bytes(p) / sizeof(float4));
-    convert_dq<T, C><<<unsigned((slots + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
-        dq_accum, dq, slots, p.seq_q, p.head_dim, p.scale);
-    FA_CHECK_LAUNCH();
-    return;
+  } else {  // deterministic: the same adds, each warp's in its turn (Order)
+    Order order{counters, counters + turns_count(p), n_kb * p.batch * kv_heads, 0, group, n_kb};
+    launch_ordered(dkdv_kernel<T, C, true>(heads_per_kv), C::THREADS, C::DKDV_BYTES, stream, order, info().name, q, k,
+                   v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
+                   heads_per_kv, tail);
   }
-  // Deterministic: the two kernels read delta and write disjoint outputs, so they run side by
-  // side (step 07's fork, after delta).
-  fa::StreamFork fork(stream);
-  dkdv_kernel<T, C, false>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, fork.side()>>>(
-      q, k, v, dout, a.lse, delta, dk, dv, nullptr, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv,
-      tail);
+  const long long slots = (long long)(dq_accum_bytes(p) / sizeof(float4));
+  convert_dq<T, C><<<unsigned((slots + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
+      dq_accum, dq, slots, p.seq_q, p.head_dim, p.scale);
   FA_CHECK_LAUNCH();
-  const dim3 grid_q((p.seq_q + C::DQ_ROWS - 1) / C::DQ_ROWS, p.batch * p.heads);
-  backward_dq<T, C><<<grid_q, C::DQ_THREADS, C::DQ_BYTES, stream>>>(
-      q, k, v, dout, a.lse, delta, dq, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv);
-  FA_CHECK_LAUNCH();
-  fork.join();
 }
 
 using Candidate = fa::TuneCandidate<fa::AttnBwdArgs>;
 
-// The candidates (name: m BLOCK_M, q DQ_WARPS, s SPLIT_KV). head_dim 64: query tiles of 128 (phase 1
-// tiles of [32, 64]) or 64, dK and dV split between the warps; head_dim 128: query tiles of 64 (the
-// dK, dV accumulators take 128 registers a thread), split or not (the split's A fragments push the
-// kernel to 255 registers: measured faster in bf16 and slower in fp16 at seq 16384, doc 13), with a
-// dQ kernel of 8 or 4 warps.
+// The candidates (name: m BLOCK_M, s SPLIT_KV). head_dim 64: query tiles of 128 (phase 1 tiles of
+// [32, 64]) or 64, dK and dV split between the warps; head_dim 128: query tiles of 64 (the dK, dV
+// accumulators take 128 registers a thread), split or not (the split's A fragments push the kernel
+// to 255 registers: measured faster in bf16 and slower in fp16 at seq 16384, doc 13).
 template <class T>
 const std::vector<Candidate>& candidates(int d) {
-  static const std::vector<Candidate> d64 = {{"d64m128q4s", launch<T, Config<64, 128, 4, true>>},
-                                             {"d64m64q4s", launch<T, Config<64, 64, 4, true>>}};
-  static const std::vector<Candidate> d128 = {{"d128m64q8", launch<T, Config<128, 64, 8, false>>},
-                                              {"d128m64q8s", launch<T, Config<128, 64, 8, true>>},
-                                              {"d128m64q4", launch<T, Config<128, 64, 4, false>>},
-                                              {"d128m64q4s", launch<T, Config<128, 64, 4, true>>}};
+  static const std::vector<Candidate> d64 = {{"d64m128s", launch<T, Config<64, 128, true>>},
+                                             {"d64m64s", launch<T, Config<64, 64, true>>}};
+  static const std::vector<Candidate> d128 = {{"d128m64", launch<T, Config<128, 64, false>>},
+                                              {"d128m64s", launch<T, Config<128, 64, true>>}};
   return instance_dim(d) == 64 ? d64 : d128;
 }
 
@@ -1023,7 +1038,7 @@ const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {
     fa::StepInfo s{"13_tuned_backward",
                    "the tuned backward: 2-D warp tiles per product (Pᵀ, dSᵀ through shared memory), the query "
-                   "tile picked per problem by the autotuner, staggered atomic dQ blocks",
+                   "tile picked per problem by the autotuner, staggered atomic dQ blocks, deterministic adds in turn",
                    fa::Family::Attention};
     s.attn_fwd = step11::info().attn_fwd;
     s.attn_bwd = backward;
@@ -1034,9 +1049,9 @@ const fa::StepInfo& info() {
     s.supports = supports;
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note =
-        "delta, batch·heads·seq_q fp32; atomic variant: also dQ_accum, batch·heads·seq_q·head_dim fp32 (seq_q "
-        "rounded up to 128, head_dim to 64 or 128), and "
-        "(not causal) the last wave's partial dK, dV, at most 8·SMs·128·head_dim·2 fp32";
+        "dQ_accum, batch·heads·seq_q·head_dim fp32 (seq_q rounded up to 128, head_dim to 64 or 128), and "
+        "delta, batch·heads·seq_q fp32; atomic variant: also (not causal) the last wave's partial dK, dV, at "
+        "most 8·SMs·128·head_dim·2 fp32; deterministic: also batch·heads·seq_q/8 counters";
     s.default_problem = default_problem;
     return s;
   }();

@@ -95,8 +95,10 @@ TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
           const std::size_t rows = std::size_t(s.batch) * heads * seq;
           EXPECT_EQ(kStep.bwd_workspace_bytes(p), rows * d * 4 + (split * 4 + 15) / 16 * 16 + rows * 4 +
                                                       std::size_t(split) * pieces * 128 * d * 2 * 4);
+          // Deterministic: no tail; dQ_accum, its turns (8 per query tile of 64) and next, delta.
           EXPECT_EQ(step13::tail_split(params(s, deterministic)).first, 0);
-          EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)), rows * 4);
+          EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)),
+                    rows * d * 4 + ((rows / 64 * 8 + 1) * 4 + 15) / 16 * 16 + rows * 4);
         }
   // The FA2 shapes at seq 16384 leave a partial wave on this GPU unless its SM count divides 2048 or 4096.
   const Shape fa2{1, 32, 16384, 16384, 64, false, 0, fa::DType::F16};
@@ -107,13 +109,15 @@ TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
 // dQ_accum (atomic) holds whole query tiles of 128 rows and the instance's 64 or 128 columns, in
 // fragment order: ragged seq_q and padded head_dim round up (causal: no tail, so no counters or partials).
 TEST(Step13TunedBackward, DqAccumHoldsWholeTiles) {
-  const int atomic = variant_of(kStep, "atomic");
+  const int atomic = variant_of(kStep, "atomic"), deterministic = variant_of(kStep, "deterministic");
   for (auto [seq, d, padded_seq, padded_d] : {std::tuple{1, 8, 128, 64}, {129, 64, 256, 64}, {1000, 40, 1024, 64},
                                               {300, 72, 384, 128}, {2048, 128, 2048, 128}}) {
     const Shape s{2, 3, seq, seq, d, /*causal=*/true, 0, fa::DType::F16};
     SCOPED_TRACE(s.str());
     const std::size_t rows = std::size_t(2) * 3 * seq, tiles = std::size_t(2) * 3 * padded_seq;
     EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, atomic)), tiles * padded_d * 4 + rows * 4);
+    EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)),
+              tiles * padded_d * 4 + ((tiles / 64 * 8 + 1) * 4 + 15) / 16 * 16 + rows * 4);
   }
 }
 // The causal order: heads in groups of a power of two that divides batch·K/V heads, the largest with
@@ -148,6 +152,29 @@ TEST(Step13TunedBackward, LastWaveSplitMatchesFp64AndStep12) {
     expect_matches_fp64(kStep, small, atomic);
     expect_matches_prev(kStep, kPrev, wave, atomic);
   });
+}
+// The deterministic variant's order (kernel.cu, Order) across waves: the persistent grid capped at a
+// few blocks (FA_STEP13_WAVE), so that small shapes take many waves, every candidate, against fp64
+// and bitwise equal over repeated runs. Shapes: ragged keys; more key blocks than query tiles (ties
+// in the order); causal (key blocks taken lightest first, heads in groups); GQA. Then full-size
+// shapes with the grid as the GPU holds it. A wrong order hangs or traps (kernel.cu), never passes.
+TEST(Step13TunedBackward, DeterministicOrderHoldsAcrossWaves) {
+  const int deterministic = variant_of(kStep, "deterministic");
+  each_pinned_candidate([&](fa::DType t, int d) {
+    for (const char* wave : {"1", "3", "8"}) {
+      SCOPED_TRACE(std::string("FA_STEP13_WAVE=") + wave);
+      setenv("FA_STEP13_WAVE", wave, 1);
+      for (const Shape& s : {Shape{1, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 300, 2000, d, false, 0, t},
+                             Shape{2, 4, 1000, 1000, d, true, 0, t}, Shape{1, 4, 600, 700, d, true, 0, t, 2}}) {
+        expect_matches_fp64(kStep, s, deterministic);
+        expect_bitwise_repeatable(kStep, s, deterministic);
+      }
+      unsetenv("FA_STEP13_WAVE");
+    }
+  });
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) expect_bitwise_repeatable(kStep, {2, 8, 4096, 4096, d, causal, 0, t}, deterministic);
 }
 // GQA: the forward (step 11's) and the backward in both variants, dK and dV summed over each group.
 TEST(Step13TunedBackward, GroupedKvHeadsMatchFp64) {
