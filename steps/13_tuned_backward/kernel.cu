@@ -284,16 +284,16 @@ struct Walk {
 
 // ---- the deterministic variant: the adds into dQ in a fixed order ----------------------------------------
 // Atomic adds into dQ_accum land in whatever order the key blocks reach a tile, and fp32 addition
-// is not associative: dQ differs in its last bits from run to run. Here each warp waits for its turn
-// before it adds its share of a query tile and counts its add afterwards (turns: one counter per tile
-// and warp, the warps of all key blocks splitting a tile alike). The order is fixed by the problem,
-// never by timing: so dQ is bitwise repeatable, and every add is still one of the atomic variant's,
-// nothing computed twice (step 12's deterministic dQ kernel recomputed S and dP: 7 products, not 5).
+// is not associative: dQ differs in its last bits from run to run. Here a block adds its share of a
+// query tile only in its turn and counts its adds afterwards (turns: one counter per query tile). The
+// order is fixed by the problem, never by timing, so dQ is bitwise repeatable; every add is still one
+// of the atomic variant's, nothing computed twice (step 12's deterministic variant recomputed S and
+// dP in a dQ kernel of its own: 7 products, not 5).
 //
-// Which order. Waiting costs nothing if a key block's turn comes when it gets to the tile anyway, so
-// the order follows the time of the visits. The grid is persistent, `wave` blocks that all run at
-// once (a cooperative launch), each taking key blocks in turn from a counter (`next`): the i-th key
-// block taken is in wave i / `wave`. Key blocks of a head in an earlier wave come first. In a wave:
+// Which order. Waiting costs nothing if a key block's turn has come when it gets to the tile, so the
+// order follows the time of the visits. The grid is persistent, `wave` blocks that all run at once
+// (a cooperative launch), each taking key blocks in turn from a counter (`next`): the i-th key block
+// taken is in wave i / `wave`. A head's key blocks of an earlier wave come first. In a wave:
 //   not causal: every key block visits every tile, staggered, all from the same time: by the step at
 //               which it visits the tile (ties, where a head has more key blocks than tiles: the one
 //               taken first). A block waits for the one that visited the tile one step before it.
@@ -304,42 +304,52 @@ struct Walk {
 // No block waits for one that waits for it (doc 13): a block waits only for blocks of earlier waves
 // (taken before it, so running or done) or of its own wave at an earlier step, and a wave's blocks all
 // run at once. That needs every block of the grid resident, which a cooperative launch guarantees.
+//
+// Who waits and who counts: one thread of the block each, so that one warp stalls on the latency of
+// L2, not all eight. Warp 1's lane 0 waits for the block's turn in the middle of phase 1 of the tile
+// (the barrier after phase 1 then orders the wait before every warp's adds, at the end of phase 3);
+// thread 0 counts the adds after the barrier that opens the next tile (every warp's adds are then
+// ordered before its fence). A block-wide wait in phase 3 or one counter per warp measured 10-20%
+// slower (doc 13).
 struct Order {
-  unsigned* turns;  // [batch·heads][acc_rows(seq_q) / 64][8 warps], zeroed: the adds done into each share
+  unsigned* turns;  // [batch·heads][acc_rows(seq_q) / 64], zeroed: the adds done into each query tile
   unsigned* next;   // key blocks taken so far, zeroed
   int items, wave;  // key blocks in all (batch·K/V heads·n_kb); blocks of the grid
   int group, n_kb;  // head_group (causal); key blocks per head
 };
-// ld.acquire: what the block that counted the add wrote before counting is seen after this load.
+// ld.acquire: what the block that counted before this load saw was written before its count is seen
+// by this block after it (and, through a barrier, by every thread of the block).
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-// fence.acq_rel + red: this warp's adds (ordered before it by __syncwarp) are seen before the count.
+// fence.acq_rel + red: every add of the block (ordered before the fence by a barrier) is seen before
+// the count is.
 __device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
   asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
-// The adds into tile t of this head that come before this key block's (it visits t at step `step`):
-// the block's turn. `pos`: its place among its head's key blocks in the order they are taken; `base`:
-// the index at which its head's first is taken is base + group·0 (the i-th, base + group·i). One warp.
+// 16 bytes added into fp32 memory, the result not read: one RED.E.ADD.F32x4, where atomicAdd on a
+// float4 compiled to a returning ATOMG in an early build of the ORDERED instance.
+__device__ __forceinline__ void red_add_v4(float* p, const float (&v)[4]) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
+               : "memory");
+}
+// The adds into tile t of this head that come before those of key block kb, which visits t at step
+// `step`: its turn. [lo, hi): its head's key blocks in its wave (not causal). One warp.
 template <int BLOCK_M, int BLOCK_N>
-__device__ int turn_at(const Order& o, int t, int step, int pos, long long base, int seq_q, int seq_k, bool causal) {
-  if (causal) {  // the key blocks after this one (kb' > kb, taken before it) that see tile t: kb'·BLOCK_N/BLOCK_M <= t
-    const int kb = o.n_kb - 1 - pos;
-    return max(0, min(o.n_kb - 1, t / (BLOCK_N / BLOCK_M)) - kb);
-  }
-  // Not causal: this wave's key blocks of the head are [lo, hi), those before lo all came first.
-  const long long w = (base + (long long)o.group * pos) / o.wave;
-  auto first_at = [&](long long i) {  // the first key block of the head taken at index >= i
-    const long long k = i <= base ? 0 : (i - base + o.group - 1) / o.group;
-    return int(k < o.n_kb ? k : o.n_kb);
-  };
-  const int lo = first_at(w * o.wave), hi = first_at((w + 1) * o.wave), lane = threadIdx.x % kWarp;
-  int before = 0;
-  for (int kb = lo + lane; kb < hi; kb += kWarp) {
-    const int s = Walk::of<BLOCK_M, BLOCK_N>(kb, seq_q, seq_k, false, true).step(t);
-    before += s < step || (s == step && kb < pos);
+__device__ int turn_at(const Order& o, int t, int step, int kb, int lo, int hi, int seq_q, int seq_k, bool causal) {
+  if (causal) return max(0, min(o.n_kb - 1, t / (BLOCK_N / BLOCK_M)) - kb);  // kb' > kb that see t: kb' <= t·BLOCK_M/BLOCK_N
+  // Not causal: those of earlier waves (lo of them), then this wave's that visit t at an earlier step
+  // or at the same step and were taken first (kb' < kb). Key block kb' visits t at step (t − kb')
+  // mod n (Walk: rot = kb' mod n), or at step t if it is the ragged last one (masked, visited in order).
+  const int n = (seq_q + BLOCK_M - 1) / BLOCK_M, ragged = seq_k % BLOCK_N ? o.n_kb - 1 : -1, lane = threadIdx.x % kWarp;
+  int s = ((t - lo - lane) % n + n) % n, before = 0;  // the step of kb' = lo + lane, then of kb' + 32, ...
+  for (int other = lo + lane; other < hi; other += kWarp) {
+    const int s_other = other == ragged ? t : s;
+    before += s_other < step || (s_other == step && other < kb);
+    s -= kWarp % n;
+    if (s < 0) s += n;
   }
   return lo + __reduce_add_sync(0xffffffffu, before);
 }
@@ -390,7 +400,7 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
   q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
   k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
   dq_accum += bh * acc_rows(seq_q) * D;
-  unsigned* turns = order.turns + bh * (acc_rows(seq_q) / 64) * C::WARPS;  // ORDERED: [tiles of 64][warps]
+  unsigned* turns = order.turns + bh * (acc_rows(seq_q) / 64);  // ORDERED: this head's, a counter per query tile
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
   // This warp's tile in each phase: first key / query / dim.
@@ -423,15 +433,19 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
   const int t_start = walk.at(i_begin);
   // ORDERED: this key block's turn at the tile visited next, found by one warp a tile ahead (turn_at).
   __shared__ int turn_s[2];
-  const int pos = causal ? order.n_kb - 1 - kb : kb;  // its place among its head's in the taking order
+  int lo = 0, hi = 0;  // not causal (one head per group): this wave's key blocks of the head
+  if (ORDERED && !causal) {
+    const long long first = taken - kb, w = taken / order.wave;  // the head's key block 0 was taken at `first`
+    lo = int(min((long long)order.n_kb, max(0LL, w * order.wave - first)));
+    hi = int(min((long long)order.n_kb, max(0LL, (w + 1) * order.wave - first)));
+  }
   auto find_turn = [&](int i, int t, int buf) {
-    const int turn = turn_at<BLOCK_M, BLOCK_N>(order, t, i, pos, taken - (long long)order.group * pos, seq_q, seq_k,
-                                               causal);
+    const int turn = turn_at<BLOCK_M, BLOCK_N>(order, t, i, kb, lo, hi, seq_q, seq_k, causal);
     if (threadIdx.x % kWarp == 0) turn_s[buf] = turn;
   };
-  unsigned* counted = nullptr;  // ORDERED, lane 0: the share whose add is still to be counted
-  auto count_add = [&] {        // a while after the adds: by then they have landed, and the fence is short
-    if (ORDERED && counted) add_release(counted, 1), counted = nullptr;
+  unsigned* counted = nullptr;  // ORDERED, thread 0: the tile whose adds are still to be counted
+  auto count_adds = [&] {       // after a barrier that follows every warp's adds
+    if (ORDERED && threadIdx.x == 0 && counted) add_release(counted, 1), counted = nullptr;
   };
 
   // Thread i < BLOCK_M fetches the LSE of query i of a tile, thread BLOCK_M + i its delta: into a
@@ -518,6 +532,7 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     const int buf = i & 1;
     cp_async_wait<0>();  // this thread's copies of this tile have landed ...
     __syncthreads();     // ... and everyone's; every warp is also done with the last one (buffer buf^1, Pᵀ, dSᵀ)
+    count_adds();        // ORDERED: the last tile's, every warp's adds being before this barrier
     const bool more = i + 1 < i_end;
     float stat_next = 0.f;
     if (more) {  // the next tile's copies fly while this one is used
@@ -548,6 +563,9 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     {
       float s[SM][SN][4];
       product_t(s, Ks, Qt);
+      if (ORDERED && threadIdx.x == kWarp)  // wait for the block's turn at tile t, half a phase late for slack
+        for (unsigned polls = 0; ld_acquire(turns + t) != unsigned(turn_s[buf]);)
+          if (++polls == 1u << 26) __trap();  // seconds: a wrong order would hang the GPU; fail instead
       if constexpr (C::LATE_STATS) read_stats(true, false);
 #pragma unroll
       for (int mt = 0; mt < SM; ++mt)
@@ -585,8 +603,7 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
                 pack<T>(p.x * (dp[mt][j][2 * h] - delta_q[j][0]), p.y * (dp[mt][j][2 * h + 1] - delta_q[j][1]));
           }
     }
-    __syncthreads();  // every warp's Pᵀ and dSᵀ are in
-    count_add();      // ORDERED: the last tile's adds, long landed
+    __syncthreads();  // every warp's Pᵀ and dSᵀ are in; ORDERED: this tile's turn has come
 
     // Phase 2. dV += Pᵀ·dO, dK += dSᵀ·Q (unscaled; scale once at the end). SPLIT_KV, why faster
     // than every warp doing both as 4 × 2 of [32, D/2]: a [64, D/2] tile reads 64 + D/2 operand rows
@@ -632,29 +649,22 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
       // lines for 512 bytes. convert_dq puts the elements back in place; no bounds: dQ_accum has
       // whole tiles (acc_rows) of D columns.
       float* to = dq_accum + std::size_t(m0) * D + (warp * QM * 2 * QN * kWarp + lane) * 4;
-      [[maybe_unused]] unsigned* share = turns + t * C::WARPS + warp;  // ORDERED: this warp's share of tile t
-      if constexpr (ORDERED) {  // wait for its turn: every add before it in the order has landed (Order)
-        if (lane == 0)
-          for (unsigned polls = 0; ld_acquire(share) != unsigned(turn_s[buf]);)
-            if (++polls == 1u << 26) __trap();  // seconds: a wrong order would hang the GPU; fail instead
-        __syncwarp();
-      }
 #pragma unroll
       for (int mt = 0; mt < QM; ++mt)
 #pragma unroll
         for (int n = 0; n < 2 * QN; ++n) {
           float* at = to + (mt * 2 * QN + n) * kWarp * 4;
 #if __CUDA_ARCH__ >= 900
-          atomicAdd(reinterpret_cast<float4*>(at), make_float4(c[mt][n][0], c[mt][n][1], c[mt][n][2], c[mt][n][3]));
+          if constexpr (ORDERED)
+            red_add_v4(at, c[mt][n]);
+          else
+            atomicAdd(reinterpret_cast<float4*>(at), make_float4(c[mt][n][0], c[mt][n][1], c[mt][n][2], c[mt][n][3]));
 #else
 #pragma unroll
           for (int e = 0; e < 4; ++e) atomicAdd(at + e, c[mt][n][e]);
 #endif
         }
-      if constexpr (ORDERED) {  // counted a while later (count_add): the fence then has little to wait for
-        __syncwarp();
-        if (lane == 0) counted = share;
-      }
+      if (ORDERED && threadIdx.x == 0) counted = turns + t;  // counted after the next barrier
     }
     if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the first barrier
   };
@@ -673,10 +683,10 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
       query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
     for (; i < i_end; t = next_tile(i++, t)) query_tile(i, t, std::false_type{});  // below it (all, if not causal)
     cp_async_wait<0>();  // an empty group at most; nothing pending at exit
-    count_add();
     __syncthreads();     // every warp is done with this head's tiles (and K, V: phase 3 reads every key)
+    count_adds();
     q += std::size_t(seq_q) * head_dim, dout += std::size_t(seq_q) * head_dim, lse += seq_q, delta += seq_q;
-    dq_accum += acc_rows(seq_q) * D, turns += acc_rows(seq_q) / 64 * C::WARPS;
+    dq_accum += acc_rows(seq_q) * D, turns += acc_rows(seq_q) / 64;
   }
 
   // TAIL: this piece's sums (unscaled) to its slot; the last piece to finish adds all the slots into
@@ -856,7 +866,7 @@ std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.h
 std::size_t dq_accum_bytes(const fa::AttnParams& p) {
   return std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) * instance_dim(p.head_dim) * sizeof(float);
 }
-std::size_t turns_count(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) / 64 * 8; }
+std::size_t turns_count(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) / 64; }
 std::size_t counters_bytes(const fa::AttnParams& p) {
   const std::size_t n = p.variant == kAtomic ? tail_plan(p).split : turns_count(p) + 1;
   return (n * sizeof(unsigned) + 15) / 16 * 16;
@@ -1051,7 +1061,7 @@ const fa::StepInfo& info() {
     s.workspace_note =
         "dQ_accum, batch·heads·seq_q·head_dim fp32 (seq_q rounded up to 128, head_dim to 64 or 128), and "
         "delta, batch·heads·seq_q fp32; atomic variant: also (not causal) the last wave's partial dK, dV, at "
-        "most 8·SMs·128·head_dim·2 fp32; deterministic: also batch·heads·seq_q/8 counters";
+        "most 8·SMs·128·head_dim·2 fp32; deterministic: also batch·heads·seq_q/64 counters";
     s.default_problem = default_problem;
     return s;
   }();

@@ -95,10 +95,10 @@ TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
           const std::size_t rows = std::size_t(s.batch) * heads * seq;
           EXPECT_EQ(kStep.bwd_workspace_bytes(p), rows * d * 4 + (split * 4 + 15) / 16 * 16 + rows * 4 +
                                                       std::size_t(split) * pieces * 128 * d * 2 * 4);
-          // Deterministic: no tail; dQ_accum, its turns (8 per query tile of 64) and next, delta.
+          // Deterministic: no tail; dQ_accum, its turns (one per query tile of 64) and next, delta.
           EXPECT_EQ(step13::tail_split(params(s, deterministic)).first, 0);
           EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)),
-                    rows * d * 4 + ((rows / 64 * 8 + 1) * 4 + 15) / 16 * 16 + rows * 4);
+                    rows * d * 4 + ((rows / 64 + 1) * 4 + 15) / 16 * 16 + rows * 4);
         }
   // The FA2 shapes at seq 16384 leave a partial wave on this GPU unless its SM count divides 2048 or 4096.
   const Shape fa2{1, 32, 16384, 16384, 64, false, 0, fa::DType::F16};
@@ -117,7 +117,7 @@ TEST(Step13TunedBackward, DqAccumHoldsWholeTiles) {
     const std::size_t rows = std::size_t(2) * 3 * seq, tiles = std::size_t(2) * 3 * padded_seq;
     EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, atomic)), tiles * padded_d * 4 + rows * 4);
     EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)),
-              tiles * padded_d * 4 + ((tiles / 64 * 8 + 1) * 4 + 15) / 16 * 16 + rows * 4);
+              tiles * padded_d * 4 + ((tiles / 64 + 1) * 4 + 15) / 16 * 16 + rows * 4);
   }
 }
 // The causal order: heads in groups of a power of two that divides batch·K/V heads, the largest with
