@@ -1525,7 +1525,11 @@ def bwd_experiments_table():
         "phase first, 4-byte dQ atomics, dQ in fragment order: main's build before the change against a build " \
         "with it (phase 3 with its atomics before phase 2; two 4-byte atomics per lane and fragment row instead of " \
         "one 8-byte one; dQ_accum in the lanes' fragment order with 16-byte atomics, the change kept), three " \
-        "rounds in one call, the arms' order rotated.\n\n" + \
+        "rounds in one call, the arms' order rotated. deterministic: one build, the atomic variant (before) against " \
+        "the deterministic one (after), same instance and process, both arms in one call, so before / after is the " \
+        "price of determinism (below 1); the first three from debug builds that chose the protocol by an environment " \
+        "variable (history/deterministic_protocol.csv has every mode, the probes too), 'as kept' the step's build " \
+        "with the tuner's pick (one round).\n\n" + \
         source_line([BWD_EXP_CSV])
 
 
