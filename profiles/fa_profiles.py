@@ -21,6 +21,7 @@ As a script it serves profiles/capture.sh:
 """
 import csv
 import io
+import math
 import os
 import re
 import sys
@@ -408,7 +409,7 @@ def panel_row(step, flags, rec):
         if s and value is not None and not s.group(1).endswith("_not_issued"):
             stalls[s.group(1)] = value
     if stalls:
-        row["stall_total_cpi"] = sum(stalls.values())
+        row["stall_total_cpi"] = math.fsum(stalls.values())
         top = sorted(((v, k) for k, v in stalls.items() if k != "selected"), reverse=True)[:3]
         for i, (v, k) in enumerate(top, 1):
             row[f"stall{i}"], row[f"stall{i}_cpi"] = k, v
@@ -685,12 +686,12 @@ def aggregate(rows):
         if not vals:
             out[c.key] = None
         elif c.agg == "sum":
-            out[c.key] = sum(v for v, _ in vals)
+            out[c.key] = math.fsum(v for v, _ in vals)
         elif c.agg == "max":
             out[c.key] = max(v for v, _ in vals)
         else:
             w = [(v, t) for v, t in vals if t]
-            out[c.key] = (sum(v * t for v, t in w) / sum(t for _, t in w)) if w else sum(v for v, _ in vals) / len(vals)
+            out[c.key] = (math.fsum(v * t for v, t in w) / math.fsum(t for _, t in w)) if w else math.fsum(v for v, _ in vals) / len(vals)
     stalls, total, weight = {}, 0.0, 0.0
     for r, t in zip(rows, times):
         t = t or 1.0

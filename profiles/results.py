@@ -510,7 +510,7 @@ def bwd_banks_table(step="07_flash_backward"):
         for (shape, kernel), g in kernels.items():
             if one not in g or other not in g:
                 continue
-            tot = {k: sum(x[k] for x in g.values()) for k in g[one]}
+            tot = {k: math.fsum(x[k] for x in g.values()) for k in g[one]}
             ffma = g[one]["inst"] + g[other]["inst"]
             per = [g[k]["dispatch"] / g[k]["inst"] if g[k]["inst"] else None for k in (one, other)]
             ratio = per[0] / per[1] if per[0] is not None and per[1] else None
@@ -1047,7 +1047,7 @@ def ws_change_table(before="(+ masked skip)", after="(+ ragged skip)"):
     def mean_times(tag):
         per_run = [tc_times(rows=[r for r in sides[tag] if r["run"] == lab])[HOPPER_WS] for lab in labels[tag]]
         cells = set.intersection(*(set(t) for t in per_run))
-        return {c: sum(t[c] for t in per_run) / len(per_run) for c in cells}
+        return {c: math.fsum(t[c] for t in per_run) / len(per_run) for c in cells}
 
     old, new = mean_times(before), mean_times(after)
     ratio = {c: old[c] / new[c] for c in old if c in new}
@@ -1462,7 +1462,7 @@ def softmax_experiments_table():
         for i, (exp, off, _) in enumerate(SOFTMAX_EXPERIMENTS):
             on, without = t.get((exp, "full", problem)), t.get((exp, off, problem))
             if on and without:
-                ratio = (sum(without) / len(without)) / (sum(on) / len(on))
+                ratio = (math.fsum(without) / len(without)) / (math.fsum(on) / len(on))
                 spans[i].append(ratio)
                 row.append(f"{ratio:.3f}")
             else:
@@ -1500,7 +1500,7 @@ def bwd_experiments_table():
         if "before" not in arms or "after" not in arms:
             continue
         exp, pair, problem = k
-        before, after = (sum(arms[a]) / len(arms[a]) for a in ("before", "after"))
+        before, after = (math.fsum(arms[a]) / len(arms[a]) for a in ("before", "after"))
         spans.setdefault(exp, []).append(before / after)
         inst = pair if names[(exp, pair, "after")] == pair else f"{pair} → {names[(exp, pair, 'after')]}"
         body.append([exp, f"`{inst}`"] + cell_columns(problem) + [f"{before:.3f}", f"{after:.3f}", f"{before / after:.3f}"])
@@ -1553,7 +1553,7 @@ def bwd_waves_table():
     groups = OrderedDict()
     for (impl, problem), ms in t.items():
         q = split_problem(problem)
-        groups.setdefault((impl, q["batch"], q["seq"], q["d"]), []).append((q["heads"], sum(ms) / len(ms)))
+        groups.setdefault((impl, q["batch"], q["seq"], q["d"]), []).append((q["heads"], math.fsum(ms) / len(ms)))
     body = []
     for (impl, b, seq, d), hs in groups.items():
         per_head = {h: ms / h for h, ms in hs}
@@ -1606,7 +1606,7 @@ def causal_order_table(seqs=(1024, 2048, 4096, 8192, 16384), sms=BWD_SMS):
             heads = (16384 // seq) * (2048 // d)
             g = causal_head_group(heads, seq)
             one, grouped = (causal_order_works(heads, seq, block_m, x) for x in (1, g))
-            ideal = sum(one) / sms
+            ideal = math.fsum(one) / sms
             body.append([str(d), str(seq), f"{heads}", f"{len(one)}", f"{max(one)} … {min(one)}",
                          f"{100 * (list_schedule(one, sms) / ideal - 1):.1f}%", str(g),
                          f"{100 * (list_schedule(grouped, sms) / ideal - 1):.1f}%"])
