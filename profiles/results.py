@@ -59,6 +59,13 @@ PROFILE_COLUMNS = [("time_us", "time (µs)", "{:.1f}"), ("dram_read_mb", "DRAM r
 
 
 # ---- formatting ---------------------------------------------------------------------------------
+def mean(xs):
+    """The mean by math.fsum, exactly rounded: builtin sum() of floats changed in Python 3.12 (compensated
+    summation), and a mean printed to three decimals may then differ in its last digit between versions."""
+    xs = list(xs)
+    return math.fsum(xs) / len(xs)
+
+
 def num(v, fmt):
     try:
         x = float(v)
@@ -1047,7 +1054,7 @@ def ws_change_table(before="(+ masked skip)", after="(+ ragged skip)"):
     def mean_times(tag):
         per_run = [tc_times(rows=[r for r in sides[tag] if r["run"] == lab])[HOPPER_WS] for lab in labels[tag]]
         cells = set.intersection(*(set(t) for t in per_run))
-        return {c: math.fsum(t[c] for t in per_run) / len(per_run) for c in cells}
+        return {c: mean(t[c] for t in per_run) for c in cells}
 
     old, new = mean_times(before), mean_times(after)
     ratio = {c: old[c] / new[c] for c in old if c in new}
@@ -1462,7 +1469,7 @@ def softmax_experiments_table():
         for i, (exp, off, _) in enumerate(SOFTMAX_EXPERIMENTS):
             on, without = t.get((exp, "full", problem)), t.get((exp, off, problem))
             if on and without:
-                ratio = (math.fsum(without) / len(without)) / (math.fsum(on) / len(on))
+                ratio = mean(without) / mean(on)
                 spans[i].append(ratio)
                 row.append(f"{ratio:.3f}")
             else:
@@ -1500,7 +1507,7 @@ def bwd_experiments_table():
         if "before" not in arms or "after" not in arms:
             continue
         exp, pair, problem = k
-        before, after = (math.fsum(arms[a]) / len(arms[a]) for a in ("before", "after"))
+        before, after = (mean(arms[a]) for a in ("before", "after"))
         spans.setdefault(exp, []).append(before / after)
         inst = pair if names[(exp, pair, "after")] == pair else f"{pair} → {names[(exp, pair, 'after')]}"
         body.append([exp, f"`{inst}`"] + cell_columns(problem) + [f"{before:.3f}", f"{after:.3f}", f"{before / after:.3f}"])
@@ -1553,7 +1560,7 @@ def bwd_waves_table():
     groups = OrderedDict()
     for (impl, problem), ms in t.items():
         q = split_problem(problem)
-        groups.setdefault((impl, q["batch"], q["seq"], q["d"]), []).append((q["heads"], math.fsum(ms) / len(ms)))
+        groups.setdefault((impl, q["batch"], q["seq"], q["d"]), []).append((q["heads"], mean(ms)))
     body = []
     for (impl, b, seq, d), hs in groups.items():
         per_head = {h: ms / h for h, ms in hs}

@@ -399,6 +399,15 @@ def bench_row(step, problem, ms):
                 vs_baseline="-1", device="Synthetic GPU")
 
 
+class PythonVersions(unittest.TestCase):
+    """What results.py prints must not depend on the Python version that renders it."""
+
+    def test_mean_is_exactly_rounded(self):
+        import results
+        # Ten 0.1s: builtin sum() gives 0.9999999999999999 before Python 3.12 and 1.0 from 3.12 on.
+        self.assertEqual(results.mean([0.1] * 10), 0.1)
+
+
 class TensorCoreTables(unittest.TestCase):
     """results.py's tc_* blocks on synthetic rows (written to a scratch CSV, never to profiles/<gpu>/)."""
 
