@@ -7,8 +7,8 @@
 // and the one step 04 (naive attention) calls. No tensor cores yet (they arrive in step 09).
 //
 // The idea: one thread per element of C, each reading its row of A and column of B from global
-// memory, moves 8 bytes per FMA (2 FLOPs): 0.25 FLOP/byte, where an H100 needs ~22 (67 TFLOP/s
-// over 3 TB/s) to keep its FP32 pipes busy. A block that computes a BM×BN tile of C instead
+// memory, moves 8 bytes per FMA (2 FLOPs): 0.25 FLOP/byte, where an H100 needs about 22 (its FP32
+// rate over its bandwidth: doc 03) to keep its FP32 pipes busy. A block that computes a BM×BN tile of C instead
 // stages BK-wide slabs of A [BM×BK] and B [BK×BN] in shared memory: each float it reads from
 // global memory is used BN (or BM) times, so the block does 2·BM·BN·BK FLOPs per 4·(BM+BN)·BK
 // bytes, BM·BN / (2·(BM+BN)) = 32 FLOP/byte at 128×128. One level down, each thread keeps an

@@ -34,8 +34,8 @@
 // and K_{t+1} before P·V_t, each stored to shared memory after that product; every global load
 // of a warp reads whole 128-byte lines; the transposed Q and K tiles are padded so that their
 // stores have no bank conflicts.
-// exp: expf, full precision (about eight instructions per score, some 6% of the issue slots at
-// d = 64); step 10 switches to exp2 with log2(e) folded into the scale.
+// exp: expf, full precision (about eight instructions per score; doc 05 counts them against the
+// FFMAs); step 10 switches to exp2 with log2(e) folded into the scale.
 //
 // Build + run:  cmake --build build --target 05_flash_forward && build/bin/05_flash_forward
 // Read with:    docs/05_flash_forward.md
