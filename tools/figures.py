@@ -284,7 +284,10 @@ def mbarrier_phases():
 def pingpong_timeline():
     fig = new_figure(8.6, 3.0)
     ax = fig.add_axes([0.13, 0.24, 0.85, 0.6])
-    gemm, soft = 2.0, 1.6  # schematic durations: the GEMMs of a tile, then its softmax
+    # Schematic durations: a consumer's pair of products (S_j = Q·K_jᵀ and P_{j-1}·V_{j-1}, issued in one turn), then
+    # the softmax of S_j, which the compiled code starts only once both products are done (doc 15, "What ptxas made
+    # of it"). Ideal: no hand-over cost and no latency, so the drawn pipe has no gap; the measured one has (ncu).
+    gemm, soft = 2.0, 1.6
     gemm_colors = [COLORS["full"], "#2f5f9e"]  # consumer 0's GEMMs, consumer 1's: in its row and on the pipe
     end = 0
     for cg in range(2):
@@ -293,10 +296,11 @@ def pingpong_timeline():
             for y in (1 - cg + 0.15, -0.85):  # its row, and the tensor pipe's
                 ax.add_patch(Rectangle((t, y), gemm, 0.7 if y > 0 else 0.5, facecolor=gemm_colors[cg],
                                        edgecolor="white"))
-            ax.text(t + gemm / 2, 1 - cg + 0.5, f"GEMMs {tile}", ha="center", va="center", fontsize=6.5, color="white")
-            ax.text(t + gemm / 2, -0.6, f"c{cg}: {tile}", ha="center", va="center", fontsize=6.5, color="white")
+            pair = f"S{tile}" if tile == 0 else f"S{tile}, PV{tile - 1}"  # S_j and P_{j-1}·V_{j-1}, one turn
+            ax.text(t + gemm / 2, 1 - cg + 0.5, pair, ha="center", va="center", fontsize=6.5, color="white")
+            ax.text(t + gemm / 2, -0.6, f"c{cg}: {pair}", ha="center", va="center", fontsize=6.5, color="white")
             ax.add_patch(Rectangle((t + gemm, 1 - cg + 0.15), soft, 0.7, facecolor=COLORS["diagonal"], edgecolor="white"))
-            ax.text(t + gemm + soft / 2, 1 - cg + 0.5, "softmax", ha="center", va="center", fontsize=6.5)
+            ax.text(t + gemm + soft / 2, 1 - cg + 0.5, f"softmax S{tile}", ha="center", va="center", fontsize=6.5)
             end = max(end, t + gemm + soft)
             t += 2 * gemm  # its next turn on the tensor cores: after the other consumer's GEMMs
     ax.set_xlim(0, end + 0.2), ax.set_ylim(-1, 2)
@@ -304,14 +308,16 @@ def pingpong_timeline():
     ax.set_xticks([])
     ax.set_xlabel("time (schematic)", fontsize=8)
     fig.legend([Rectangle((0, 0), 1, 1, facecolor=c) for c in gemm_colors + [COLORS["diagonal"]]],
-               ["consumer 0's GEMMs (wgmma)", "consumer 1's GEMMs (wgmma)", "softmax (CUDA cores, under the other's GEMMs)"],
+               ["consumer 0's GEMMs (wgmma)", "consumer 1's GEMMs (wgmma)",
+                "softmax of S_j (after its own pair, under the other's)"],
                loc="lower center", ncol=3, fontsize=7, frameon=False, bbox_to_anchor=(0.55, 0.0))
     ax.set_title("Step 15's ping-pong: a named barrier passes the turn, so one consumer's softmax runs under the "
-                 "other's GEMMs\nand the tensor pipe takes the two consumers' GEMMs back to back", fontsize=8)
+                 "other's GEMMs\n(schematic, ideal durations: the measured tensor pipe is not busy all the time, "
+                 "doc 15's profile evidence)", fontsize=8)
     return fig
 
 
-# ---- steps 07 and 12: which tiles each backward kernel walks ------------------------------------------------------
+# ---- steps 07, 08 and 12: which tiles each backward kernel walks (step 13 has no dQ kernel) ----------------------
 def backward_tiles():
     n = 8
     fig = new_figure(8.4, 3.9)
@@ -335,8 +341,8 @@ def backward_tiles():
         ax.set_xlabel("key block"), ax.set_ylabel("query tile")
         ax.set_title(title, fontsize=8)
         ax.set_aspect("equal")
-    fig.suptitle("The backward, causal (steps 07, 08, 12, 13): blue tiles unmasked, orange masked, grey never visited",
-                 fontsize=8.5, y=0.99)
+    fig.suptitle("The causal backward as two kernels (steps 07, 08, and 12's default; step 13 accumulates dQ in its "
+                 "dK/dV kernel):\nblue tiles unmasked, orange masked, grey never visited", fontsize=8.5, y=0.995)
     return fig
 
 
@@ -712,10 +718,14 @@ def climb():
 
 
 # ---- step 16: decoding against the copy bandwidth --------------------------------------------------------------
-DECODE_STYLES = {"16_split_kv_decode": ("step 16", dict(marker="o", color=COLORS["full"])),
-                 "sdpa_cudnn": ("SDPA-cuDNN", dict(marker="s", facecolors="none", edgecolors="black")),
-                 "sdpa_flash": ("SDPA-FA2", dict(marker="x", color=COLORS["grey"])),
-                 "sdpa_efficient": ("SDPA-efficient", dict(marker="^", facecolors="none", edgecolors=COLORS["diagonal"]))}
+# Step 16 is drawn last (zorder 3), a small filled disc inside the baselines' larger open markers: it lands on or
+# near SDPA-cuDNN's points at many shapes, and drawn first it disappeared under the baselines' markers.
+DECODE_STYLES = {"16_split_kv_decode": ("step 16", dict(marker="o", s=16, color=COLORS["full"], zorder=3)),
+                 "sdpa_cudnn": ("SDPA-cuDNN", dict(marker="s", s=46, facecolors="none", edgecolors="black", lw=0.8,
+                                                   zorder=2)),
+                 "sdpa_flash": ("SDPA-FA2", dict(marker="x", s=30, color=COLORS["grey"], lw=0.8, zorder=2)),
+                 "sdpa_efficient": ("SDPA-efficient", dict(marker="^", s=46, facecolors="none",
+                                                           edgecolors=COLORS["diagonal"], lw=0.8, zorder=2))}
 
 
 def decode_bandwidth():
@@ -731,7 +741,7 @@ def decode_bandwidth():
         pts = sorted((c[step][3] / 1e6, c[step][2]) for c in cells.values() if step in c)
         if pts:
             refused = len(cells) - len(pts)
-            ax.scatter(*zip(*pts), s=18, label=f"{name} ({len(pts)} shapes" +
+            ax.scatter(*zip(*pts), label=f"{name} ({len(pts)} shapes" +
                        (f"; refused the other {refused})" if refused else ")"), **style)
             xs += [x for x, _ in pts]
     lo, hi = min(xs) / 1.5, max(xs) * 1.5
