@@ -13,6 +13,8 @@ measurements (never drawn by hand).
                    (device/cp_async.cuh's swz), and the banks an ldmatrix phase hits
   split_combine    step 16: one sequence's keys in splits, each a partial (O_c, LSE_c), merged
   decode_bandwidth step 16's decode sweep and SDPA's: % of the copy bandwidth over the K/V bytes read
+  wgmma_operand    step 14: a K-major 128-byte-swizzled operand tile: core matrices, the descriptor's SBO and LBO,
+                   the swizzle, the start address per k-step (numbers read from its kernel.cu)
   climb            every attention forward step's TFLOP/s at one shape from profiles/h100/bench.csv,
                    beside SDPA's two backends and the card's peaks
 
@@ -280,11 +282,81 @@ def mbarrier_phases():
     return fig
 
 
+def wgmma_operand():
+    """A K-major, 128-byte-swizzled wgmma operand in shared memory (step 14's Q and K boxes), with the descriptor's
+    numbers read from steps/14_hopper_forward/kernel.cu: SBO, the LBO it passes, the bytes per k-step."""
+    src = read("steps/14_hopper_forward/kernel.cu")
+    rows_per_period, row_bytes = map(int, re.search(r"kSbo = (\d+) \* (\d+);", src).groups())
+    sbo = rows_per_period * row_bytes
+    lbo = int(re.search(r"smem_desc\(a, (\d+), kSbo\)", src).group(1))
+    kstep = int(re.search(r"\(kk % 4\) \* (\d+);", src).group(1))  # bytes per k-step of 16 elements
+    vlbo = re.search(r"kVLbo = (\w+ \* \d+);", src).group(1).replace(" * ", "·")  # V's LBO, as the kernel writes it
+    chunks, rows = row_bytes // 16, 2 * rows_per_period  # 16-byte chunks per row; two 8-row groups drawn
+    steps = row_bytes // kstep  # k-steps per 128-byte row (one box of 64 elements)
+    kcolors = ["#4c9be8", "#f2a541", "#6cc070", "#c58bd6"]
+    fig = new_figure(10.0, 5.2)
+    for p, swizzled in enumerate([False, True]):
+        ax = fig.add_axes([0.10 + 0.34 * p, 0.17, 0.28, 0.66])
+        for r in range(rows):
+            for c in range(chunks):  # logical chunk c of row r: elements 8c .. 8c + 7, k-step c // (kstep / 16)
+                pos = c ^ (r % rows_per_period) if swizzled else c
+                k = c // (kstep // 16)
+                ax.add_patch(Rectangle((pos, rows - 1 - r), 1, 1, facecolor=kcolors[k % len(kcolors)],
+                                       edgecolor="white", lw=1))
+                ax.text(pos + 0.5, rows - 1 - r + 0.5, f"c{c}", ha="center", va="center", fontsize=6)
+        if not swizzled:  # the core matrices: one chunk column of one 8-row group
+            for g in range(rows // rows_per_period):
+                for c in range(chunks):
+                    ax.add_patch(Rectangle((c, rows - rows_per_period * (g + 1)), 1, rows_per_period, facecolor="none",
+                                           edgecolor="black", lw=1.1))
+            ax.annotate("", xy=(-1.0, rows - rows_per_period), xytext=(-1.0, rows),
+                        arrowprops=dict(arrowstyle="<->", lw=1.2, color=COLORS["accent"]), annotation_clip=False)
+            ax.text(-1.2, rows - rows_per_period / 2, f"SBO = {sbo} B\n({rows_per_period} rows × {row_bytes} B)",
+                    rotation=90, ha="right", va="center", fontsize=7, color=COLORS["accent"])
+            ax.annotate("", xy=(kstep // 16, rows + 0.3), xytext=(0, rows + 0.3),
+                        arrowprops=dict(arrowstyle="->", lw=1.2, color=COLORS["accent"]), annotation_clip=False)
+            ax.text(kstep // 16 + 0.2, rows + 0.3, f"next k-step: start + {kstep} B", ha="left", va="center",
+                    fontsize=7, color=COLORS["accent"])
+        ax.set_xlim(0, chunks), ax.set_ylim(0, rows)
+        ax.set_xticks([i + 0.5 for i in range(chunks)], [f"{16 * i}" for i in range(chunks)], fontsize=6)
+        ax.set_yticks([rows - 1 - r + 0.5 for r in range(rows)], [str(r) for r in range(rows)], fontsize=6)
+        ax.set_xlabel("byte offset of the 16-byte position in the row" if swizzled else
+                      "byte offset in the logical row (chunk c: elements 8c .. 8c+7)", fontsize=7)
+        if swizzled:  # the left panel's margin holds SBO instead
+            ax.set_ylabel("row (of M for A, of N for B)", fontsize=7, labelpad=1)
+        ax.set_title("where each chunk is stored: chunk c of row r\nat position c XOR (r mod 8)" if swizzled else
+                     f"logical: {rows} of the rows, {chunks} chunks of 16 B each;\n"
+                     f"black: core matrices (8 rows × 16 B)", fontsize=8, pad=16 if not swizzled else 6)
+        ax.set_aspect("equal")
+    lx = fig.add_axes([0.76, 0.17, 0.23, 0.66])
+    lx.axis("off")
+    lx.text(0, 1, f"The descriptor of k-step kk\n(smem_desc in device/hopper.cuh):\n\n"
+            f"  start = tile + {kstep}·(kk mod {steps})\n"
+            f"     (+ rows·{row_bytes} B for the second\n      box, kk ≥ {steps}: d = 128)\n"
+            f"  LBO = {lbo} B: unused here; the\n     k-step's two core matrices are\n"
+            f"     neighbours in one {row_bytes}-byte row\n"
+            f"     (V, MN-major: LBO = {vlbo} B,\n      from dims 0-63 to dims 64-127)\n"
+            f"  SBO = {sbo} B: from one 8-row group\n     of core matrices to the next\n"
+            f"  swizzle = 1 (128 B), base offset 0:\n     the tile starts on a {sbo}-byte\n     boundary\n\n"
+            f"The start names the logical, unswizzled\nposition; the hardware applies the XOR\n"
+            f"within each {sbo}-byte period, as TMA\ndid when it wrote the tile.",
+            fontsize=7, va="top", transform=lx.transAxes, family="DejaVu Sans Mono")
+    fig.legend([Rectangle((0, 0), 1, 1, facecolor=kcolors[k]) for k in range(steps)],
+               [f"k-step {k}: elements {16 * k}-{16 * k + 15}, bytes {kstep * k}-{kstep * k + kstep - 1}" for k in range(steps)],
+               loc="lower center", ncol=2, fontsize=7, frameon=False, bbox_to_anchor=(0.4, 0.0))
+    fig.suptitle(f"A K-major wgmma operand in shared memory, 128-byte swizzle (step 14's Q and K boxes: rows of "
+                 f"{row_bytes // 2} fp16/bf16 elements)", fontsize=9, y=0.985)
+    return fig
+
+
 # ---- step 15: ping-pong -----------------------------------------------------------------------------------------
 def pingpong_timeline():
     fig = new_figure(8.6, 3.0)
     ax = fig.add_axes([0.13, 0.24, 0.85, 0.6])
-    gemm, soft = 2.0, 1.6  # schematic durations: the GEMMs of a tile, then its softmax
+    # Schematic durations: a consumer's pair of products (S_j = Q·K_jᵀ and P_{j-1}·V_{j-1}, issued in one turn), then
+    # the softmax of S_j, which the compiled code starts only once both products are done (doc 15, "What ptxas made
+    # of it"). Ideal: no hand-over cost and no latency, so the drawn pipe has no gap; the measured one has (ncu).
+    gemm, soft = 2.0, 1.6
     gemm_colors = [COLORS["full"], "#2f5f9e"]  # consumer 0's GEMMs, consumer 1's: in its row and on the pipe
     end = 0
     for cg in range(2):
@@ -293,10 +365,11 @@ def pingpong_timeline():
             for y in (1 - cg + 0.15, -0.85):  # its row, and the tensor pipe's
                 ax.add_patch(Rectangle((t, y), gemm, 0.7 if y > 0 else 0.5, facecolor=gemm_colors[cg],
                                        edgecolor="white"))
-            ax.text(t + gemm / 2, 1 - cg + 0.5, f"GEMMs {tile}", ha="center", va="center", fontsize=6.5, color="white")
-            ax.text(t + gemm / 2, -0.6, f"c{cg}: {tile}", ha="center", va="center", fontsize=6.5, color="white")
+            pair = f"S{tile}" if tile == 0 else f"S{tile}, PV{tile - 1}"  # S_j and P_{j-1}·V_{j-1}, one turn
+            ax.text(t + gemm / 2, 1 - cg + 0.5, pair, ha="center", va="center", fontsize=6.5, color="white")
+            ax.text(t + gemm / 2, -0.6, f"c{cg}: {pair}", ha="center", va="center", fontsize=6.5, color="white")
             ax.add_patch(Rectangle((t + gemm, 1 - cg + 0.15), soft, 0.7, facecolor=COLORS["diagonal"], edgecolor="white"))
-            ax.text(t + gemm + soft / 2, 1 - cg + 0.5, "softmax", ha="center", va="center", fontsize=6.5)
+            ax.text(t + gemm + soft / 2, 1 - cg + 0.5, f"softmax S{tile}", ha="center", va="center", fontsize=6.5)
             end = max(end, t + gemm + soft)
             t += 2 * gemm  # its next turn on the tensor cores: after the other consumer's GEMMs
     ax.set_xlim(0, end + 0.2), ax.set_ylim(-1, 2)
@@ -304,14 +377,16 @@ def pingpong_timeline():
     ax.set_xticks([])
     ax.set_xlabel("time (schematic)", fontsize=8)
     fig.legend([Rectangle((0, 0), 1, 1, facecolor=c) for c in gemm_colors + [COLORS["diagonal"]]],
-               ["consumer 0's GEMMs (wgmma)", "consumer 1's GEMMs (wgmma)", "softmax (CUDA cores, under the other's GEMMs)"],
+               ["consumer 0's GEMMs (wgmma)", "consumer 1's GEMMs (wgmma)",
+                "softmax of S_j (after its own pair, under the other's)"],
                loc="lower center", ncol=3, fontsize=7, frameon=False, bbox_to_anchor=(0.55, 0.0))
     ax.set_title("Step 15's ping-pong: a named barrier passes the turn, so one consumer's softmax runs under the "
-                 "other's GEMMs\nand the tensor pipe takes the two consumers' GEMMs back to back", fontsize=8)
+                 "other's GEMMs\n(schematic, ideal durations: the measured tensor pipe is not busy all the time, "
+                 "doc 15's profile evidence)", fontsize=8)
     return fig
 
 
-# ---- steps 07 and 12: which tiles each backward kernel walks ------------------------------------------------------
+# ---- steps 07, 08 and 12: which tiles each backward kernel walks (step 13 has no dQ kernel) ----------------------
 def backward_tiles():
     n = 8
     fig = new_figure(8.4, 3.9)
@@ -335,8 +410,8 @@ def backward_tiles():
         ax.set_xlabel("key block"), ax.set_ylabel("query tile")
         ax.set_title(title, fontsize=8)
         ax.set_aspect("equal")
-    fig.suptitle("The backward, causal (steps 07, 08, 12, 13): blue tiles unmasked, orange masked, grey never visited",
-                 fontsize=8.5, y=0.99)
+    fig.suptitle("The causal backward as two kernels (steps 07, 08, and 12's default; step 13 accumulates dQ in its "
+                 "dK/dV kernel):\nblue tiles unmasked, orange masked, grey never visited", fontsize=8.5, y=0.995)
     return fig
 
 
@@ -712,10 +787,14 @@ def climb():
 
 
 # ---- step 16: decoding against the copy bandwidth --------------------------------------------------------------
-DECODE_STYLES = {"16_split_kv_decode": ("step 16", dict(marker="o", color=COLORS["full"])),
-                 "sdpa_cudnn": ("SDPA-cuDNN", dict(marker="s", facecolors="none", edgecolors="black")),
-                 "sdpa_flash": ("SDPA-FA2", dict(marker="x", color=COLORS["grey"])),
-                 "sdpa_efficient": ("SDPA-efficient", dict(marker="^", facecolors="none", edgecolors=COLORS["diagonal"]))}
+# Step 16 is drawn last (zorder 3), a small filled disc inside the baselines' larger open markers: it lands on or
+# near SDPA-cuDNN's points at many shapes, and drawn first it disappeared under the baselines' markers.
+DECODE_STYLES = {"16_split_kv_decode": ("step 16", dict(marker="o", s=16, color=COLORS["full"], zorder=3)),
+                 "sdpa_cudnn": ("SDPA-cuDNN", dict(marker="s", s=46, facecolors="none", edgecolors="black", lw=0.8,
+                                                   zorder=2)),
+                 "sdpa_flash": ("SDPA-FA2", dict(marker="x", s=30, color=COLORS["grey"], lw=0.8, zorder=2)),
+                 "sdpa_efficient": ("SDPA-efficient", dict(marker="^", s=46, facecolors="none",
+                                                           edgecolors=COLORS["diagonal"], lw=0.8, zorder=2))}
 
 
 def decode_bandwidth():
@@ -731,7 +810,7 @@ def decode_bandwidth():
         pts = sorted((c[step][3] / 1e6, c[step][2]) for c in cells.values() if step in c)
         if pts:
             refused = len(cells) - len(pts)
-            ax.scatter(*zip(*pts), s=18, label=f"{name} ({len(pts)} shapes" +
+            ax.scatter(*zip(*pts), label=f"{name} ({len(pts)} shapes" +
                        (f"; refused the other {refused})" if refused else ")"), **style)
             xs += [x for x, _ in pts]
     lo, hi = min(xs) / 1.5, max(xs) * 1.5
@@ -751,7 +830,8 @@ def decode_bandwidth():
 
 FIGURES = {"causal_tiles": causal_tiles, "mma_fragments": mma_fragments, "swizzle_banks": swizzle_banks,
            "split_combine": split_combine, "climb": climb, "ring_timeline": ring_timeline,
-           "wgmma_accumulator": wgmma_accumulator, "mbarrier_phases": mbarrier_phases,
+           "wgmma_accumulator": wgmma_accumulator, "wgmma_operand": wgmma_operand,
+           "mbarrier_phases": mbarrier_phases,
            "pingpong_timeline": pingpong_timeline, "backward_tiles": backward_tiles, "flash_sweep": flash_sweep,
            "memory_hierarchy": memory_hierarchy, "lane_map": lane_map, "lane_map_backward": lane_map_backward, "softmax_passes": softmax_passes,
            "merge_tree": merge_tree, "matmul_tiles": matmul_tiles, "delta_flow": delta_flow,
