@@ -566,10 +566,6 @@ BLOCKS = {
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
                                            "results:consumer_tiles": lambda: consumer_tiles_table(),
-                                           "results:crosstile": lambda: crosstile_table(),
-                                           "results:softmax_experiments": lambda: softmax_experiments_table(),
-                                           "results:hopper_ws_runs": lambda: hopper_ws_runs_table(),
-                                           "results:ragged_skip": lambda: ws_change_table(),
                                            "results:gqa": lambda: gqa_table()},
     "docs/16_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
@@ -724,18 +720,15 @@ def tc_cells():
     return [(dt, d, c, s) for dt in TC_DTYPES for d in TC_DIMS for c in (False, True) for s in TC_SEQS]
 
 
-def tc_times(gqa=False, kv=None, rows=None):
+def tc_times(gqa=False, kv=None):
     """bench.csv -> {step: {cell: time_ms}} for the forward rows of fp16/bf16 on the FA2 shapes
     (batch·seq = 16384, heads·d = 2048), the tensor-core steps and both SDPA backends; and under
     "<step> prev" each step's previous step, timed interleaved with it (prev_time_ms). With `gqa`: the
-    grouped-query rows (fewer K/V heads than query heads) instead, and the K/V heads of each d into `kv`.
-    `rows`: these rows (bench.csv's columns) instead of bench.csv's."""
+    grouped-query rows (fewer K/V heads than query heads) instead, and the K/V heads of each d into `kv`."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     steps = TC_FWD + (HOPPER_FWD, HOPPER_WS)
     out = {st: {} for st in steps + tuple(st + " prev" for st in steps) + ("sdpa_flash", "sdpa_cudnn")}
-    if rows is None:
-        rows = read_csv(path) if os.path.exists(path) else []
-    for r in rows:
+    for r in (read_csv(path) if os.path.exists(path) else []):
         p = split_problem(r["problem"], gqa=gqa)
         t = fp_float(r["time_ms"])
         if r["step"] not in out or not p or p["mode"] != "fwd" or p["dtype"] not in TC_DTYPES or not t or t <= 0:
@@ -1001,84 +994,6 @@ def hopper_ws_table():
         "heads = 2048/d); TFLOP/s by the FlashAttention convention (4·B·H·S²·d, halved when causal). \"× y\" is y's " \
         "time over step 15's (above 1.00× step 15 is faster): step 14 timed interleaved in the same process, SDPA's " \
         "FlashAttention-2 and cuDNN backends in the same `profiles/bench.py` run.\n\n" + tc_source()
-
-
-# Step 15's sweep with SDPA, run after run on the same code (history/bench_runs.csv: column `run`, a label,
-# and `sdpa_passes`; the rows of step 15's full variant and of SDPA's forward).
-WS_RUNS_CSV = os.path.join(HOPPER_WS, "history", "bench_runs.csv")
-
-
-def hopper_ws_runs_table():
-    """Per committed run of step 15's sweep: the three targets' figures, so that their spread from run to run
-    stands beside the verdict of the imported run."""
-    path = os.path.join(gpu_dir(), WS_RUNS_CSV)
-    if not os.path.exists(path):
-        return "Not measured (no `" + WS_RUNS_CSV + "`)."
-    runs = OrderedDict()
-    for r in read_csv(path):
-        runs.setdefault((r["run"], r["sdpa_passes"]), []).append(r)
-    body = []
-    for (label, passes), rows in runs.items():
-        _, rc, _, low, _, rates = ws_target_figures(tc_times(rows=rows))
-        if not rc:
-            continue
-        body.append([label, passes, f"{median(rc):.3f}×", f"{rc[(len(rc) - 1) // 2]:.3f}× / {rc[len(rc) // 2]:.3f}×",
-                     f"{sum(1 for x in rc if x < 1.0)} of {len(rc)}", f"{low[0][0]:.2f}×" if low else "-",
-                     f"{rates[0][0]:.0f}" if rates else "-"])
-    return md_table(["run", "SDPA passes", f"median × SDPA-cuDNN (seq ≥ {TARGET_MIN_SEQ})", "the two middle cells",
-                     "cells below 1.00×", f"lowest × cuDNN, seq ≥ {WS_TARGET_CUDNN_MIN_SEQ}",
-                     f"lowest TFLOP/s, d {WS_TARGET_TFLOPS_D} not causal, seq ≥ {WS_TARGET_TFLOPS_MIN_SEQ}"], body) + \
-        "\n\nEach row: one `profiles/bench.py --steps 15` run (step 15's sweep and SDPA's forward in the same run) " \
-        "on the same kernel code (comments aside) unless its label names a change, on an H100 of the same type; the last " \
-        "row is the run in `bench.csv`, whose tables are above. \"SDPA passes\": SDPA measured once, after the steps, or before and after them with the mean " \
-        "kept (docs/conventions.md, \"Measurement\").\n\n" + source_line([WS_RUNS_CSV])
-
-
-def ws_change_table(before="(+ masked skip)", after="(+ ragged skip)"):
-    """A change to step 15 measured across runs of history/bench_runs.csv: per d 64 cell, step 15's time in the
-    runs labelled `before` over its mean time in the runs labelled `after` (above 1.00x the change is faster),
-    beside the counted share of consumer tiles it removes (rows past seq_q); the d 128 cells, whose kernel the
-    change leaves alone, give the run-to-run band."""
-    path = os.path.join(gpu_dir(), WS_RUNS_CSV)
-    if not os.path.exists(path):
-        return "Not measured (no `" + WS_RUNS_CSV + "`)."
-    sides = {before: [], after: []}
-    for r in read_csv(path):
-        for tag, rows in sides.items():
-            if r["run"].endswith(tag):
-                rows.append(r)
-    labels = {tag: sorted({r["run"] for r in rows}) for tag, rows in sides.items()}
-    if not labels[before] or not labels[after]:
-        return f"Not measured (no runs labelled `{before}` and `{after}`)."
-
-    def mean_times(tag):
-        per_run = [tc_times(rows=[r for r in sides[tag] if r["run"] == lab])[HOPPER_WS] for lab in labels[tag]]
-        cells = set.intersection(*(set(t) for t in per_run))
-        return {c: mean(t[c] for t in per_run) for c in cells}
-
-    old, new = mean_times(before), mean_times(after)
-    ratio = {c: old[c] / new[c] for c in old if c in new}
-    body = []
-    for causal in (False, True):
-        for seq in TC_SEQS:
-            every, _ = consumer_tiles(seq, 64, causal, skip_rows=False)
-            kept, _ = consumer_tiles(seq, 64, causal)
-            body.append(["64", "yes" if causal else "no", str(seq), f"{100 * (every - kept) / every:.1f}%"] +
-                        [f"{ratio[(dt, 64, causal, seq)]:.3f}×" if (dt, 64, causal, seq) in ratio else "-"
-                         for dt in TC_DTYPES])
-    band = sorted(x for c, x in ratio.items() if c[1] == 128)
-    if band:
-        body.append(["128 (unchanged)", "both", "all", "0.0%", f"{band[0]:.3f}× to {band[-1]:.3f}× "
-                     f"(median {median(band):.3f}×, {len(band)} cells, both dtypes)", ""])
-    return md_table(["d", "causal", "seq", "consumer tiles skipped (counted)"] +
-                    [f"{dt}: time before / after" for dt in TC_DTYPES], body) + \
-        f"\n\nStep 15's forward time in the run before the change ({', '.join(labels[before])}) over its mean time " \
-        f"in the runs after it ({', '.join(labels[after])}), FA2 shapes, each run with SDPA in the same " \
-        "`profiles/bench.py` run; above 1.00× the change made the cell faster. \"Consumer tiles skipped\": the share " \
-        "of consumer tiles that belong to consumers whose 64 rows all lie past seq_q, counted with the causal " \
-        "masked skip already in place (`results:consumer_tiles`). The d 128 row runs the same kernel before and " \
-        "after (its query blocks of 128 rows divide every seq here), so its spread is the runs' own.\n\n" + \
-        source_line([WS_RUNS_CSV])
 
 
 GQA_STEPS = ("11_tuned_forward", HOPPER_FWD, HOPPER_WS)  # the forward steps that run grouped-query attention
@@ -1396,51 +1311,6 @@ def decode_splits_table(csv_name="decode_splits.csv"):
         source_line([csv_name])
 
 
-# Step 15's cross-tile overlap (branch step15-crosstile, dropped): its sweep beside the full step's, both
-# kept in history/crosstile_bench.csv (column `build`: main or crosstile; the crosstile run's SDPA rows too).
-CROSSTILE_CSV = os.path.join(HOPPER_WS, "history", "crosstile_bench.csv")
-
-
-def crosstile_table():
-    """Per (head_dim, causal): the range of the cross-tile build's time over the full step's, seq 1024 and up,
-    both dtypes; then the median x SDPA-cuDNN of each build per dtype (cuDNN from the cross-tile run)."""
-    path = os.path.join(gpu_dir(), CROSSTILE_CSV)
-    if not os.path.exists(path):
-        return "Not measured (no `" + CROSSTILE_CSV + "`)."
-    t = {(r["build"], r["step"], r["problem"]): fp_float(r["time_ms"]) for r in read_csv(path)}
-    change, cudnn = OrderedDict(), OrderedDict()
-    for (build, step, problem), ms in t.items():
-        p = split_problem(problem)
-        base = t.get(("main", HOPPER_WS, problem))
-        if build != "crosstile" or step != HOPPER_WS or not p or p["seq"] < TARGET_MIN_SEQ or not base:
-            continue
-        change.setdefault((p["d"], p["causal"]), []).append(ms / base - 1)
-        c = t.get(("crosstile", "sdpa_cudnn", problem))
-        if c:
-            cudnn.setdefault(p["dtype"], {"main": [], "crosstile": []})
-            cudnn[p["dtype"]]["main"].append(c / base)
-            cudnn[p["dtype"]]["crosstile"].append(c / ms)
-    body = [[f"d = {d}, {'causal' if causal else 'not causal'}", f"{100 * min(v):+.1f}% to {100 * max(v):+.1f}%"]
-            for (d, causal), v in sorted(change.items())]
-    med = [[dt, f"{median(sorted(v['main'])):.2f}×", f"{median(sorted(v['crosstile'])):.2f}×"]
-           for dt, v in cudnn.items()]
-    return md_table(["cells", "time change"], body) + "\n\n" + \
-        md_table(["dtype", "median × SDPA-cuDNN, full step", "median × SDPA-cuDNN, cross-tile"], med) + \
-        f"\n\nTime of the cross-tile build over the full step's, seq {TARGET_MIN_SEQ}-16384, fp16 and bf16, " \
-        "FlashAttention-2 benchmark shapes (positive: the cross-tile build is slower); each build's sweep from its " \
-        "own `profiles/bench.py --steps 15` run on the same H100, minutes apart; SDPA-cuDNN from the cross-tile " \
-        "run for both medians.\n\n" + source_line([CROSSTILE_CSV])
-
-
-# Step 15's three small experiments (branches step15-keep-p and step15-tree-prefetch, dropped): each switched
-# off by a --variant of its own build and timed beside the full build in one call, variants interleaved
-# (history/softmax_experiments.csv: experiment, variant, round, problem, time_ms, ...).
-SOFTMAX_EXP_CSV = os.path.join(HOPPER_WS, "history", "softmax_experiments.csv")
-SOFTMAX_EXPERIMENTS = (("keep-p", "no-keep-p", "P kept live: the softmax under P·V"),
-                       ("tree-prefetch", "no-tree", "two-row, two-chain softmax"),
-                       ("tree-prefetch", "no-prefetch", "next tile's Q prefetched into L2"))
-
-
 def cell_order(problem):
     """Sort key of an attention cell of the experiment tables: head_dim, causal, seq, dtype."""
     q = split_problem(problem)
@@ -1451,36 +1321,6 @@ def cell_columns(problem):
     """An attention cell as the experiment tables' columns: dtype, d, causal, seq."""
     q = split_problem(problem)
     return [q["dtype"], str(q["d"]), "yes" if q["causal"] else "no", str(q["seq"])] if q else [problem, "", "", ""]
-
-
-def softmax_experiments_table():
-    """Per cell and experiment: the mean time without the change over the mean time with it (above 1: the change
-    is faster), from history/softmax_experiments.csv; then each column's range."""
-    path = os.path.join(gpu_dir(), SOFTMAX_EXP_CSV)
-    if not os.path.exists(path):
-        return "Not measured (no `" + SOFTMAX_EXP_CSV + "`)."
-    t = OrderedDict()
-    for r in read_csv(path):
-        t.setdefault((r["experiment"], r["variant"], r["problem"]), []).append(fp_float(r["time_ms"]))
-    cells = list(OrderedDict.fromkeys(p for (_, _, p) in t))
-    body, spans = [], [[] for _ in SOFTMAX_EXPERIMENTS]
-    for problem in sorted(cells, key=cell_order):
-        row = cell_columns(problem)
-        for i, (exp, off, _) in enumerate(SOFTMAX_EXPERIMENTS):
-            on, without = t.get((exp, "full", problem)), t.get((exp, off, problem))
-            if on and without:
-                ratio = mean(without) / mean(on)
-                spans[i].append(ratio)
-                row.append(f"{ratio:.3f}")
-            else:
-                row.append("")
-        body.append(row)
-    body.append(["range", "", "", ""] + [f"{min(v):.3f} to {max(v):.3f}" if v else "" for v in spans])
-    return md_table(["dtype", "d", "causal", "seq"] + [name for _, _, name in SOFTMAX_EXPERIMENTS], body) + \
-        "\n\nEach column: the mean time of the build with the change switched off (its `--variant`) over the mean " \
-        "time of the build with it, `--bench` on the FlashAttention-2 benchmark shapes, the variants interleaved " \
-        "in one call on one H100 (above 1: the change is faster). The first column's build has the one-chain " \
-        "softmax; the other two are one build.\n\n" + source_line([SOFTMAX_EXP_CSV])
 
 
 # Step 13's A/B experiments: each pairs an instance as built before the change ('before') with the same

@@ -726,48 +726,6 @@ def history_table(test, name, csv_name, header, rows):
             results.gpu_dir = saved
 
 
-WS = "15_hopper_warp_specialized"
-
-
-class CrossTile(unittest.TestCase):
-    """results.py's table of step 15's dropped cross-tile build against the full step (synthetic rows)."""
-
-    def test_table(self):
-        rows = []
-        for problem, main, cross, cudnn in (("B4 H16 S4096 D128 f16", 1.0, 1.1, 1.05),
-                                             ("B2 H16 S8192 D128 f16", 2.0, 1.9, 2.0),
-                                             ("B32 H16 S512 D128 f16", 0.1, 0.5, 0.1)):  # below seq 1024
-            rows += [dict(bench_row(WS, problem, main), build="main"),
-                     dict(bench_row(WS, problem, cross), build="crosstile"),
-                     dict(bench_row("sdpa_cudnn", problem, cudnn), build="crosstile")]
-        table = history_table(self, "crosstile_table", "CROSSTILE_CSV", ["build"] + fp.BENCH_COLUMNS, rows)
-        # 1.1/1.0 and 1.9/2.0: +10.0% and -5.0%; seq 512 left out (its +400% would show)
-        self.assertIn("| d = 128, not causal | -5.0% to +10.0% |", table)
-        # x cuDNN: full step 1.05 and 1.0 -> median 1.025; cross-tile 1.05/1.1 and 2.0/1.9 -> 0.95, 1.05: 1.00
-        self.assertIn("| f16 | 1.02× | 1.00× |", table)
-
-
-class SoftmaxExperiments(unittest.TestCase):
-    """results.py's table of step 15's three dropped experiments (synthetic rows)."""
-
-    def test_table(self):
-        rows = [("keep-p", "full", "B2 H16 S8192 D128 f16", 1.0), ("keep-p", "full", "B2 H16 S8192 D128 f16", 1.2),
-                ("keep-p", "no-keep-p", "B2 H16 S8192 D128 f16", 1.21),
-                ("tree-prefetch", "full", "B2 H16 S8192 D128 f16", 2.0),
-                ("tree-prefetch", "no-tree", "B2 H16 S8192 D128 f16", 1.9),
-                ("tree-prefetch", "no-prefetch", "B2 H16 S8192 D128 f16", 2.2),
-                ("tree-prefetch", "full", "B8 H32 S2048 D64 causal f16", 1.0),
-                ("tree-prefetch", "no-tree", "B8 H32 S2048 D64 causal f16", 1.05)]
-        table = history_table(self, "softmax_experiments_table", "SOFTMAX_EXP_CSV",
-                              ["experiment", "variant", "round", "problem", "time_ms"],
-                              [dict(experiment=e, variant=v, round=1, problem=p, time_ms=ms) for e, v, p, ms in rows])
-        # keep-p: 1.21 / mean(1.0, 1.2) = 1.1; no-tree 1.9/2.0 = 0.95; no-prefetch 2.2/2.0 = 1.1; d64 first (sorted)
-        self.assertIn("| f16 | 128 | no | 8192 | 1.100 | 0.950 | 1.100 |", table)
-        self.assertIn("| f16 | 64 | yes | 2048 |  | 1.050 |  |", table)
-        self.assertLess(table.index("| f16 | 64 |"), table.index("| f16 | 128 |"))
-        self.assertIn("| range |  |  |  | 1.100 to 1.100 | 0.950 to 1.050 | 1.100 to 1.100 |", table)
-
-
 class BwdExperiments(unittest.TestCase):
     """results.py's table of step 13's A/B experiments (synthetic rows)."""
 
@@ -859,43 +817,6 @@ class BwdWaves(unittest.TestCase):
         self.assertIn("| step13 | B1 S16384 D128 | 32 | 4096 | 31.03 | 33.000 | 1.0312 |  |", table)
         self.assertIn("| step13 | B1 S16384 D128 | 33 | 4224 | 32.00 | 33.000 | 1.0000 | 0.970 |", table)
         self.assertIn("| sdpa_flash | B2 S8192 D128 | 16 | 2048 | 15.52 | 8.000 | 0.5000 |  |", table)
-
-
-class HopperWsRuns(unittest.TestCase):
-    """results.py's table of step 15's runs side by side (synthetic rows: two runs, three cells)."""
-
-    def test_table(self):
-        rows = []
-        for run, ms in (("r1", 1.0), ("r2", 0.9)):
-            for problem, cudnn in (("B8 H16 S2048 D128 f16", 0.95), ("B2 H16 S8192 D128 f16", 1.0),
-                                   ("B16 H32 S1024 D64 causal bf16", 1.1)):
-                rows += [dict(bench_row(WS, problem, ms), run=run, sdpa_passes="2"),
-                         dict(bench_row("sdpa_cudnn", problem, cudnn), run=run, sdpa_passes="2")]
-        table = history_table(self, "hopper_ws_runs_table", "WS_RUNS_CSV", ["run", "sdpa_passes"] + fp.BENCH_COLUMNS,
-                              rows)
-        # r1: ratios 0.95, 1.0, 1.1 -> median 1.0, one below 1.00x, lowest at seq >= 2048 0.95x; d128 not causal
-        # seq 8192 at 1 ms: 4*2*16*8192^2*128 FLOP / 1 ms = 1100 TFLOP/s
-        self.assertIn("| r1 | 2 | 1.000× | 1.000× / 1.000× | 1 of 3 | 0.95× | 1100 |", table)
-        # r2: 0.95/0.9, 1.0/0.9, 1.1/0.9 -> 1.056, 1.111, 1.222
-        self.assertIn("| r2 | 2 | 1.111× | 1.111× / 1.111× | 0 of 3 | 1.06× | 1222 |", table)
-
-
-class WsChange(unittest.TestCase):
-    """results.py's table of a step-15 change measured across runs (synthetic rows: one run before, two after)."""
-
-    def test_table(self):
-        rows = []
-        for run, d64, d128 in (("c (+ masked skip)", 1.05, 1.0), ("d (+ ragged skip)", 1.0, 0.98),
-                               ("e (+ ragged skip)", 1.0, 1.02)):
-            rows += [dict(bench_row(WS, "B16 H32 S1024 D64 f16", d64), run=run, sdpa_passes="2"),
-                     dict(bench_row(WS, "B8 H16 S2048 D128 bf16", d128), run=run, sdpa_passes="2")]
-        table = history_table(self, "ws_change_table", "WS_RUNS_CSV", ["run", "sdpa_passes"] + fp.BENCH_COLUMNS,
-                              rows)
-        # d 64 seq 1024 not causal: 2 of 18 consumers past seq_q (11.1%), 1.05 ms before over 1.0 ms after
-        self.assertIn("| 64 | no | 1024 | 11.1% | 1.050× | - |", table)
-        # d 128: 1.0 ms before over the mean of 0.98 and 1.02 after: the band of one cell
-        self.assertIn("| 128 (unchanged) | both | all | 0.0% | 1.000× to 1.000× (median 1.000×, 1 cells", table)
-        self.assertIn("c (+ masked skip)", table)
 
 
 class Step11Candidates(unittest.TestCase):

@@ -5,7 +5,8 @@
     python3 tools/doclinks.py fix            # move line links whose code moved; report what needs a human
     python3 tools/doclinks.py lock [DOC...]  # record what line links point at now (after a human checked)
 
-Scanned: docs/*.md, README.md, steps/*/README.md (links inside fenced code blocks are skipped).
+Scanned: docs/*.md, docs/history/*.md, README.md, steps/*/README.md (links inside fenced code
+blocks are skipped).
 
 `check` verifies
   (a) every relative link points to an existing file or folder, and a `#heading` anchor on a .md
@@ -47,7 +48,9 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_:<>]*(?:\(\))?$")
 
 def docs():
     out = []
-    for folder, pattern in (("docs", r".+\.md$"), (".", r"^README\.md$")):
+    for folder, pattern in (("docs", r".+\.md$"), ("docs/history", r".+\.md$"), (".", r"^README\.md$")):
+        if not os.path.isdir(os.path.join(ROOT, folder)):
+            continue
         for f in sorted(os.listdir(os.path.join(ROOT, folder))):
             if re.match(pattern, f):
                 out.append(os.path.normpath(os.path.join(folder, f)))
