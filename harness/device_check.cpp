@@ -2,22 +2,30 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <optional>
+#include <string>
 
 #include "check.h"
+#include "env.h"
 
 namespace fa {
 
-static int fake_cc() {
-  const char* v = std::getenv("FA_FAKE_CC");
-  if (!v || !*v) return 0;
-  int major = 0, minor = 0;
-  if (std::strchr(v, '.') ? std::sscanf(v, "%d.%d", &major, &minor) == 2 : std::sscanf(v, "%d", &major) == 1) {
-    const int cc = std::strchr(v, '.') ? major * 10 + minor : major;
-    if (cc > 0) return cc;
+int fake_cc() {
+  const std::optional<std::string> v = env_value("FA_FAKE_CC");
+  if (!v) return 0;
+  const std::size_t dot = v->find('.');
+  std::optional<long long> cc;
+  if (dot == std::string::npos) {
+    cc = parse_whole(*v, 10, 999);  // major·10 + minor: 80
+  } else {                          // major.minor: 8.0
+    const std::optional<long long> major = parse_whole(v->substr(0, dot), 1, 99),
+                                   minor = parse_whole(v->substr(dot + 1), 0, 9);
+    if (major && minor) cc = *major * 10 + *minor;
   }
-  throw UsageError(std::string("FA_FAKE_CC=") + v + ": expected a compute capability such as 80 or 8.0");
+  if (cc) return int(*cc);
+  throw UsageError("FA_FAKE_CC=" + *v +
+                   ": expected a compute capability such as 80 or 8.0 (major·10 + minor from 10 to 999, or "
+                   "major.minor with a one-digit minor)");
 }
 
 DeviceCC device_cc(int id) {

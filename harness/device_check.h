@@ -19,6 +19,10 @@ struct DeviceCC {
   bool faked = false;  // cc comes from FA_FAKE_CC
 };
 
+// The compute capability FA_FAKE_CC sets, major·10 + minor: "80" or "8.0" is 80; 0 when it is not set.
+// Anything else throws UsageError naming the variable, its value and the two forms.
+int fake_cc();
+
 // Device `id`'s name and compute capability (FA_FAKE_CC applied). Throws CudaError if the device
 // cannot be queried.
 DeviceCC device_cc(int id);

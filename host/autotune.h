@@ -20,18 +20,33 @@
 //
 // The timer and the capture query are constructor arguments, so tests/test_autotune.cpp drives the
 // cache and the pin on the CPU with made-up timings.
+//
+// The attention steps that tune (11, 13) share the rest of the plumbing, AttnAutotuner (bottom): the
+// problem class of an attention problem, one cache per element type, and the dispatch from the
+// element type to the candidates of that type:
+//
+//   fa::AttnAutotuner<fa::AttnFwdArgs> tuner(step_name, "FA_STEP11_CONFIG", candidates<__half>,
+//                                            candidates<__nv_bfloat16>, /*by_variant=*/false);
+//   tuner.launch(args, stream)        pick (as above) and launch
+//   tuner.tune(args, stream)          time the class of `args` now
+//
+// A step keeps its candidates, `const std::vector<TuneCandidate<Args>>& candidates<T>(int head_dim)`,
+// the instances of head_dim <= 64 and of 64 < head_dim <= 128.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "check.h"
+#include "env.h"
+#include "ops.h"
 
 namespace fa {
 
@@ -90,13 +105,13 @@ class Autotuner {
       : step_(step_name), pin_env_(pin_env), timer_(std::move(timer)), capturing_(std::move(capturing)) {}
 
   // The candidate to launch for class `key` (an element of `cands`, which must not be empty):
-  //   1. the pin, if its variable is set (UsageError naming the candidates if it names none;
+  //   1. the pin, if its variable is set and not empty (UsageError naming the candidates if it names none;
   //      `scope`, if given, says which candidates: "head_dim <= 64");
   //   2. else the class's cached winner;
   //   3. else the class is tuned now (UsageError instead if `stream` is capturing a graph).
   const Candidate& pick(const Key& key, const std::vector<Candidate>& cands, const Args& a, cudaStream_t stream,
                         const char* scope = nullptr) {
-    if (const char* pin = std::getenv(pin_env_)) return pinned(pin, cands, scope);
+    if (const std::optional<std::string> pin = env_value(pin_env_)) return pinned(*pin, cands, scope);
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = cache_.find(key); it != cache_.end()) return cands.at(it->second);
     if (capturing_(stream))
@@ -121,9 +136,9 @@ class Autotuner {
   }
 
  private:
-  const Candidate& pinned(const char* pin, const std::vector<Candidate>& cands, const char* scope) const {
+  const Candidate& pinned(const std::string& pin, const std::vector<Candidate>& cands, const char* scope) const {
     for (const Candidate& c : cands)
-      if (pin == std::string(c.name)) return c;
+      if (pin == c.name) return c;
     std::string names;
     for (const Candidate& c : cands) names += std::string(" ") + c.name;
     throw UsageError(std::string(step_) + ": " + pin_env_ + "=" + pin + " is not a candidate" +
@@ -148,6 +163,72 @@ class Autotuner {
   CaptureQuery capturing_;
   mutable std::mutex mu_;
   std::map<Key, int> cache_;
+};
+
+// ---- the attention steps' autotuner (steps 11 and 13) -------------------------------------------------
+// ceil(log2(n)): lengths bucketed by powers of two (…, 1024, 2048, …); 0 for n <= 1.
+inline int length_bucket(int n) {
+  int b = 0;
+  while ((1 << b) < n) ++b;
+  return b;
+}
+
+// A problem class: (element type, head_dim instance, causal, variant, seq_q bucket, seq_k bucket). The
+// best tile shape depends on how many key tiles a block walks and how many blocks fill the GPU, both set
+// by the lengths; the instance is 64 for head_dim <= 64, else 128 (smaller head dims are padded).
+using AttnClass = std::tuple<DType, int, bool, int, int, int>;
+
+template <class Args>  // AttnFwdArgs or AttnBwdArgs
+class AttnAutotuner {
+ public:
+  using Candidate = TuneCandidate<Args>;
+  using Candidates = const std::vector<Candidate>& (*)(int head_dim);  // a step's candidates<T>
+  using Timer = typename Autotuner<AttnClass, Args>::Timer;
+  using CaptureQuery = typename Autotuner<AttnClass, Args>::CaptureQuery;
+
+  // f16, bf16: the step's candidates of each element type. by_variant: whether the variant
+  // (AttnParams::variant) is part of the problem class; without it every variant shares one winner.
+  AttnAutotuner(
+      const char* step_name, const char* pin_env, Candidates f16, Candidates bf16, bool by_variant,
+      Timer timer = [](const Candidate& c, const Args& a, cudaStream_t s) { return median_launch_ms(c, a, s); },
+      CaptureQuery capturing = stream_is_capturing)
+      : f16_(f16),
+        bf16_(bf16),
+        by_variant_(by_variant),
+        tuner_(step_name, pin_env, std::move(timer), std::move(capturing)) {}
+
+  // Autotuner::pick for the class of `a`, among the candidates of its element type and head_dim.
+  const Candidate& pick(const Args& a, cudaStream_t stream) {
+    return tuner_.pick(problem_class(a.p), candidates(a.p), a, stream, scope(a.p.head_dim));
+  }
+  void launch(const Args& a, cudaStream_t stream) { pick(a, stream).launch(a, stream); }
+  // Autotuner::tune for the class of `a`.
+  const Candidate& tune(const Args& a, cudaStream_t stream) {
+    return tuner_.tune(problem_class(a.p), candidates(a.p), a, stream);
+  }
+  bool tuned(const AttnParams& p) const { return tuner_.tuned(problem_class(p)); }
+
+  AttnClass problem_class(const AttnParams& p) const {
+    const int variant = by_variant_ ? p.variant : 0;
+    return {p.dtype, instance(p.head_dim), p.causal, variant, length_bucket(p.seq_q), length_bucket(p.seq_k)};
+  }
+  // The candidates of head_dim's instance, the same names in both element types (for the tests, which
+  // pin each in turn).
+  int candidate_count(int head_dim) const { return int(f16_(head_dim).size()); }
+  std::string candidate_name(int head_dim, int i) const { return f16_(head_dim).at(i).name; }
+
+  static int instance(int head_dim) { return head_dim <= 64 ? 64 : 128; }
+  // Which candidates a pin is looked up among, for its error message.
+  static const char* scope(int head_dim) { return head_dim <= 64 ? "head_dim <= 64" : "64 < head_dim <= 128"; }
+
+ private:
+  const std::vector<Candidate>& candidates(const AttnParams& p) const {
+    return (p.dtype == DType::F16 ? f16_ : bf16_)(p.head_dim);
+  }
+
+  Candidates f16_, bf16_;
+  bool by_variant_;
+  Autotuner<AttnClass, Args> tuner_;
 };
 
 }  // namespace fa

@@ -1,5 +1,6 @@
 #include "launch.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -69,6 +70,24 @@ Problem fa2_problem(int seq, int head_dim, bool causal, DType dtype) {
   p.attn.causal = causal;
   p.attn.dtype = dtype;
   return p;
+}
+
+int sm_count() {
+  constexpr int kCached = 64;              // devices cached; one beyond them is asked every time
+  static std::atomic<int> cache[kCached];  // static storage, zeroed: 0 is "not asked yet"
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (dev >= 0 && dev < kCached)
+    if (const int known = cache[dev].load(std::memory_order_relaxed)) return known;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (dev >= 0 && dev < kCached) cache[dev].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 void opt_in_shared_memory(const void* kernel, std::size_t bytes, const char* step_name) {

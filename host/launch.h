@@ -4,6 +4,7 @@
 //   fa::check_attention_launch(...)       the same, plus sizes and 16-byte alignment: throws
 //   fa::opt_in_shared_memory(kernel, n)   once per kernel: allow n bytes of dynamic shared memory
 //   fa::fa2_problem(seq, d, causal, t)    the FlashAttention-2 benchmark shape
+//   fa::sm_count()                        the current GPU's SMs (0 without a GPU), asked once per device
 #pragma once
 #include <cuda_runtime.h>
 
@@ -29,6 +30,11 @@ void check_attention_launch(const StepInfo& step, const AttnParams& p, std::init
 // The FlashAttention-2 benchmark shape: batch·seq = 16384 tokens, heads·head_dim = 2048, scale
 // 1/sqrt(head_dim).
 Problem fa2_problem(int seq, int head_dim, bool causal, DType dtype);
+
+// The number of SMs of the current device, asked of the runtime once per device and cached; 0 when
+// there is no usable device (a CPU-only caller, e.g. a workspace size asked for without a GPU: the
+// error is cleared, not left for the next launch check to find).
+int sm_count();
 
 // Allows `kernel` `bytes` of dynamic shared memory (above the default 48 KB needs an opt-in) and
 // asks for the largest shared-memory carveout. Fails with a clear message if the device has less.

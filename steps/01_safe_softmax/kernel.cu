@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "check.h"
+#include "launch.h"
 #include "ops.h"
 
 namespace step01 {
@@ -211,17 +212,10 @@ inline int threads_for(long long elems) {
   return int(std::min<long long>(std::max<long long>(warps, 1), kMaxThreads / kWarp)) * kWarp;
 }
 
-inline int sm_count() {
-  int dev = 0, sms = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 template <int VEC>
 void launch_vec(const fa::SoftmaxArgs& a, cudaStream_t stream) {
   // Enough rows to fill every SM several times over: one block per row.
-  if (a.cols <= kChunk || a.rows >= 4 * sm_count()) {
+  if (a.cols <= kChunk || a.rows >= 4 * fa::sm_count()) {
     softmax_rows<VEC><<<a.rows, threads_for(a.cols), 0, stream>>>(a.x, a.y, a.lse, a.cols);
     FA_CHECK_LAUNCH();
     return;

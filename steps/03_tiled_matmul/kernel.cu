@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "check.h"
+#include "launch.h"
 #include "ops.h"
 
 namespace step03 {
@@ -292,13 +293,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 }
 
 // ---- launch configuration ----------------------------------------------------------------------------
-inline int sm_count() {
-  int dev = 0, sms = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 // 16-byte loads of an operand need every row of every batch entry to start on 16 bytes: an
 // aligned base, a leading dimension and a batch stride that are multiples of 4 floats.
 inline bool rows_aligned(const void* p, int ld, long long stride, int batch) {
@@ -338,7 +332,7 @@ void launch_layout(const fa::MatmulArgs& a, cudaStream_t stream) {
   // idle (fewer tiles than SMs): then 128×64, twice as many blocks.
   const long long big_tiles =
       (long long)((a.M + BigTile::BM - 1) / BigTile::BM) * ((a.N + BigTile::BN - 1) / BigTile::BN) * a.batch;
-  if (a.N <= NarrowTile::BN || big_tiles < sm_count())
+  if (a.N <= NarrowTile::BN || big_tiles < fa::sm_count())
     launch_tile<L, NarrowTile>(a, stream);
   else
     launch_tile<L, BigTile>(a, stream);

@@ -48,7 +48,7 @@
 //   6. Rescale     the online softmax splits into pass 1 (max, alpha, l), the O rescale under
 //                  `if (__any_sync(..., moved))`, and pass 2 (exponentials, row sums).
 //   7. Epilogue    after the loop, O goes into the dead Q tile (__syncwarp), then 16-byte stores.
-//   8. Autotuner   the launcher takes `C`; `candidates`, `ProblemClass`, `tuner`, `tuned_launch`
+//   8. Autotuner   the launcher takes `C`; `candidates`, `tuner` (fa::AttnAutotuner, host/autotune.h)
 //                  and `tune` replace step 10's `launch_dim`.
 //   Comments that explained step 10's code are shortened to "(step 10)" where the code is the same.
 //
@@ -394,56 +394,33 @@ const std::vector<Candidate>& candidates(int d) {
   return d <= 64 ? d64 : d128;
 }
 
-// The autotuner (host/autotune.h), one per element type. A problem class is (head_dim instance,
-// causal, seq_q bucket, seq_k bucket), buckets being powers of two (…, 1024, 2048, …): the best
-// tile shape depends on how many key tiles a block walks and on how many blocks fill the GPU, both
-// set by the lengths. The first launch of a class times every candidate on the caller's own
+// The autotuner (host/autotune.h, AttnAutotuner), one cache per element type. A problem class is
+// (head_dim instance, causal, seq_q bucket, seq_k bucket), buckets being powers of two (…, 1024, 2048,
+// …): the best tile shape depends on how many key tiles a block walks and on how many blocks fill the
+// GPU, both set by the lengths. The first launch of a class times every candidate on the caller's own
 // buffers and remembers the winner for the process. FA_STEP11_CONFIG=<name> pins a candidate
 // (profiling, tests).
-using ProblemClass = std::tuple<int, bool, int, int>;
-int bucket(int n) {
-  int b = 0;
-  while ((1 << b) < n) ++b;
-  return b;
-}
-ProblemClass problem_class(const fa::AttnParams& p) {
-  return {p.head_dim <= 64 ? 64 : 128, p.causal, bucket(p.seq_q), bucket(p.seq_k)};
-}
-template <class T>
-fa::Autotuner<ProblemClass, fa::AttnFwdArgs>& tuner() {
-  static fa::Autotuner<ProblemClass, fa::AttnFwdArgs> t(info().name, "FA_STEP11_CONFIG");
+fa::AttnAutotuner<fa::AttnFwdArgs>& tuner() {
+  static fa::AttnAutotuner<fa::AttnFwdArgs> t(info().name, "FA_STEP11_CONFIG", candidates<__half>,
+                                              candidates<__nv_bfloat16>, /*by_variant=*/false);
   return t;
-}
-const char* scope(int head_dim) { return head_dim <= 64 ? "head_dim <= 64" : "64 < head_dim <= 128"; }
-
-template <class T>
-void tuned_launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  const int d = a.p.head_dim;
-  tuner<T>().pick(problem_class(a.p), candidates<T>(d), a, stream, scope(d)).launch(a, stream);
 }
 
 void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o}, "Q, K, V and O");
-  if (a.p.dtype == fa::DType::F16)
-    tuned_launch<__half>(a, stream);
-  else
-    tuned_launch<__nv_bfloat16>(a, stream);
+  tuner().launch(a, stream);
 }
 
 // Tunes the problem class of `a` now, on its buffers (e.g. before capturing launches in a CUDA
 // graph, where the first launch of a class could not time the candidates).
 void tune(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o}, "Q, K, V and O");
-  const int d = a.p.head_dim;
-  if (a.p.dtype == fa::DType::F16)
-    tuner<__half>().tune(problem_class(a.p), candidates<__half>(d), a, stream);
-  else
-    tuner<__nv_bfloat16>().tune(problem_class(a.p), candidates<__nv_bfloat16>(d), a, stream);
+  tuner().tune(a, stream);
 }
 
 // For the tests, which pin each candidate in turn (FA_STEP11_CONFIG).
-int candidate_count(int head_dim) { return int(candidates<__half>(head_dim).size()); }
-std::string candidate_name(int head_dim, int i) { return candidates<__half>(head_dim).at(i).name; }
+int candidate_count(int head_dim) { return tuner().candidate_count(head_dim); }
+std::string candidate_name(int head_dim, int i) { return tuner().candidate_name(head_dim, i); }
 
 const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {

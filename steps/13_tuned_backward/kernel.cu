@@ -70,8 +70,8 @@
 // Reading `diff steps/12_tensor_core_backward/kernel.cu steps/13_tuned_backward/kernel.cu`: the
 // dK/dV kernel is rewritten around the three phases (product_t, product_kv and the dQ block are
 // its three products); Config<D, BLOCK_M, SPLIT_KV> replaces step 12's constants; pair_at is new;
-// the visiting order (Walk) staggers the blocks; the autotuner (candidates, ProblemClass, tuner,
-// tuned_launch) replaces step 12's launch_dim; Tail, tail_plan and the TAIL instance are the last
+// the visiting order (Walk) staggers the blocks; the autotuner (candidates, tuner: fa::AttnAutotuner
+// of host/autotune.h) replaces step 12's launch_dim; Tail, tail_plan and the TAIL instance are the last
 // wave; head_group and the 3-D grid are the causal order; Order, turn_at, the ORDERED instance and
 // launch_ordered are the deterministic variant, which replaces step 12's dQ kernel. delta is step
 // 12's; convert reads the fragment order.
@@ -86,10 +86,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -100,6 +100,7 @@
 #include "autotune.h"
 #include "check.h"
 #include "cp_async.cuh"
+#include "env.h"
 #include "launch.h"
 #include "mma_sync.cuh"
 #include "ops.h"
@@ -813,24 +814,15 @@ __global__ void __launch_bounds__(kConvertThreads)
 // The last wave's plan (Tail): the last r = G mod S of the G key blocks cut into k pieces, k making
 // the tail, ceil(r·k / S) / k of a wave, smallest, with at least 8 query tiles of 128 per piece and
 // k ≤ 8 (the last piece adds k slots alone); shorter pieces measured slower at head_dim 128, seq
-// 2048. Atomic, not causal, MHA. FA_STEP13_TAIL=0: off (doc 13).
-int sm_count() {  // the GPU's SMs, 0 without a GPU
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-                   cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess
-               ? n
-               : 0;
-  }();
-  return sms;
-}
+// 2048. Atomic, not causal, MHA. FA_STEP13_TAIL=0: off, 1: on (the default); anything else is refused
+// (doc 13).
 struct TailPlan {
   int blocks, split, pieces;  // key blocks in all; split ones; pieces each
 };
 TailPlan tail_plan(const fa::AttnParams& p) {
   const int n_kb = (p.seq_k + 127) / 128, blocks = n_kb * p.batch * fa::kv_heads_of(p);  // BLOCK_N = 128
-  const int sms = sm_count();
-  static const bool off = std::getenv("FA_STEP13_TAIL") && std::string(std::getenv("FA_STEP13_TAIL")) == "0";
+  const int sms = fa::sm_count();  // 0 without a GPU
+  static const bool off = !fa::env_switch("FA_STEP13_TAIL", true, "0: no pieces; 1: last wave in pieces, the default");
   const TailPlan none{blocks, 0, 1};
   if (off || sms == 0 || p.variant != kAtomic || p.causal || fa::kv_heads_of(p) != p.heads) return none;
   const int r = blocks % sms, k_max = std::min(8, (p.seq_q + 127) / 128 / 8);
@@ -848,8 +840,9 @@ TailPlan tail_plan(const fa::AttnParams& p) {
 // last heads still running beside idle SMs. Heads in groups of `group`, the blocks of a group
 // key-block-major, start every heavy block of the group first. group·seq_k ≈ 16384 keeps a group's
 // Q, dO and dQ_accum (16 MB at head_dim 128) in L2; a power of two that divides batch·K/V heads.
+// FA_STEP13_GROUP=0: head after head, 1: groups (the default); anything else is refused.
 int head_group(const fa::AttnParams& p) {
-  static const bool off = std::getenv("FA_STEP13_GROUP") && std::string(std::getenv("FA_STEP13_GROUP")) == "0";
+  static const bool off = !fa::env_switch("FA_STEP13_GROUP", true, "0: head after head; 1: head groups, the default");
   const int heads = p.batch * fa::kv_heads_of(p);
   int g = 1;
   while (!off && p.causal && 2 * g * p.seq_k <= 16384 && heads % (2 * g) == 0) g *= 2;
@@ -892,9 +885,9 @@ void launch_ordered(K* kernel, int threads, std::size_t smem, cudaStream_t strea
   int per_sm = 0;
   FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   if (per_sm == 0) throw fa::UsageError(std::string(name) + ": the dK/dV kernel does not fit on an SM");
-  order.wave = std::min(order.items, per_sm * sm_count());
-  if (const char* cap = std::getenv("FA_STEP13_WAVE"))  // tests: fewer blocks, more waves
-    order.wave = std::min(order.wave, std::max(1, std::atoi(cap)));
+  order.wave = std::min(order.items, per_sm * fa::sm_count());
+  if (const auto cap = fa::env_int("FA_STEP13_WAVE", 1, INT_MAX, "the most blocks of the persistent grid"))
+    order.wave = std::min(order.wave, *cap);  // tests: fewer blocks, more waves
   cudaLaunchAttribute cooperative{};
   cooperative.id = cudaLaunchAttributeCooperative;
   cooperative.val.cooperative = 1;
@@ -980,29 +973,13 @@ const std::vector<Candidate>& candidates(int d) {
   return instance_dim(d) == 64 ? d64 : d128;
 }
 
-// The autotuner (host/autotune.h, as step 11), one per element type. A problem class is (head_dim
-// instance, causal, variant, seq_q bucket, seq_k bucket), buckets powers of two. FA_STEP13_CONFIG
-// pins a candidate (profiling, tests).
-using ProblemClass = std::tuple<int, bool, int, int, int>;
-int bucket(int n) {
-  int b = 0;
-  while ((1 << b) < n) ++b;
-  return b;
-}
-ProblemClass problem_class(const fa::AttnParams& p) {
-  return {instance_dim(p.head_dim), p.causal, p.variant, bucket(p.seq_q), bucket(p.seq_k)};
-}
-template <class T>
-fa::Autotuner<ProblemClass, fa::AttnBwdArgs>& tuner() {
-  static fa::Autotuner<ProblemClass, fa::AttnBwdArgs> t(info().name, "FA_STEP13_CONFIG");
+// The autotuner (host/autotune.h, AttnAutotuner, as step 11), one cache per element type. A problem
+// class is (head_dim instance, causal, variant, seq_q bucket, seq_k bucket), buckets powers of two.
+// FA_STEP13_CONFIG pins a candidate (profiling, tests).
+fa::AttnAutotuner<fa::AttnBwdArgs>& tuner() {  // head_dim padded up to an instance with zeros (step 12)
+  static fa::AttnAutotuner<fa::AttnBwdArgs> t(info().name, "FA_STEP13_CONFIG", candidates<__half>,
+                                              candidates<__nv_bfloat16>, /*by_variant=*/true);
   return t;
-}
-const char* scope(int head_dim) { return head_dim <= 64 ? "head_dim <= 64" : "64 < head_dim <= 128"; }
-
-template <class T>
-void tuned_launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
-  const int d = a.p.head_dim;  // padded up to an instance with zeros (step 12)
-  tuner<T>().pick(problem_class(a.p), candidates<T>(d), a, stream, scope(d)).launch(a, stream);
 }
 
 void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
@@ -1014,15 +991,12 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   if (!a.workspace)
     throw fa::UsageError(std::string(info().name) + ": the backward needs its workspace (" + info().workspace_note +
                          ")");
-  if (a.p.dtype == fa::DType::F16)
-    tuned_launch<__half>(a, stream);
-  else
-    tuned_launch<__nv_bfloat16>(a, stream);
+  tuner().launch(a, stream);
 }
 
 // For the tests, which pin each candidate in turn (FA_STEP13_CONFIG).
-int candidate_count(int head_dim) { return int(candidates<__half>(head_dim).size()); }
-std::string candidate_name(int head_dim, int i) { return candidates<__half>(head_dim).at(i).name; }
+int candidate_count(int head_dim) { return tuner().candidate_count(head_dim); }
+std::string candidate_name(int head_dim, int i) { return tuner().candidate_name(head_dim, i); }
 // The last wave's plan of a problem: split key blocks and pieces each (0, 1: not split).
 std::pair<int, int> tail_split(const fa::AttnParams& p) {
   const TailPlan t = tail_plan(p);

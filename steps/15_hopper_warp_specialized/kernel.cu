@@ -431,10 +431,10 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream, bool persistent) {
   const CUtensorMap tm_q = fa::tensor_map_16bit_3d(a.q, p.dtype, bh, p.seq_q, p.head_dim, C::BLOCK_M, kBox, name, "Q");
   const CUtensorMap tm_k = fa::tensor_map_16bit_3d(a.k, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "K");
   const CUtensorMap tm_v = fa::tensor_map_16bit_3d(a.v, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "V");
-  int dev = 0, sms = 0, l2 = 0;
+  int dev = 0, l2 = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  const int sms = fa::sm_count();
   const long long n_work = (long long)((p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M) * bh;
   // The counter hands out indices up to grid + n_work: keep both within an int.
   if (n_work >= (1LL << 30)) throw fa::UsageError(std::string(name) + ": 2^30 query tiles or more");

@@ -40,12 +40,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "check.h"
 #include "cp_async.cuh"
+#include "env.h"
 #include "launch.h"
 #include "mma_sync.cuh"
 #include "ops.h"
@@ -361,28 +362,16 @@ __global__ void __launch_bounds__(kCombineThreads)
 // many splits as one wave of one block per SM holds (rounded down: one block past the wave runs as a
 // second wave of its own; and one block streams its chunk as fast as two halves on one SM would, without
 // their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
-int sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    cudaGetLastError();  // no device (a CPU-only caller): plan for the most splits
-    return 0;
-  }
-  return sms;
-}
 int row_blocks(const fa::AttnParams& p) {
   const int rows = p.heads / fa::kv_heads_of(p) * p.seq_q;
   return (rows + (rows > 16 ? 32 : 16) - 1) / (rows > 16 ? 32 : 16);  // MF 1 (16 rows) or 2 (32)
 }
-// FA_STEP16_SPLITS=n pins the count (the tests' split paths; the measurements behind the heuristic).
+// FA_STEP16_SPLITS=n pins the count (the tests' split paths; the measurements behind the heuristic):
+// a whole number from 1 to kMaxSplits, anything else a usage error (host/env.h).
+std::optional<int> pinned_splits() { return fa::env_int("FA_STEP16_SPLITS", 1, kMaxSplits, "the number of splits"); }
+// sms: fa::sm_count(), 0 without a GPU (a CPU-only caller): plan for the most splits.
 int n_splits(const fa::AttnParams& p, int sms) {
-  if (const char* pin = std::getenv("FA_STEP16_SPLITS")) {
-    const int n = std::atoi(pin);
-    if (n < 1 || n > kMaxSplits)
-      throw fa::UsageError("FA_STEP16_SPLITS=" + std::string(pin) + ": a split count from 1 to " +
-                           std::to_string(kMaxSplits));
-    return n;
-  }
+  if (const std::optional<int> n = pinned_splits()) return *n;
   if (sms <= 0) return kMaxSplits;
   const long long base = (long long)p.batch * fa::kv_heads_of(p) * row_blocks(p), target = sms;
   if (base >= target) return 1;
@@ -391,7 +380,7 @@ int n_splits(const fa::AttnParams& p, int sms) {
 }
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
 std::size_t workspace_bytes(const fa::AttnParams& p) {
-  const int n = n_splits(p, sm_count());
+  const int n = n_splits(p, fa::sm_count());
   return n > 1 ? std::size_t(n) * rows_of(p) * (p.head_dim + 1) * sizeof(float) : 0;
 }
 
@@ -405,7 +394,7 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   (void)ready;
   const fa::AttnParams& p = a.p;
   const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
-  const int n = n_splits(p, sm_count());
+  const int n = n_splits(p, fa::sm_count());
   const std::size_t rows = rows_of(p);
   float* part_o = static_cast<float*>(a.workspace);
   float* part_lse = part_o ? part_o + std::size_t(n) * rows * p.head_dim : nullptr;
@@ -444,8 +433,10 @@ void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     f16 ? launch_rows<__half, 128>(a, stream) : launch_rows<__nv_bfloat16, 128>(a, stream);
 }
 
-// Decoding takes a few query rows per head; prefill belongs to the forward steps.
+// Decoding takes a few query rows per head; prefill belongs to the forward steps. A pinned split count
+// is read here too, so that a bad one is refused before the device is opened (no GPU needed).
 std::string supports(const fa::Problem& pr) {
+  pinned_splits();  // throws fa::UsageError naming FA_STEP16_SPLITS
   if (pr.attn.seq_q > kMaxSeqQ)
     return "this step decodes: seq_q at most " + std::to_string(kMaxSeqQ) + " query rows per head (got " +
            std::to_string(pr.attn.seq_q) + "; a prefill runs on steps 11-15)";
