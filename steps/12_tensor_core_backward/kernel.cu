@@ -5,63 +5,21 @@
 //
 // What changes since step 08: the algorithm is step 08's (delta once, then a kernel over key
 // blocks that keeps K_j, V_j, dK_j and dV_j on chip and walks the query tiles, P recomputed from
-// the forward's LSE), but every product now runs on the tensor cores with the instructions of
-// steps 09 and 10 (mma.sync m16n8k16, ldmatrix with and without .trans, the XOR swizzle, cp.async;
-// device/mma_sync.cuh and device/cp_async.cuh). No new instruction: the new idea is how the five
-// products of the backward map onto fragments. The forward is step 11's.
+// the forward's LSE), but every product runs on the tensor cores with the instructions of steps
+// 09-10 (mma.sync, ldmatrix, the XOR swizzle, cp.async). The new idea is how the five products
+// map onto fragments: the dK/dV kernel computes them transposed, keys as the mma's M (Sᵀ = K·Qᵀ,
+// dPᵀ = V·dOᵀ), so that a warp's accumulators are rows of dK and dV and Pᵀ and dSᵀ feed
+// dV += Pᵀ·dO and dK += dSᵀ·Q from registers.
+// dQ two ways (AttnParams::variant, `--variant NAME`): deterministic (the default), a dQ kernel
+// that recomputes S and dP the forward's way round and owns its rows of dQ; atomic, the dK/dV
+// kernel adds each key block's share into an fp32 workspace with 16-byte atomics.
 //
-// The dK/dV kernel: one block per 64 keys, 4 warps, each warp owns 16 keys for the whole kernel.
-// It computes everything transposed, keys as the mma's M, so that a warp's accumulators are rows
-// of dK and dV and P never leaves registers (the forward's trick: a C fragment of 16×16 is, element
-// for element, an A fragment):
-//
-//   Sᵀ  = K·Qᵀ           [16 keys, 64 queries]  A: K rows (ldmatrix)      B: Q rows (ldmatrix)
-//   Pᵀ  = 2^(Sᵀ·scale·log2e − LSE·log2e)   per element, LSE of the query (the column)
-//   dV += Pᵀ·dO          [16 keys, D]           A: Pᵀ from registers        B: dO rows (ldmatrix.trans)
-//   dPᵀ = V·dOᵀ          [16 keys, 64 queries]  A: V rows (ldmatrix)      B: dO rows (ldmatrix)
-//   dSᵀ = Pᵀ ∘ (dPᵀ − delta)                    delta of the query (the column), fp32
-//   dK += dSᵀ·Q          [16 keys, D]           A: dSᵀ from registers       B: Q rows (ldmatrix.trans)
-//
-// dQ_i = scale·Σ_j dS_ij·K_j sums over every key block, which this kernel splits across blocks.
-// Two ways to add it up, both here (AttnParams::variant, `--variant NAME`):
-//
-//   deterministic     (the default: measured the faster of the two on the H100, see doc 12)
-//                     a separate dQ kernel over query blocks (step 08's) recomputes S, P, dP and
-//                     dS on its own, the forward's way round (queries as M), and owns its dQ rows:
-//                       S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K   no atomics: bitwise identical run to run.
-//                     It costs the recomputation (S and dP twice), and runs beside the dK/dV
-//                     kernel on a second stream.
-//   atomic            the dK/dV kernel also writes dSᵀ to shared memory and each warp computes
-//                     dQ for 16 of the tile's queries over the block's 64 keys
-//                       dQ += dS·K     [16 queries, D]   A: dSᵀ tile (ldmatrix.trans)  B: K rows (.trans)
-//                     adding it into an fp32 workspace with 16-byte atomics (REDG.E.ADD.F32x4); a
-//                     last kernel scales and converts. Five products instead of seven, but every
-//                     (query tile, key block) pair adds a [64, D] fp32 tile into L2. The order of
-//                     the adds varies from run to run, so the low bits of dQ do too.
-//
-// Kernels, in launch order:
-//   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32 (step 08)
-//   dK/dV        grid (key blocks of 64, batch·heads), 128 threads; atomic: also dQ into fp32
-//   convert      atomic only: dQ = scale·dQ_accum -> fp16/bf16
-//   dQ           deterministic only: grid (query blocks of 64, batch·heads), 128 threads
-//
-// Tiles: 64 queries × 64 keys, head_dim instances 64 and 128 (any multiple of 8 up to 128, padded
-// with zeros). Shared memory, dK/dV kernel: K, V, two buffers each of Q and dO (the next query
-// tile's cp.async copies fly while this one is used), the dSᵀ tile, LSE and delta: 57 KB (d 64) or
-// 105 KB (d 128). dQ kernel: Q, dO, two buffers each of K and V: 48 KB or 96 KB.
-// Registers per thread: profiles/h100/ptxas.csv (generated from the build).
-//
-// Causal (top-left: query i sees key j <= i): the dK/dV kernel starts at the first query tile
-// that sees its keys and masks only the tiles that cross the diagonal (and the last, ragged key
-// block, whose zero-filled keys would otherwise get P = 2^(−LSE·log2e)); the dQ kernel stops at the
-// diagonal (step 06's stages). A row with LSE = −inf (no visible key) gets P = 0: no gradient,
-// never NaN.
-//
-// What this step leaves for step 13: one 64×64 tile shape for every problem, each operand read
-// again from shared memory for every product (K and V fragments could stay in registers), the
-// dS round trip through shared memory, and no tuning.
+// Kernels, in launch order: delta (one warp per row), dK/dV (a block per 64 keys, 4 warps of 16
+// keys), then convert (atomic) or dQ (deterministic: a block per 64 queries, beside dK/dV on a
+// second stream). Tiles 64 × 64; head_dim instances 64 and 128 (any multiple of 8 up to 128, padded).
 //
 // Build + run:  cmake --build build --target 12_tensor_core_backward && build/bin/12_tensor_core_backward
+// Read with:    docs/12_tensor_core_backward.md
 // =============================================================================================
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -124,10 +82,9 @@ __device__ __forceinline__ float2 unpack(std::uint32_t r) {
 }
 
 // ---- device memory -> shared memory ----------------------------------------------------------------
-// A [ROWS, D] tile of one head's [seq, head_dim] matrix into smem (swizzled), one 16-byte cp.async
-// per chunk, as in step 10. A thread owns one chunk column c and the rows r0, r0 + ROW_STEP, ...
-// (ROW_STEP a multiple of 8: one swizzled position for all of them). Rows >= seq and columns >=
-// head_dim are zero-filled. Issue only: the caller commits and waits.
+// A [ROWS, D] tile of one head's [seq, head_dim] matrix into smem (swizzled), one 16-byte cp.async per
+// chunk, as in step 10. A thread owns one chunk column c and the rows r0, r0 + ROW_STEP, ... (ROW_STEP a
+// multiple of 8: one swizzled position for all). Rows >= seq, columns >= head_dim: zero-filled. Issue only.
 template <int ROWS, int D, class T>
 __device__ __forceinline__ void copy_tile(T* dst, const T* __restrict__ src, int row0, int seq, int head_dim) {
   constexpr int CHUNKS = D / 8;               // 16-byte chunks per row
@@ -172,6 +129,99 @@ __global__ void __launch_bounds__(kDeltaThreads)
 #pragma unroll
   for (int off = kWarp / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (lane == 0) delta[row] = sum;
+}
+
+// ---- the products, per warp --------------------------------------------------------------------------
+// C += A·Bᵀ over D: C [16 rows of A from a0, BLOCK_M rows of Bt] C fragments, n-tile j = rows 8j.. of Bt.
+// A, Bt: swizzled [.., D] tiles, both by plain ldmatrix, as the forward reads Q and K (B[d][n] = Bt[n][d]).
+template <int D, class T>
+__device__ __forceinline__ void mma_abt(float (&c)[BLOCK_M / 8][4], const T* A, int a0, const T* Bt, int lane) {
+#pragma unroll 1  // kk indexes only addresses: unrolled, its D/16 swizzled offsets would all stay live
+  for (int kk = 0; kk < D / 16; ++kk) {
+    std::uint32_t a[4];
+    ldmatrix_x4(a, A + swz<D>(a0 + lane % 16, 2 * kk + lane / 16));
+#pragma unroll
+    for (int jj = 0; jj < BLOCK_M / 16; ++jj) {
+      std::uint32_t b[4];
+      ldmatrix_x4(b, Bt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
+      mma_16816<T>(c[2 * jj], a, b[0], b[1]);
+      mma_16816<T>(c[2 * jj + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// C += A·B for k-step kk: C [16, D] C fragments, n-tile j = dims 8j..; a: an A fragment [16, 16 k] from
+// registers (the forward's P trick); B's rows 16kk.. hold dims side by side: ldmatrix.trans, as for V.
+template <int D, class T>
+__device__ __forceinline__ void mma_ab(float (&c)[D / 8][4], const std::uint32_t (&a)[4], const T* B, int kk,
+                                       int lane) {
+#pragma unroll
+  for (int dd = 0; dd < D / 16; ++dd) {
+    std::uint32_t b[4];  // matrices: k +0..7 × dims +0..7, +8..15 × +0..7, +0..7 × +8..15, +8..15 × +8..15
+    ldmatrix_x4_trans(b, B + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
+    mma_16816<T>(c[2 * dd], a, b[0], b[1]);
+    mma_16816<T>(c[2 * dd + 1], a, b[2], b[3]);
+  }
+}
+
+// ---- atomic variant: a query tile's dQ from this key block, added into dQ_accum --------------------------
+// dQ[query][d] += Σ_key dS[query][key]·K[key][d]; ds: this warp's dSᵀ [16 keys, BLOCK_M] fragments,
+// dq_accum: this head's, fp32 [seq_q, head_dim]. A warp holds dSᵀ for 16 keys and every query; the
+// product wants 16 queries and every key. So dSᵀ goes to shared memory (rows = keys, 4-byte stores:
+// element pairs of one row), and each warp reads back the 16 queries it computes.
+template <class T, int D>
+__device__ __forceinline__ void atomic_dq(float* dq_accum, const float (&ds)[BLOCK_M / 8][4], T* dSt, const T* Ks,
+                                          int m0, int seq_q, int head_dim, int warp, int lane) {
+  const int g = lane / 4, t4 = lane % 4, w0 = warp * 16;
+#pragma unroll
+  for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)  // row w0 + g + 8h, queries 8j + 2·t4, +1: chunk j, 4 bytes at 4·t4
+      *reinterpret_cast<std::uint32_t*>(dSt + swz<BLOCK_M>(w0 + g + 8 * h, j) + 2 * t4) =
+          pack<T>(ds[j][2 * h], ds[j][2 * h + 1]);
+  __syncthreads();  // every warp's dSᵀ rows are in
+
+  // A[query][key] = dSᵀ[key][query]: two keys per register from rows that hold queries side by side:
+  // ldmatrix.trans. k-step kk, this warp's queries: queries +0..7 × keys +0..7, +8..15 × +0..7, +0..7 ×
+  // +8..15, +8..15 × +8..15 (a[0..3]): dSᵀ rows 16kk + (lane/16)·8 + lane%8, query chunk 2·warp + lane/8%2.
+  std::uint32_t a[BLOCK_N / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+    ldmatrix_x4_trans(a[kk], dSt + swz<BLOCK_M>(kk * 16 + lane % 8 + lane / 16 * 8, 2 * warp + lane / 8 % 2));
+  // B[key][d] = K[key][d]: ldmatrix.trans of K rows, as the forward reads V. One 16-dim slice at a
+  // time, added straight into dQ_accum: 8 fp32 registers instead of D/2. Not unrolled: dd indexes only
+  // addresses, and unrolled, its swizzled offsets would all stay live (at d = 128 ptxas then spills).
+  const int q0 = m0 + 16 * warp;  // this warp's first query
+#pragma unroll 1
+  for (int dd = 0; dd < D / 16; ++dd) {
+    float c[2][4] = {};  // [16 queries, 16 dims]: n-tiles dims 16dd..+7, 16dd+8..+15
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+      std::uint32_t b[4];
+      ldmatrix_x4_trans(b, Ks + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
+      mma_16816<T>(c[0], a[kk], b[0], b[1]);
+      mma_16816<T>(c[1], a[kk], b[2], b[3]);
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      // One 16-byte atomic per lane (sm_90: REDG.E.ADD.F32x4, the result is not read) instead
+      // of four scalar ones. A lane holds two columns of rows g and g+8; lanes t4 and t4^1
+      // trade pairs so that the even one holds 4 columns of row g, the odd one of row g+8.
+      const bool odd = t4 & 1;
+      const float x0 = __shfl_xor_sync(0xffffffffu, odd ? c[n][0] : c[n][2], 1);
+      const float x1 = __shfl_xor_sync(0xffffffffu, odd ? c[n][1] : c[n][3], 1);
+      const float4 four = odd ? make_float4(x0, x1, c[n][2], c[n][3]) : make_float4(c[n][0], c[n][1], x0, x1);
+      const int row = q0 + g + (odd ? 8 : 0), col = 16 * dd + 8 * n + 4 * (t4 / 2);
+      if (row < seq_q && col < head_dim) {  // head_dim % 8 == 0: four columns wholly in or out
+        float* to = dq_accum + std::size_t(row) * head_dim + col;
+#if __CUDA_ARCH__ >= 900
+        atomicAdd(reinterpret_cast<float4*>(to), four);
+#else
+        atomicAdd(to, four.x), atomicAdd(to + 1, four.y), atomicAdd(to + 2, four.z), atomicAdd(to + 3, four.w);
+#endif
+      }
+    }
+  }
 }
 
 // ---- the dK/dV kernel: one key block, every query tile that sees it ----------------------------------------
@@ -236,12 +286,8 @@ __global__ void __launch_bounds__(THREADS)
   }
   cp_async_commit();
 
-  float dk_acc[D / 8][4];  // [16 keys, D] this warp's rows of dK (unscaled), C fragments: n-tile j = dims 8j..8j+7
-  float dv_acc[D / 8][4];  // [16 keys, D] this warp's rows of dV
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk_acc[j][e] = dv_acc[j][e] = 0.f;
+  float dk_acc[D / 8][4] = {};  // [16 keys, D] this warp's rows of dK (unscaled), C fragments: n-tile j = dims 8j..
+  float dv_acc[D / 8][4] = {};  // [16 keys, D] this warp's rows of dV
 
   auto query_tile = [&](int t, auto masked) {
     const int m0 = t * BLOCK_M;  // first query of this tile
@@ -255,36 +301,17 @@ __global__ void __launch_bounds__(THREADS)
       stat_next = fetch_row_stat(m0 + BLOCK_M);
     }
     cp_async_commit();
-    const T* Qt = Qs + buf * BLOCK_M * D;
-    const T* dOt = dOs + buf * BLOCK_M * D;
-    const float* lse_t = lse_s + buf * BLOCK_M;
-    const float* delta_t = delta_s + buf * BLOCK_M;
+    const T *Qt = Qs + buf * BLOCK_M * D, *dOt = dOs + buf * BLOCK_M * D;
+    const float *lse_t = lse_s + buf * BLOCK_M, *delta_t = delta_s + buf * BLOCK_M;
 
-    // Sᵀ = K·Qᵀ. A [16 keys × 16 dims]: this warp's K rows, read as the forward reads Q.
-    // B[d][query] = Q[query][d]: Q rows read as the forward reads K (plain ldmatrix), one x4 per
-    // 16 queries (two n-tiles) × 16 dims.
-    float s[BLOCK_M / 8][4];  // [16 keys, BLOCK_M] C fragments: n-tile j = queries m0+8j .. m0+8j+7
-#pragma unroll
-    for (int j = 0; j < BLOCK_M / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll 1  // kk indexes only addresses: unrolled, its D/16 swizzled offsets would all stay live
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t a[4];
-      ldmatrix_x4(a, Ks + swz<D>(w0 + lane % 16, 2 * kk + lane / 16));
-#pragma unroll
-      for (int jj = 0; jj < BLOCK_M / 16; ++jj) {
-        std::uint32_t b[4];
-        ldmatrix_x4(b, Qt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
-        mma_16816<T>(s[2 * jj], a, b[0], b[1]);
-        mma_16816<T>(s[2 * jj + 1], a, b[2], b[3]);
-      }
-    }
+    // Sᵀ = K·Qᵀ: A this warp's K rows, B[d][query] = Q[query][d] from Q rows.
+    float s[BLOCK_M / 8][4] = {};  // [16 keys, BLOCK_M] C fragments: n-tile j = queries m0+8j .. m0+8j+7
+    mma_abt<D, T>(s, Ks, w0, Qt, lane);
 
-    // Pᵀ, packed to fp16/bf16 pairs at once: as A fragments for dV, and (unpacked) for dS, so the
-    // fp32 Sᵀ registers are free before dPᵀ needs its own (d = 128 would spill otherwise).
-    // Element e of n-tile j: key n0 + w0 + g + 8·(e/2), query m0 + 8j + 2·t4 + e%2; the LSE is the
-    // query's, a column of Sᵀ. Masked tiles: keys after the query or past seq_k get P = 0.
-    // pf[kk]: the A fragment of k-step kk (queries 16kk..16kk+15) = n-tiles 2kk, 2kk+1 (the
-    // forward's P trick: a C fragment of 16×16 is, element for element, an A fragment).
+    // Pᵀ, packed to fp16/bf16 pairs at once: as A fragments for dV, and (unpacked) for dS, so the fp32
+    // Sᵀ registers are free before dPᵀ needs its own (d = 128 would spill otherwise). Element e of n-tile
+    // j: key n0 + w0 + g + 8·(e/2), query m0 + 8j + 2·t4 + e%2; the LSE is the query's, a column of Sᵀ.
+    // Masked tiles: keys after the query or past seq_k get P = 0. pf[kk]: k-step kk = n-tiles 2kk, 2kk+1.
     std::uint32_t pf[BLOCK_M / 16][4];
 #pragma unroll
     for (int j = 0; j < BLOCK_M / 8; ++j)
@@ -306,31 +333,11 @@ __global__ void __launch_bounds__(THREADS)
       // dV += Pᵀ·dO. B[query][d] = dO[query][d]: two queries per register from rows that hold dims
       // side by side: ldmatrix.trans, as the forward reads V.
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        std::uint32_t b[4];  // matrices: queries +0..7 × dims +0..7, +8..15 × +0..7, +0..7 × +8..15, +8..15 × +8..15
-        ldmatrix_x4_trans(b, dOt + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-        mma_16816<T>(dv_acc[2 * dd], pf[kk], b[0], b[1]);
-        mma_16816<T>(dv_acc[2 * dd + 1], pf[kk], b[2], b[3]);
-      }
+    for (int kk = 0; kk < BLOCK_M / 16; ++kk) mma_ab<D, T>(dv_acc, pf[kk], dOt, kk, lane);
 
     // dPᵀ = V·dOᵀ: as Sᵀ, with V for K and dO for Q.
-    float ds[BLOCK_M / 8][4];  // [16 keys, BLOCK_M] C fragments: dPᵀ, then dSᵀ
-#pragma unroll
-    for (int j = 0; j < BLOCK_M / 8; ++j) ds[j][0] = ds[j][1] = ds[j][2] = ds[j][3] = 0.f;
-#pragma unroll 1
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t a[4];
-      ldmatrix_x4(a, Vs + swz<D>(w0 + lane % 16, 2 * kk + lane / 16));
-#pragma unroll
-      for (int jj = 0; jj < BLOCK_M / 16; ++jj) {
-        std::uint32_t b[4];
-        ldmatrix_x4(b, dOt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
-        mma_16816<T>(ds[2 * jj], a, b[0], b[1]);
-        mma_16816<T>(ds[2 * jj + 1], a, b[2], b[3]);
-      }
-    }
+    float ds[BLOCK_M / 8][4] = {};  // [16 keys, BLOCK_M] C fragments: dPᵀ, then dSᵀ
+    mma_abt<D, T>(ds, Vs, w0, dOt, lane);
 
     // dSᵀ = Pᵀ ∘ (dPᵀ − delta), fp32 (P as rounded for dV); delta is the query's (the column).
 #pragma unroll
@@ -348,72 +355,10 @@ __global__ void __launch_bounds__(THREADS)
       const std::uint32_t a[4] = {pack<T>(ds[2 * kk][0], ds[2 * kk][1]), pack<T>(ds[2 * kk][2], ds[2 * kk][3]),
                                   pack<T>(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
                                   pack<T>(ds[2 * kk + 1][2], ds[2 * kk + 1][3])};
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, Qt + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-        mma_16816<T>(dk_acc[2 * dd], a, b[0], b[1]);
-        mma_16816<T>(dk_acc[2 * dd + 1], a, b[2], b[3]);
-      }
+      mma_ab<D, T>(dk_acc, a, Qt, kk, lane);
     }
 
-    if constexpr (ATOMIC_DQ) {
-      // dQ of this tile's queries, from this block's keys: dQ[query][d] += Σ_key dS[query][key]·K[key][d].
-      // A warp holds dSᵀ for 16 keys and every query; the product wants 16 queries and every key.
-      // So dSᵀ goes to shared memory (rows = keys, 4-byte stores: element pairs of one row), and
-      // each warp reads back the 16 queries it computes.
-#pragma unroll
-      for (int j = 0; j < BLOCK_M / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)  // row w0 + g + 8h, queries 8j + 2·t4, +1: chunk j, 4 bytes at 4·t4
-          *reinterpret_cast<std::uint32_t*>(dSt + swz<BLOCK_M>(w0 + g + 8 * h, j) + 2 * t4) =
-              pack<T>(ds[j][2 * h], ds[j][2 * h + 1]);
-      __syncthreads();  // every warp's dSᵀ rows are in
-
-      // A[query][key] = dSᵀ[key][query]: two keys per register from rows that hold queries side
-      // by side: ldmatrix.trans. Matrices of k-step kk (keys 16kk..16kk+15), this warp's queries
-      // 16·warp..: queries +0..7 × keys +0..7, +8..15 × +0..7, +0..7 × +8..15, +8..15 × +8..15
-      // (a[0..3] of mma_16816), i.e. dSᵀ rows 16kk + (lane/16)·8 + lane%8, query chunk 2·warp + lane/8%2.
-      std::uint32_t a[BLOCK_N / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-        ldmatrix_x4_trans(a[kk], dSt + swz<BLOCK_M>(kk * 16 + lane % 8 + lane / 16 * 8, 2 * warp + lane / 8 % 2));
-      // B[key][d] = K[key][d]: ldmatrix.trans of K rows, as the forward reads V. One 16-dim slice
-      // at a time, added straight into dQ_accum: 8 fp32 registers instead of D/2. Not unrolled:
-      // dd indexes only addresses, and unrolled, its swizzled offsets would all stay live (at
-      // d = 128 ptxas then spills).
-      const int q0 = m0 + 16 * warp;  // this warp's first query
-#pragma unroll 1
-      for (int dd = 0; dd < D / 16; ++dd) {
-        float c[2][4] = {};  // [16 queries, 16 dims]: n-tiles dims 16dd..+7, 16dd+8..+15
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-          std::uint32_t b[4];
-          ldmatrix_x4_trans(b, Ks + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-          mma_16816<T>(c[0], a[kk], b[0], b[1]);
-          mma_16816<T>(c[1], a[kk], b[2], b[3]);
-        }
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          // One 16-byte atomic per lane (sm_90: REDG.E.ADD.F32x4, the result is not read) instead
-          // of four scalar ones. A lane holds two columns of rows g and g+8; lanes t4 and t4^1
-          // trade pairs so that the even one holds 4 columns of row g, the odd one of row g+8.
-          const bool odd = t4 & 1;
-          const float x0 = __shfl_xor_sync(0xffffffffu, odd ? c[n][0] : c[n][2], 1);
-          const float x1 = __shfl_xor_sync(0xffffffffu, odd ? c[n][1] : c[n][3], 1);
-          const float4 four = odd ? make_float4(x0, x1, c[n][2], c[n][3]) : make_float4(c[n][0], c[n][1], x0, x1);
-          const int row = q0 + g + (odd ? 8 : 0), col = 16 * dd + 8 * n + 4 * (t4 / 2);
-          if (row < seq_q && col < head_dim) {  // head_dim % 8 == 0: four columns wholly in or out
-            float* to = dq_accum + std::size_t(row) * head_dim + col;
-#if __CUDA_ARCH__ >= 900
-            atomicAdd(reinterpret_cast<float4*>(to), four);
-#else
-            atomicAdd(to, four.x), atomicAdd(to + 1, four.y), atomicAdd(to + 2, four.z), atomicAdd(to + 3, four.w);
-#endif
-          }
-        }
-      }
-    }
+    if constexpr (ATOMIC_DQ) atomic_dq<T, D>(dq_accum, ds, dSt, Ks, m0, seq_q, head_dim, warp, lane);
     if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the barrier
   };
   int t = t_begin;
@@ -425,9 +370,8 @@ __global__ void __launch_bounds__(THREADS)
   cp_async_wait<0>();                                             // an empty group at most; nothing pending at exit
   __syncthreads();  // every warp is done with K and V (the dQ products read all 64 keys)
 
-  // dK = scale·dK_acc and dV into this warp's own rows of the K and V tiles, then 16-byte stores:
-  // each 8-lane group writes 128 bytes (step 11's epilogue). Keys past seq_k and padding columns
-  // are not stored; a block no query sees stores zeros.
+  // dK = scale·dK_acc and dV into this warp's own rows of the K and V tiles, then 16-byte stores (step 11's
+  // epilogue). Keys past seq_k and padding columns are not stored; a block no query sees stores zeros.
 #pragma unroll
   for (int j = 0; j < D / 8; ++j)
 #pragma unroll
@@ -512,9 +456,7 @@ __global__ void __launch_bounds__(THREADS)
     dlt[h] = row < seq_q ? delta[row] : 0.f;
   }
 
-  float acc[D / 8][4];  // [16 queries, D] this warp's rows of dQ (unscaled), C fragments
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  float acc[D / 8][4] = {};  // [16 queries, D] this warp's rows of dQ (unscaled), C fragments
 
   auto key_tile = [&](int t, auto masked) {
     const int n0 = t * BLOCK_N;  // first key of this tile
@@ -523,15 +465,10 @@ __global__ void __launch_bounds__(THREADS)
     __syncthreads();  // tile t is in; every warp is done with tile t-1 (buffer buf^1)
     if (t + 1 < n_tiles) issue_key_tile(t + 1, buf ^ 1);
     cp_async_commit();
-    const T* Kt = Ks + buf * BLOCK_N * D;
-    const T* Vt = Vs + buf * BLOCK_N * D;
+    const T *Kt = Ks + buf * BLOCK_N * D, *Vt = Vs + buf * BLOCK_N * D;
 
     // S = Q·Kᵀ and dP = dO·Vᵀ: the forward's S, twice (A: this warp's rows; B: K or V rows).
-    float s[BLOCK_N / 8][4], ds[BLOCK_N / 8][4];  // [16 queries, BLOCK_N] C fragments: P, then dS
-#pragma unroll
-    for (int j = 0; j < BLOCK_N / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = ds[j][e] = 0.f;
+    float s[BLOCK_N / 8][4] = {}, ds[BLOCK_N / 8][4] = {};  // [16 queries, BLOCK_N] C fragments: P, then dS
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       std::uint32_t aq[4], ao[4];
@@ -570,13 +507,7 @@ __global__ void __launch_bounds__(THREADS)
       const std::uint32_t a[4] = {pack<T>(ds[2 * kk][0], ds[2 * kk][1]), pack<T>(ds[2 * kk][2], ds[2 * kk][3]),
                                   pack<T>(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
                                   pack<T>(ds[2 * kk + 1][2], ds[2 * kk + 1][3])};
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, Kt + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-        mma_16816<T>(acc[2 * dd], a, b[0], b[1]);
-        mma_16816<T>(acc[2 * dd + 1], a, b[2], b[3]);
-      }
+      mma_ab<D, T>(acc, a, Kt, kk, lane);
     }
   };
   int t = 0;
