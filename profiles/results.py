@@ -1481,6 +1481,9 @@ def softmax_experiments_table():
         "softmax; the other two are one build.\n\n" + source_line([SOFTMAX_EXP_CSV])
 
 
+# Step 13's A/B experiments: each pairs an instance as built before the change ('before') with the same
+# instance, or its counterpart, with it ('after'). They, and the last-wave check, are frozen as static tables in
+# docs/history/13_tuned_backward.md; their measurements stay in history/experiments.csv and history/waves.csv.
 BWD_SMS, BWD_KEYS = 132, 128  # the H100's SMs; keys per block of step 13's dK/dV kernel (and of FA2's here)
 
 

@@ -768,6 +768,17 @@ class SoftmaxExperiments(unittest.TestCase):
         self.assertIn("| range |  |  |  | 1.100 to 1.100 | 0.950 to 1.050 | 1.100 to 1.100 |", table)
 
 
+class BwdExperiments(unittest.TestCase):
+    """Step 13's A/B experiments and last-wave tables are frozen in docs/history/13_tuned_backward.md: results.py
+    no longer renders them, into the lesson or anywhere."""
+
+    def test_not_rendered(self):
+        import results
+        self.assertNotIn("results:bwd_experiments", results.BLOCKS["docs/13_tuned_backward.md"])
+        self.assertNotIn("results:bwd_waves", results.BLOCKS["docs/13_tuned_backward.md"])
+        self.assertFalse(hasattr(results, "bwd_experiments_table") or hasattr(results, "bwd_waves_table"))
+
+
 class CausalOrder(unittest.TestCase):
     """results.py's model of step 13's causal order: list scheduling, the head-group rule, the start order."""
 
