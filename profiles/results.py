@@ -559,8 +559,6 @@ BLOCKS = {
     "docs/12_tensor_core_backward.md": {"results:tc_bwd": lambda: tc_bwd_table()},
     "docs/13_tuned_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("13_tuned_backward", "deterministic",
                                                                          "step 12", other_vs_sdpa=True),
-                                  "results:bwd_experiments": lambda: bwd_experiments_table(),
-                                  "results:bwd_waves": lambda: bwd_waves_table(),
                                   "results:causal_order": lambda: causal_order_table()},
     "docs/14_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
     "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
@@ -1324,97 +1322,9 @@ def cell_columns(problem):
 
 
 # Step 13's A/B experiments: each pairs an instance as built before the change ('before') with the same
-# instance, or its counterpart, with it ('after'), each pinned (FA_STEP13_CONFIG) and timed by the executable's
-# --bench, the arms interleaved in one call (history/experiments.csv: experiment, pair, arm, instance, round,
-# problem, time_ms, device).
-BWD_EXP_CSV = os.path.join(TC_BWD[1], "history", "experiments.csv")
-
-
-def bwd_experiments_table():
-    """Per experiment, instance pair and cell: both arms' mean backward time and before/after (above 1: the change
-    is faster), from history/experiments.csv; then each experiment's range."""
-    path = os.path.join(gpu_dir(), BWD_EXP_CSV)
-    if not os.path.exists(path):
-        return "Not measured (no `" + BWD_EXP_CSV + "`)."
-    t, names = OrderedDict(), {}
-    for r in read_csv(path):
-        t.setdefault((r["experiment"], r["pair"], r["problem"]), {}).setdefault(r["arm"], []).append(
-            fp_float(r["time_ms"]))
-        names.setdefault((r["experiment"], r["pair"], r["arm"]), r["instance"])
-    body, spans = [], OrderedDict()
-    for k in sorted(t, key=lambda k: (k[0], k[1]) + cell_order(k[2])):
-        arms = t[k]
-        if "before" not in arms or "after" not in arms:
-            continue
-        exp, pair, problem = k
-        before, after = (mean(arms[a]) for a in ("before", "after"))
-        spans.setdefault(exp, []).append(before / after)
-        inst = pair if names[(exp, pair, "after")] == pair else f"{pair} → {names[(exp, pair, 'after')]}"
-        body.append([exp, f"`{inst}`"] + cell_columns(problem) + [f"{before:.3f}", f"{after:.3f}", f"{before / after:.3f}"])
-    summary = [[exp, str(len(v)), f"{min(v):.3f}", f"{max(v):.3f}", f"{sum(x >= 1 for x in v)} of {len(v)}"]
-               for exp, v in spans.items()]
-    return md_table(["experiment", "instance", "dtype", "d", "causal", "seq", "before (ms)", "after (ms)",
-                     "before / after"], body) + "\n\n" + \
-        md_table(["experiment", "cells", "lowest before / after", "highest", "cells faster after"], summary) + \
-        "\n\nBackward time (ms, mean of the rounds) of one instance, pinned with `FA_STEP13_CONFIG` (`tuned`: the " \
-        "autotuner's pick) and timed by the executable's `--bench` (median of 20), FlashAttention-2 benchmark " \
-        "shapes; both arms interleaved in one call on one H100 (above 1: the change is faster). An instance named " \
-        "`a → b`: the change is a different instance, b, beside a in the same build; otherwise the same instance " \
-        "from two builds. last-wave split: one build, before with its pieces switched off by `FA_STEP13_TAIL=0` (an " \
-        "environment variable of that build and the step's) and after with them; the rows named 'without pieces': " \
-        "after is the new build with its pieces switched off that way. causal head groups, first build: the " \
-        "groups computed in the kernel from the linear block index, of 16384 keys (or 32768 in the '32768 keys' " \
-        "rows) by an environment variable of that build, against the step's build; causal head groups: the kept " \
-        "build (a 3-D grid) against the step before it, its not-causal rows (group 1) a check of the new grid. " \
-        "stmatrix stores: the step's build against a build storing Pᵀ and dSᵀ (or dSᵀ only) with stmatrix; round 1 " \
-        "in one call, rounds 2 and 3 in another with the arms' order rotated; per instance: a build that stores with " \
-        "stmatrix in every instance but head_dim 128's split one, keeping the loops of the step (one round). dQ " \
-        "phase first, 4-byte dQ atomics, dQ in fragment order: main's build before the change against a build " \
-        "with it (phase 3 with its atomics before phase 2; two 4-byte atomics per lane and fragment row instead of " \
-        "one 8-byte one; dQ_accum in the lanes' fragment order with 16-byte atomics, the change kept), three " \
-        "rounds in one call, the arms' order rotated. deterministic: one build, the atomic variant (before) against " \
-        "the deterministic one (after), same instance and process, both arms in one call, so before / after is the " \
-        "price of determinism (below 1); the first three from debug builds that chose the protocol by an environment " \
-        "variable (history/deterministic_protocol.csv has every mode, the probes too), 'as kept' the step's build " \
-        "with the tuner's pick (one round).\n\n" + \
-        source_line([BWD_EXP_CSV])
-
-
-# Step 13's last-wave check: the same backward with one head more, so that the key blocks fill whole waves
-# (history/waves.csv: impl, problem, round, time_ms, timing, device). Work is proportional to the heads, so
-# time per head compares the two.
-BWD_WAVES_CSV = os.path.join(TC_BWD[1], "history", "waves.csv")
+# instance, or its counterpart, with it ('after'). They, and the last-wave check, are frozen as static tables in
+# docs/history/13_tuned_backward.md; their measurements stay in history/experiments.csv and history/waves.csv.
 BWD_SMS, BWD_KEYS = 132, 128  # the H100's SMs; keys per block of step 13's dK/dV kernel (and of FA2's here)
-
-
-def bwd_waves_table():
-    """Per implementation and (batch, seq, head_dim): each head count's key blocks, waves (one block per SM),
-    mean time and time per head, and time per head over that of one head fewer, where measured (below 1: faster
-    per head)."""
-    path = os.path.join(gpu_dir(), BWD_WAVES_CSV)
-    if not os.path.exists(path):
-        return "Not measured (no `" + BWD_WAVES_CSV + "`)."
-    t = OrderedDict()
-    for r in read_csv(path):
-        t.setdefault((r["impl"], r["problem"]), []).append(fp_float(r["time_ms"]))
-    groups = OrderedDict()
-    for (impl, problem), ms in t.items():
-        q = split_problem(problem)
-        groups.setdefault((impl, q["batch"], q["seq"], q["d"]), []).append((q["heads"], mean(ms)))
-    body = []
-    for (impl, b, seq, d), hs in groups.items():
-        per_head = {h: ms / h for h, ms in hs}
-        for h, ms in sorted(hs):
-            blocks = b * h * -(-seq // BWD_KEYS)
-            body.append([impl, f"B{b} S{seq} D{d}", str(h), str(blocks), f"{blocks / BWD_SMS:.2f}", f"{ms:.3f}",
-                         f"{ms / h:.4f}", f"{per_head[h] / per_head[h - 1]:.3f}" if h - 1 in per_head else ""])
-    return md_table(["backward", "shape", "heads", "key blocks", "waves", "ms", "ms per head",
-                     "per head × one head fewer"], body) + \
-        f"\n\nfp16, not causal. Key blocks of {BWD_KEYS} keys, one block per SM on {BWD_SMS} SMs: a whole number of " \
-        "waves leaves no SM idle at the end; 15.5 or 31.03 leave about half or nearly all of the last wave's SMs " \
-        "idle. step13: the executable's `--bench` (tuned instance, median of 20); sdpa_flash: PyTorch SDPA's " \
-        "FlashAttention-2 backward through `torch.autograd.grad` (median of 20 after 5). Both in one call on one " \
-        "H100, two rounds each; compare rows within one implementation and shape only.\n\n" + source_line([BWD_WAVES_CSV])
 
 
 # Step 13's causal order, modelled: blocks start in grid order, each on the SM that frees first (one block per
