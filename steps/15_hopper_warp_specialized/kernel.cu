@@ -108,6 +108,107 @@ __device__ __forceinline__ Tile tile_at(int i, int n_qb, int bh_count, int group
   return {causal ? n_qb - 1 - q : q, first + within % heads};
 }
 
+// The K/V tiles that query block m0 .. m0 + BLOCK_M − 1 reads (step 06's stages): all of them, the
+// unmasked ones.
+template <class C>
+__device__ __forceinline__ int kv_tiles(int m0, int seq_q, int seq_k, bool causal) {
+  constexpr int BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N;
+  const int kv_end = causal ? min(seq_k, min(m0 + BLOCK_M, seq_q)) : seq_k;
+  return (kv_end + BLOCK_N - 1) / BLOCK_N;
+}
+
+// ---- the producer: one thread of warpgroup 0 ------------------------------------------------------------
+// Every TMA copy of the block: per tile (query block, head), Q into Qs [HALVES][BLOCK_M][64], then each
+// K/V tile into the next slot of Ks, Vs [STAGES][HALVES][BLOCK_N][64] (swizzled; the kernel's layout).
+// Counters shared in meaning with the consumers: c tiles of this block so far (Q's phase), it K/V
+// tiles so far (slot it % STAGES, its (it / STAGES)-th fill). An empty barrier is waited on with
+// the opposite parity: a fresh barrier counts its "previous" phase as complete, so the first
+// STAGES fills (and the first Q) go without waiting. The tile's index travels with Q: written to
+// tile_slot before q_full's arrival (a release), read by the consumers after their wait (acquire).
+template <class T, class C>
+__device__ __forceinline__ void produce(const CUtensorMap& tm_q, const CUtensorMap& tm_k, const CUtensorMap& tm_v,
+                                        T* Qs, T* Ks, T* Vs, std::uint64_t* q_full, std::uint64_t* q_empty,
+                                        std::uint64_t* k_full, std::uint64_t* v_full, std::uint64_t* k_empty,
+                                        std::uint64_t* v_empty, volatile int* tile_slot, int* next_tile, int seq_q,
+                                        int seq_k, bool causal, int n_qb, int n_work, int bh_count, int group,
+                                        int heads_per_kv) {
+  constexpr int BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, HALVES = C::HALVES;
+  int it = 0, c = 0;
+  for (int i = blockIdx.x;; ++c) {  // block b's first tile is b; the next ones come from the counter
+    mbarrier_wait(q_empty, (c & 1) ^ 1);  // the previous tile's last S = Q·Kᵀ has completed
+    if (i >= n_work) {  // no tile left: tell the consumers, with an arrival that carries no bytes
+      *tile_slot = -1;
+      mbarrier_arrive(q_full);
+      return;
+    }
+    *tile_slot = i;
+    const int next = gridDim.x + atomicAdd(next_tile, 1);  // in flight while this tile's copies go out
+    const Tile w = tile_at(i, n_qb, bh_count, group, causal);
+    mbarrier_arrive_expect_tx(q_full, C::Q_BYTES);
+#pragma unroll
+    for (int h = 0; h < HALVES; ++h) tma_load_3d(Qs + h * BLOCK_M * kBox, &tm_q, q_full, h * kBox, w.qb * BLOCK_M, w.bh);
+    const int n_tiles = kv_tiles<C>(w.qb * BLOCK_M, seq_q, seq_k, causal);
+    for (int t = 0; t < n_tiles; ++t, ++it) {
+      const int s = it % STAGES, parity = (it / STAGES & 1) ^ 1;
+      mbarrier_wait(&k_empty[s], parity);
+      mbarrier_arrive_expect_tx(&k_full[s], C::KV_BYTES);
+#pragma unroll
+      for (int h = 0; h < HALVES; ++h)
+        tma_load_3d(Ks + (s * HALVES + h) * BLOCK_N * kBox, &tm_k, &k_full[s], h * kBox, t * BLOCK_N, w.bh / heads_per_kv);
+      mbarrier_wait(&v_empty[s], parity);
+      mbarrier_arrive_expect_tx(&v_full[s], C::KV_BYTES);
+#pragma unroll
+      for (int h = 0; h < HALVES; ++h)
+        tma_load_3d(Vs + (s * HALVES + h) * BLOCK_N * kBox, &tm_v, &v_full[s], h * kBox, t * BLOCK_N, w.bh / heads_per_kv);
+    }
+    i = next;
+  }
+}
+
+// ---- a consumer's online softmax ----------------------------------------------------------------------
+// Step 14's mask and online softmax on s, the [64, BLOCK_N] scores of key tile j; a thread holds rows
+// m0 + r0 and m0 + r0 + 8 of the head: register i is row m0 + r0 + 8·(i/2 % 2), key j·BLOCK_N + 8·(i/4) +
+// 2·q4 + i % 2. masked: the tile reaches the diagonal or the ragged end of the keys (step 14's tiles from
+// n_full on). s becomes P (unnormalised), m and l the two rows' running max and sum, alpha the factor
+// their rows of O must be rescaled by. O itself is not touched: it may still be on the tensor cores.
+template <class C>
+__device__ __forceinline__ void online_softmax(float (&s)[C::BLOCK_N / 2], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], int j, bool masked, int m0, int r0, int q4, int seq_k,
+                                               bool causal, float sl2) {
+  constexpr int BLOCK_N = C::BLOCK_N;
+  if (masked) {
+#pragma unroll
+    for (int k = 0; k < BLOCK_N / 2; ++k) {
+      const int row = m0 + r0 + 8 * (k / 2 % 2), key = j * BLOCK_N + 8 * (k / 4) + 2 * q4 + k % 2;
+      if (key >= (causal ? min(row + 1, seq_k) : seq_k)) s[k] = -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < BLOCK_N / 8; ++k) tile_max = fmaxf(tile_max, fmaxf(s[4 * k + 2 * h], s[4 * k + 2 * h + 1]));
+    const float m_new = fmaxf(m[h], quad_max(tile_max));
+    alpha[h] = exp2_approx((m[h] - safe_shift(m_new)) * sl2);
+    m[h] = m_new;
+    const float shift = safe_shift(m_new) * sl2;
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < BLOCK_N / 8; ++k) {
+      s[4 * k + 2 * h] = exp2_approx(fmaf(s[4 * k + 2 * h], sl2, -shift));
+      s[4 * k + 2 * h + 1] = exp2_approx(fmaf(s[4 * k + 2 * h + 1], sl2, -shift));
+      sum += s[4 * k + 2 * h] + s[4 * k + 2 * h + 1];
+    }
+    l[h] = l[h] * alpha[h] + sum;
+  }
+}
+
+// Step 14's epilogue, defined below the kernel (where step 14 has it): O and LSE of a consumer's rows.
+template <class T, class C>
+__device__ __forceinline__ void store_o(const float (&acc)[C::D / 2], const float (&m)[2], const float (&l)[2], T* o,
+                                        float* lse, int seq_q, int head_dim, float scale, int bh, int m0, int r0,
+                                        int q4);
+
 // ---- the kernel: a persistent block, its producer and its consumers -----------------------------------------
 // grid (min(tiles, SMs)); block C::THREADS; next_tile: a counter, zero at launch. T: __half or __nv_bfloat16. The tensor maps describe
 // Q [bh, seq_q, head_dim] and K, V [batch·kv_heads, seq_k, head_dim] in boxes of [rows, 64]; query head h
@@ -132,11 +233,6 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
   volatile int* tile_slot = reinterpret_cast<int*>(v_empty + STAGES);     // the tile Q belongs to; −1: done
 
   const int n_qb = (seq_q + BLOCK_M - 1) / BLOCK_M, n_work = n_qb * bh_count;
-  // The K/V tiles of query block qb (step 06's stages): all of them, the unmasked ones.
-  auto kv_tiles = [&](int m0) {
-    const int kv_end = causal ? min(seq_k, min(m0 + BLOCK_M, seq_q)) : seq_k;
-    return (kv_end + BLOCK_N - 1) / BLOCK_N;
-  };
 
   if (threadIdx.x == 0) {
     mbarrier_init(q_full, 1);
@@ -149,45 +245,13 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
   }
   __syncthreads();  // the barriers exist before anyone waits on them; the last block-wide barrier
 
-  // ---- the producer: warpgroup 0, one thread ---------------------------------------------------------------
-  // Counters shared in meaning with the consumers: c tiles of this block so far (Q's phase), it K/V
-  // tiles so far (slot it % STAGES, its (it / STAGES)-th fill). An empty barrier is waited on with
-  // the opposite parity: a fresh barrier counts its "previous" phase as complete, so the first
-  // STAGES fills (and the first Q) go without waiting. The tile's index travels with Q: written to
-  // tile_slot before q_full's arrival (a release), read by the consumers after their wait (acquire).
+  // ---- the producer: warpgroup 0 hands its registers over, one of its threads copies (produce) ------------
   if (threadIdx.x < kWarpgroup) {
     if constexpr (C::MAXNREG) setmaxnreg_dec<C::PRODUCER_REGS>();
     if (threadIdx.x != 0) return;  // the other 127 threads have nothing to do
-    int it = 0, c = 0;
-    for (int i = blockIdx.x;; ++c) {  // block b's first tile is b; the next ones come from the counter
-      mbarrier_wait(q_empty, (c & 1) ^ 1);  // the previous tile's last S = Q·Kᵀ has completed
-      if (i >= n_work) {  // no tile left: tell the consumers, with an arrival that carries no bytes
-        *tile_slot = -1;
-        mbarrier_arrive(q_full);
-        return;
-      }
-      *tile_slot = i;
-      const int next = gridDim.x + atomicAdd(next_tile, 1);  // in flight while this tile's copies go out
-      const Tile w = tile_at(i, n_qb, bh_count, group, causal);
-      mbarrier_arrive_expect_tx(q_full, C::Q_BYTES);
-#pragma unroll
-      for (int h = 0; h < HALVES; ++h) tma_load_3d(Qs + h * BLOCK_M * kBox, &tm_q, q_full, h * kBox, w.qb * BLOCK_M, w.bh);
-      const int n_tiles = kv_tiles(w.qb * BLOCK_M);
-      for (int t = 0; t < n_tiles; ++t, ++it) {
-        const int s = it % STAGES, parity = (it / STAGES & 1) ^ 1;
-        mbarrier_wait(&k_empty[s], parity);
-        mbarrier_arrive_expect_tx(&k_full[s], C::KV_BYTES);
-#pragma unroll
-        for (int h = 0; h < HALVES; ++h)
-          tma_load_3d(Ks + (s * HALVES + h) * BLOCK_N * kBox, &tm_k, &k_full[s], h * kBox, t * BLOCK_N, w.bh / heads_per_kv);
-        mbarrier_wait(&v_empty[s], parity);
-        mbarrier_arrive_expect_tx(&v_full[s], C::KV_BYTES);
-#pragma unroll
-        for (int h = 0; h < HALVES; ++h)
-          tma_load_3d(Vs + (s * HALVES + h) * BLOCK_N * kBox, &tm_v, &v_full[s], h * kBox, t * BLOCK_N, w.bh / heads_per_kv);
-      }
-      i = next;
-    }
+    produce<T, C>(tm_q, tm_k, tm_v, Qs, Ks, Vs, q_full, q_empty, k_full, v_full, k_empty, v_empty, tile_slot,
+                  next_tile, seq_q, seq_k, causal, n_qb, n_work, bh_count, group, heads_per_kv);
+    return;
   }
 
   // ---- the consumers: warpgroups 1 .. CONSUMERS -------------------------------------------------------------------
@@ -248,7 +312,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     const int i = *tile_slot;
     if (i < 0) break;
     const Tile w = tile_at(i, n_qb, bh_count, group, causal);
-    const int m0 = w.qb * BLOCK_M, n_tiles = kv_tiles(m0);
+    const int m0 = w.qb * BLOCK_M, n_tiles = kv_tiles<C>(m0, seq_q, seq_k, causal);
     const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;  // tiles before these need no mask
     // The tiles this consumer's rows see; the others are wholly masked for it. Causal: up to its last
     // row's key (at BLOCK_M = 192 and 128-key tiles, one of every three consumer tiles on the diagonal
@@ -264,36 +328,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     for (int k = 0; k < D / 2; ++k) acc[k] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];  // rows r0, r0 + 8 (step 14)
 
-    // Step 14's mask and online softmax on s (tile j): s becomes P (unnormalised), alpha the
-    // factor the rows of O must be rescaled by. O itself is not touched: it may still be on the
-    // tensor cores.
-    auto softmax = [&](int j) {
-      if (j >= n_full) {
-#pragma unroll
-        for (int k = 0; k < BLOCK_N / 2; ++k) {
-          const int row = m0 + r0 + 8 * (k / 2 % 2), key = j * BLOCK_N + 8 * (k / 4) + 2 * q4 + k % 2;
-          if (key >= (causal ? min(row + 1, seq_k) : seq_k)) s[k] = -INFINITY;
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < BLOCK_N / 8; ++k) tile_max = fmaxf(tile_max, fmaxf(s[4 * k + 2 * h], s[4 * k + 2 * h + 1]));
-        const float m_new = fmaxf(m[h], quad_max(tile_max));
-        alpha[h] = exp2_approx((m[h] - safe_shift(m_new)) * sl2);
-        m[h] = m_new;
-        const float shift = safe_shift(m_new) * sl2;
-        float sum = 0.f;
-#pragma unroll
-        for (int k = 0; k < BLOCK_N / 8; ++k) {
-          s[4 * k + 2 * h] = exp2_approx(fmaf(s[4 * k + 2 * h], sl2, -shift));
-          s[4 * k + 2 * h + 1] = exp2_approx(fmaf(s[4 * k + 2 * h + 1], sl2, -shift));
-          sum += s[4 * k + 2 * h] + s[4 * k + 2 * h + 1];
-        }
-        l[h] = l[h] * alpha[h] + sum;
-      }
-    };
+    auto softmax = [&](int j) { online_softmax<C>(s, m, l, alpha, j, j >= n_full, m0, r0, q4, seq_k, causal, sl2); };
     auto rescale = [&] {  // O's rows by alpha
       // alpha = 1 for every row of the warp (no max moved: most tiles once a row has seen a few
       // hundred keys): the multiply would change nothing. The vote keeps the branch warp-uniform.
@@ -387,28 +422,37 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     if (C::OVERLAP && own == 0) take_turn(), pass_turn();  // and the turn of the pipeline's last P·V
     it += n_tiles;
 
-    // Step 14's epilogue: O = acc / l, LSE = m·scale + log l, from the registers. Meanwhile the
-    // producer is already loading the next tile's Q and K/V.
-    T* ob = o + std::size_t(w.bh) * seq_q * head_dim;
-    float* lb = lse + std::size_t(w.bh) * seq_q;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float row_l = quad_sum(l[h]);
-      const float inv_l = row_l > 0.f ? 1.f / row_l : 0.f;
-      const int row = m0 + r0 + 8 * h;
-      if (row < seq_q) {
-#pragma unroll
-        for (int k = 0; k < D / 8; ++k) {
-          const int col = 8 * k + 2 * q4;
-          if (col < head_dim)
-            *reinterpret_cast<std::uint32_t*>(ob + std::size_t(row) * head_dim + col) =
-                pack<T>(acc[4 * k + 2 * h] * inv_l, acc[4 * k + 2 * h + 1] * inv_l);
-        }
-        if (q4 == 0) lb[row] = row_l > 0.f ? m[h] * scale + logf(row_l) : -INFINITY;
-      }
-    }
+    // Step 14's epilogue, while the producer is already loading the next tile's Q and K/V.
+    store_o<T, C>(acc, m, l, o, lse, seq_q, head_dim, scale, w.bh, m0, r0, q4);
   }
   if (cg == 0) take_turn();  // consume the last consumer's last hand-over: no arrival left pending at exit
+}
+
+// The epilogue (store_o, declared above): step 14's, unchanged. O = acc / l, LSE = m·scale + log l,
+// stored straight from the registers, for head bh: each lane writes 4 bytes of rows m0 + r0 and
+// m0 + r0 + 8 per 8 dims (rows at or past seq_q: none).
+template <class T, class C>
+__device__ __forceinline__ void store_o(const float (&acc)[C::D / 2], const float (&m)[2], const float (&l)[2], T* o,
+                                        float* lse, int seq_q, int head_dim, float scale, int bh, int m0, int r0,
+                                        int q4) {
+  constexpr int D = C::D;
+  o += std::size_t(bh) * seq_q * head_dim, lse += std::size_t(bh) * seq_q;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float row_l = quad_sum(l[h]);
+    const float inv_l = row_l > 0.f ? 1.f / row_l : 0.f;
+    const int row = m0 + r0 + 8 * h;
+    if (row < seq_q) {
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        const int col = 8 * j + 2 * q4;
+        if (col < head_dim)
+          *reinterpret_cast<std::uint32_t*>(o + std::size_t(row) * head_dim + col) =
+              pack<T>(acc[4 * j + 2 * h] * inv_l, acc[4 * j + 2 * h + 1] * inv_l);
+      }
+      if (q4 == 0) lse[row] = row_l > 0.f ? m[h] * scale + logf(row_l) : -INFINITY;
+    }
+  }
 }
 
 // ---- launcher --------------------------------------------------------------------------------------------
