@@ -105,6 +105,11 @@ def main():
             differ = True
             continue
         a, b = {renamed(k): v for k, v in kernels(lib_a).items()}, kernels(lib_b)
+        if not a or not b:  # no cubin found: a compressed fatbin (nvcc compresses large ones), nothing compared
+            print(f"{step}: CANNOT COMPARE: no readable cubin in {lib_a if not a else lib_b} (a compressed fatbin? "
+                  f"build both with -DCMAKE_CUDA_FLAGS=--compress-mode=none)")
+            differ = True
+            continue
         changed = sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
         only_a, only_b = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
         if not (changed or only_a or only_b):

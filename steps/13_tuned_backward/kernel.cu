@@ -1,20 +1,13 @@
 // =============================================================================================
 // FlashAttention from scratch, step by step, in CUDA C++
 // Step 13: the tuned backward: the key-block kernel's 8 warps tiled 2-D in each product, Pᵀ and
-//          dSᵀ through shared memory; the query tile per problem by the autotuner; atomic dQ
-//          blocks that start at staggered query tiles; the last wave's key blocks in pieces;
-//          causal: heads in groups, heaviest key blocks of a group first; deterministic dQ by
-//          the same atomic adds, each in its turn
+//          dSᵀ through shared memory; the query tile per problem by the autotuner; atomic dQ in the
+//          lanes' fragment order from staggered starts; causal heads in groups; deterministic dQ
+//          by the same atomic adds, each in its turn
 //
-// What changes since step 12: not the math. What changes first is
-// who computes which part of the five products in the dK/dV kernel. In step 12 each warp owns 16
-// keys for the whole kernel and computes everything for them: its [16, 64] tiles of Sᵀ and dPᵀ, its
-// 16 rows of dV and dK, and (atomic) its share of dQ after a round trip of dSᵀ through shared memory.
-// A warp's [m, n] tile of a product reads m + n rows of operands from shared memory for 2·m·n·k
-// FLOPs, and [16, 64] is the worst shape there: 12.8 FLOP per byte read, against the about 22 per
-// byte (2784 FLOP per clock of the mma.sync ceiling per SM, over 128 bytes per clock of shared
-// memory) that keeps the tensor pipe ahead of shared memory. Here a block of 8 warps owns 128 keys
-// and each of its three phases tiles the warps its own way (Config, and the banner of the kernel):
+// What changes since step 12: not the math, but who computes which part of the five products in
+// the dK/dV kernel. A block of 8 warps owns 128 keys; each of its three phases tiles the warps its
+// own way, squarer tiles reading fewer operand bytes per FLOP than step 12's warps of 16 keys:
 //
 //   1. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ  [128 keys, BLOCK_M queries]  4 × 2 warps of [32, BLOCK_M/2]
 //   2. dV += Pᵀ·dO, dK += dSᵀ·Q  [128 keys, D]              4 × 2 warps of [32, D/2] doing both, or
@@ -22,64 +15,29 @@
 //   3. dQ = dS·K                 [BLOCK_M queries, D]        4 × 2 or 2 × 4 warps of [32, D/2 or D/4]
 //
 // Phase 2 needs all of a key row's Pᵀ and dSᵀ, which phase 1 spread over two warps: both go to
-// shared memory (step 12 stored only dSᵀ, and only in the atomic variant), and a barrier separates
-// the phases. Every swizzled ldmatrix address is one XOR of a per-lane offset (pair_at) instead of
-// the five or so instructions of swz: with the loops unrolled, this took the kernel from 779 to 590
-// million instructions (ncu, d 128 fp16 atomic at seq 2048; FA2's backward: 539 million). Reading
-// the per-instruction counts then took it to 476 million: one 64-bit product per tile in the loads
-// (copy_tile) and 8-byte dQ atomics at constant offsets (phase 3). The dQ accumulator then took the
-// layout of the lanes' fragments (acc_rows, convert_dq): a warp's atomic covers 512 consecutive
-// bytes, four cache lines, where one in row-major order touched eight rows (eight lines for 256 bytes).
+// shared memory, and a barrier separates the phases. Every swizzled ldmatrix address is one XOR of
+// a per-lane offset (pair_at). Phase 3's atomics write dQ_accum in the lanes' fragment order, so that
+// one 16-byte atomic of a warp covers four whole cache lines (convert_dq puts the elements back).
 //
-// The staggered start (Walk): key block b visits its masked tiles (the diagonal) first, then its
-// unmasked ones starting at the (b mod count)-th and wrapping around, so that the key blocks of a
-// head, which run at the same time, add into different dQ rows instead of all into the same tile.
+// Where to look, in reading order (doc 13 has a part on each):
+//   Config, pair_at, product_t, product_kv   the 2-D warp tiles; candidates: the autotuned query tile
+//   dq_tile, convert_dq, Walk                 the dQ accumulator in fragment order, staggered starts
+//   head_group                                causal: heads in groups, heaviest key blocks first
+//   Order, turn_at, launch_ordered            the deterministic variant: the same adds, each in its
+//                                             turn, on a persistent grid (the default is atomic)
 //
-// The last wave (atomic, not causal, MHA): G key blocks on S SMs leave the last wave G mod S blocks
-// wide while the other SMs idle, about 3% of the time at the FA2 shapes. Those blocks run as pieces
-// along their query tiles in a second grid beside the first (Tail, tail_plan), their fp32 partial
-// dK, dV added in piece order by the last piece to finish.
-//
-// The causal order: a key block sees the query tiles from its diagonal on, so the first key block of a
-// head does seq/BLOCK_M tiles and the last one a few. A grid that runs head after head, heaviest first
-// in each, ends with the heavy blocks of its last heads beside idle SMs (6-7% of the time at head_dim
-// 128, seq 1024-8192, by list scheduling: doc 13). The grid runs heads in groups instead, the blocks of a group
-// key-block-major (head_group), so that every heavy block of a group starts before its light ones.
-//
-// The deterministic variant (Order): step 12's recomputed S and dP in a dQ kernel of its own, 7
-// products where the atomic variant does 5, so 1.4× the work (doc 13). Here it runs the atomic
-// variant's kernel and adds, but each warp adds its share of a query tile only in its turn, in an
-// order fixed by the problem that follows the time the key blocks get there: a persistent grid
-// (a cooperative launch) takes key blocks in turn, and per-tile counters say whose turn it is.
-// The default variant is the atomic one (step 12's was the deterministic one): the faster of the
-// two (doc 13). AttnParams::variant 0 is atomic here.
-//
-// A few instances are compiled (candidates, bottom of the file); the first launch of a problem
-// class (head_dim instance, causal, variant, seq_q and seq_k buckets) times each on the caller's
-// buffers and caches the fastest (host/autotune.h, as step 11). FA_STEP13_CONFIG=<name> pins one.
-//
-// Kernels, in launch order (step 12's):
-//   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32
+// Kernels, in launch order:
+//   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32 (step 12's)
 //   dK/dV        also dQ into fp32 dQ_accum, 256 threads; atomic: grid (heads of a group, key blocks
-//                of 128, batch·heads / group), group 1 unless causal; deterministic: a persistent
-//                grid of as many blocks as the GPU holds at once, adds in turn (Order)
-//   dK/dV pieces atomic, not causal, MHA, where the last wave is partial: beside dK/dV, which runs on
-//                a side stream of higher priority; grid (split key blocks · pieces)
+//                of 128, batch·K/V heads / group); deterministic: a persistent grid, adds in turn
 //   convert      dQ = scale·dQ_accum -> fp16/bf16
 //
-// Reading `diff steps/12_tensor_core_backward/kernel.cu steps/13_tuned_backward/kernel.cu`: the
-// dK/dV kernel is rewritten around the three phases (product_t, product_kv and the dQ block are
-// its three products); Config<D, BLOCK_M, SPLIT_KV> replaces step 12's constants; pair_at is new;
-// the visiting order (Walk) staggers the blocks; the autotuner (candidates, tuner: fa::AttnAutotuner
-// of host/autotune.h) replaces step 12's launch_dim; Tail, tail_plan and the TAIL instance are the last
-// wave; head_group and the 3-D grid are the causal order; Order, turn_at, the ORDERED instance and
-// launch_ordered are the deterministic variant, which replaces step 12's dQ kernel. delta is step
-// 12's; convert reads the fragment order.
-//
-// What the measurements say (doc 13): at or above SDPA's FlashAttention-2 backward at short and
-// medium sequences, a few percent slower than it in some cells at long ones (its results table).
+// A few instances are compiled (candidates, bottom of the file); the first launch of a problem class
+// times each on the caller's buffers and caches the fastest (host/autotune.h, as step 11).
+// FA_STEP13_CONFIG=<name> pins one. Measurements and the history of each choice: doc 13.
 //
 // Build + run:  cmake --build build --target 13_tuned_backward && build/bin/13_tuned_backward
+// Read with:    docs/13_tuned_backward.md
 // =============================================================================================
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -90,11 +48,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
-#include <tuple>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "autotune.h"
@@ -104,7 +59,6 @@
 #include "launch.h"
 #include "mma_sync.cuh"
 #include "ops.h"
-#include "streams.h"
 
 namespace step11 {
 const fa::StepInfo& info();  // the forward of this step
@@ -141,11 +95,6 @@ struct Config {
   static constexpr int KV_KEYS = BLOCK_N / KV_WARPS, KV_DIMS = D / 2;  // [64, 32], [64, 64], [32, 64]
   static constexpr int Q_WARPS = BLOCK_M > D ? 4 : 2;                                 // along the queries
   static constexpr int Q_QUERIES = BLOCK_M / Q_WARPS, Q_DIMS = D * Q_WARPS / WARPS;  // [32, 16] or [32, 32]
-  // Phase 1 at head_dim 64 reads each lane's LSE and delta from shared memory after the product that
-  // needs them: held through Sᵀ and dPᵀ, their 2·S_QUERIES/4 registers (32 at BLOCK_M 128) took the
-  // bf16 kernels to 255 registers with spills, and reading them late measured 5% faster there. At
-  // head_dim 128 (16 registers) holding them measured 1-2% faster for the split instance (doc 13).
-  static constexpr bool LATE_STATS = D == 64;
   // dK/dV: K, V [BLOCK_N, D]; Q[2], dO[2] [BLOCK_M, D]; Pᵀ, dSᵀ [BLOCK_N, BLOCK_M]; LSE[2], delta[2] [BLOCK_M] fp32.
   static constexpr std::size_t DKDV_BYTES =
       2 * (2 * BLOCK_N * D + 4 * BLOCK_M * D + 2 * BLOCK_N * BLOCK_M) + 4 * 4 * BLOCK_M;
@@ -228,22 +177,6 @@ __global__ void __launch_bounds__(kDeltaThreads)
   for (int off = kWarp / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (lane == 0) delta[row] = sum;
 }
-
-// ---- the last wave ------------------------------------------------------------------------------------------
-// G key blocks on S SMs (one block each) end with a wave of G mod S blocks while the other SMs idle:
-// 3% of the time at the FA2 shapes (doc 13). Not causal, atomic, MHA: the dK/dV grid runs its first
-// `whole` blocks (a multiple of S) as usual, and a second grid (TAIL), launched beside it at a lower
-// priority so that its blocks take the SMs the first one leaves, runs each of the last G − whole key
-// blocks as `pieces` blocks, each walking its share of the query tiles. A piece adds nothing into dK,
-// dV: it stores its fp32 partial sums, and the piece that finishes last adds them up in piece order
-// (so dK, dV stay bitwise repeatable) and stores dK, dV like any block. Its own instance, not a branch
-// of the main kernel: one kernel with both paths measured 1.2-1.4× slower even with no pieces (doc 13).
-struct Tail {
-  int whole;                // blocks of the main grid, linear (x fastest), that run; the rest are split
-  int n_kb, pieces;         // key blocks per head; pieces per split key block
-  float* partials;          // [split blocks][pieces][D·BLOCK_N·2 / THREADS][THREADS] fp32
-  unsigned* counters;       // [split blocks], zeroed: the pieces that have finished
-};
 
 // ---- the order a key block visits its query tiles --------------------------------------------------------
 // Step 12's order, staggered: the masked tiles first (the diagonal, or all of them in a ragged block:
@@ -355,11 +288,156 @@ __device__ int turn_at(const Order& o, int t, int step, int kb, int lo, int hi, 
   return lo + __reduce_add_sync(0xffffffffu, before);
 }
 
+// ---- the three products of a query tile, each a warp's 2-D tile --------------------------------------------
+// Why faster than step 12's warps of 16 keys: a warp's [m, n] tile of a product reads m + n operand
+// rows from shared memory for 2·m·n·k FLOPs. Step 12's [16, 64] tiles do 12.8 FLOP per byte read,
+// below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and clock) ahead of
+// shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21, [64, 64] ones 32.
+
+// Phase 1. [16·SM keys, 8·SN queries] = A·Bᵀ with A rows (keys) from X, B rows (queries) from Y, both
+// [rows, D] swizzled: the forward's S = Q·Kᵀ with this warp's keys for Q and the tile's queries for K
+// (plain ldmatrix both). o_a, o_b: the lane's offsets at its first row and chunk pair (pair_at).
+template <class T, int D, int SM, int SN>
+__device__ __forceinline__ void product_t(float (&acc)[SM][SN][4], const T* X, const T* Y, int o_a, int o_b) {
+#pragma unroll
+  for (int mt = 0; mt < SM; ++mt)
+#pragma unroll
+    for (int j = 0; j < SN; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    std::uint32_t a[SM][4];  // keys 16mt + 0..15, dims 16kk..16kk+15
+#pragma unroll
+    for (int mt = 0; mt < SM; ++mt) ldmatrix_x4(a[mt], X + pair_at(o_a, kk) + 16 * mt * D);
+#pragma unroll
+    for (int jj = 0; jj < SN / 2; ++jj) {
+      std::uint32_t b[4];  // queries 16jj + 0..7 and + 8..15, dims 16kk..16kk+15
+      ldmatrix_x4(b, Y + pair_at(o_b, kk) + 16 * jj * D);
+#pragma unroll
+      for (int mt = 0; mt < SM; ++mt) {  // one B fragment, SM mma: the reuse a 16-row warp lacked
+        mma_16816<T>(acc[mt][2 * jj], a[mt], b[0], b[1]);
+        mma_16816<T>(acc[mt][2 * jj + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Phase 2. [16·VM keys, 16·VN dims] += Xᵀ·Y: A rows (keys) of Pᵀ or dSᵀ [BLOCK_N, BLOCK_M] (plain
+// ldmatrix), B[query][d] = dO or Q rows [BLOCK_M, D] by ldmatrix.trans, as the forward reads V.
+template <class T, int D, int BLOCK_M, int VM, int VN2>
+__device__ __forceinline__ void product_kv(float (&acc)[VM][VN2][4], const T* X, const T* Y, int o_a, int o_b) {
+  constexpr int VN = VN2 / 2;  // 16-dim slices, each two n-tiles of 8
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+    std::uint32_t a[VM][4];
+#pragma unroll
+    for (int mt = 0; mt < VM; ++mt) ldmatrix_x4(a[mt], X + pair_at(o_a, kk) + 16 * mt * BLOCK_M);
+#pragma unroll
+    for (int dd = 0; dd < VN; ++dd) {
+      std::uint32_t b[4];  // queries 16kk + 0..7, +8..15 × dims 16dd + 0..7, then the same × +8..15
+      ldmatrix_x4_trans(b, Y + pair_at(o_b, dd) + 16 * kk * D);
+#pragma unroll
+      for (int mt = 0; mt < VM; ++mt) {
+        mma_16816<T>(acc[mt][2 * dd], a[mt], b[0], b[1]);
+        mma_16816<T>(acc[mt][2 * dd + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Phase 3. dQ[query][d] += Σ_key dS[query][key]·K[key][d] for this warp's [Q_QUERIES, Q_DIMS] of the
+// tile, added into `to`, this tile's dQ_accum. A[query][key] = dSᵀ[key][query]: two keys per register
+// from rows that hold queries side by side: ldmatrix.trans, matrices queries +0..7 × keys +0..7,
+// +8..15 × +0..7, +0..7 × +8..15, +8..15 × +8..15 (a[0..3] of mma_16816). B[key][d] = K[key][d]:
+// ldmatrix.trans. ORDERED: the adds by red (the deterministic variant; its turn has come).
+template <class T, class C, bool ORDERED>
+__device__ __forceinline__ void dq_tile(float* to, const T* dSt, const T* Ks, int o_a, int o_b) {
+  constexpr int QM = C::Q_QUERIES / 16, QN = C::Q_DIMS / 16;  // m-tiles of 16 queries, 16-dim slices
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float c[QM][2 * QN][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < C::BLOCK_N / 16; ++kk) {
+    std::uint32_t a[QM][4];
+#pragma unroll
+    for (int mt = 0; mt < QM; ++mt) ldmatrix_x4_trans(a[mt], dSt + pair_at(o_a, mt) + 16 * kk * C::BLOCK_M);
+#pragma unroll
+    for (int dd = 0; dd < QN; ++dd) {
+      std::uint32_t b[4];
+      ldmatrix_x4_trans(b, Ks + pair_at(o_b, dd) + 16 * kk * C::D);
+#pragma unroll
+      for (int mt = 0; mt < QM; ++mt) {
+        mma_16816<T>(c[mt][2 * dd], a[mt], b[0], b[1]);
+        mma_16816<T>(c[mt][2 * dd + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+  // Each lane adds its fragments with 16-byte atomics (sm_90: RED.E.ADD.F32x4, the result is not
+  // read) into dQ_accum's fragment order: fragment (mt, n) of a warp is 32 lanes × 4 floats, rows g
+  // and g + 8 of its two columns, one after the other. Why faster than a row-major dQ_accum, where a
+  // lane's columns of rows g and g + 8 lie D floats apart: an atomic of the warp then touched 8 rows,
+  // 8 cache lines (8 L1 tag lookups) for 256 bytes, and the load/store unit that also serves ldmatrix
+  // was busy with them (doc 13 has the source counters). Here one covers 4 lines for 512 bytes.
+  // convert_dq puts the elements back in place; no bounds: dQ_accum has whole tiles of D columns.
+  to += (warp * QM * 2 * QN * kWarp + lane) * 4;
+#pragma unroll
+  for (int mt = 0; mt < QM; ++mt)
+#pragma unroll
+    for (int n = 0; n < 2 * QN; ++n) {
+      float* at = to + (mt * 2 * QN + n) * kWarp * 4;
+#if __CUDA_ARCH__ >= 900
+      if constexpr (ORDERED)
+        red_add_v4(at, c[mt][n]);
+      else
+        atomicAdd(reinterpret_cast<float4*>(at), make_float4(c[mt][n][0], c[mt][n][1], c[mt][n][2], c[mt][n][3]));
+#else
+#pragma unroll
+      for (int e = 0; e < 4; ++e) atomicAdd(at + e, c[mt][n][e]);
+#endif
+    }
+}
+
+// The epilogue: dK = scale·dK_acc into the K tile and dV into the V tile (this warp's [KV_KEYS,
+// KV_DIMS] of each, or SPLIT_KV of its one), then 16-byte stores of whole rows: each 8-lane group
+// writes 128 bytes (step 11's epilogue). Keys past seq_k and padding columns are not stored; a block
+// no query sees stores zeros. acc: the warp's accumulators, [KV_ACCS][VM][2·VN][4].
+template <class T, class C, class Acc>
+__device__ __forceinline__ void store_dkdv(const Acc& acc, T* Ks, T* Vs, T* __restrict__ dk, T* __restrict__ dv,
+                                           int n0, int seq_k, int head_dim, float scale) {
+  constexpr int D = C::D, VM = C::KV_KEYS / 16, VN = C::KV_DIMS / 16;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
+  const bool dk_warp = C::SPLIT_KV && warp >= 4;
+  const int vk0 = warp % C::KV_WARPS * C::KV_KEYS, vd0 = (C::SPLIT_KV ? warp / 2 % 2 : warp / 4) * C::KV_DIMS;
+#pragma unroll
+  for (int mt = 0; mt < VM; ++mt)
+#pragma unroll
+    for (int j = 0; j < 2 * VN; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int a = 0; a < C::KV_ACCS; ++a) {
+          const bool is_dk = C::SPLIT_KV ? dk_warp : a == 1;
+          const float f = is_dk ? scale : 1.f;
+          const int r = vk0 + 16 * mt + g + 8 * h, c = vd0 / 8 + j;
+          *reinterpret_cast<std::uint32_t*>((is_dk ? Ks : Vs) + swz<D>(r, c) + 2 * t4) =
+              pack<T>(f * acc[a][mt][j][2 * h], f * acc[a][mt][j][2 * h + 1]);
+        }
+  __syncthreads();  // the whole block's rows are in
+  constexpr int CHUNKS = D / 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < C::BLOCK_N * CHUNKS; i += C::THREADS) {
+    const int r = i / CHUNKS, c = i % CHUNKS;
+    if (n0 + r < seq_k && 8 * c < head_dim) {
+      const std::size_t at = std::size_t(n0 + r) * head_dim + 8 * c;
+      *reinterpret_cast<uint4*>(dk + at) = *reinterpret_cast<const uint4*>(Ks + swz<D>(r, c));
+      *reinterpret_cast<uint4*>(dv + at) = *reinterpret_cast<const uint4*>(Vs + swz<D>(r, c));
+    }
+  }
+}
+
 // ---- the dK/dV kernel: one key block, every query tile that sees it ----------------------------------------
 // One key block kb of K/V head kvh (flattened batch·K/V heads), with 8 warps (C::THREADS); its
 // launches are backward_dkdv's, below. T: __half or __nv_bfloat16. C::D: head_dim padded up to the
 // instance. Each query tile's share of dQ is added into dq_accum (fp32, per head acc_rows(seq_q)·D
-// floats in fragment order: convert_dq); ORDERED (the deterministic variant), each warp's in turn.
+// floats in fragment order: convert_dq); ORDERED (the deterministic variant), in the block's turn.
 //
 // Per query tile, three phases, each with its own 2-D tiling of the 8 warps (Config):
 //   1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ   [BLOCK_N keys, BLOCK_M queries]  4 × 2 warps of [S_KEYS, S_QUERIES]
@@ -368,20 +446,14 @@ __device__ int turn_at(const Order& o, int t, int step, int kb, int lo, int hi, 
 //      dK += dSᵀ·Q (warps 4-7)      [BLOCK_N keys, D]               2 × 2 warps of [KV_KEYS, KV_DIMS]
 //      (not SPLIT_KV: every warp both products, 4 × 2 warps of [KV_KEYS, KV_DIMS])
 //   3. dQ  = dS·K                   [BLOCK_M queries, D]            Q_WARPS × 8/Q_WARPS of [Q_QUERIES, Q_DIMS]
-// Why faster than step 12's warps of 16 rows: a warp's [m, n] tile of a product reads m + n
-// operand rows from shared memory for 2·m·n·k FLOPs. Step 12's [16, 64] tiles do 12.8 FLOP per
-// byte read, below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and
-// clock) ahead of shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21,
-// [64, 64] ones 32.
-// TAIL: a piece of a split key block (the last wave, above). ORDERED: `taken` is the index at which
-// the block took this key block (Order).
-template <class T, class C, bool ORDERED, bool GROUPED, bool TAIL>
+// ORDERED: `taken` is the index at which the block took this key block (Order).
+template <class T, class C, bool ORDERED, bool GROUPED>
 __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                            const T* __restrict__ dout, const float* __restrict__ lse,
                                            const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
                                            float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim,
-                                           float scale, bool causal, int heads_per_kv, int kb, int kvh, int split,
-                                           int piece, int taken, const Tail& tail, const Order& order) {
+                                           float scale, bool causal, int heads_per_kv, int kb, int kvh, int taken,
+                                           const Order& order) {
   constexpr int D = C::D, THREADS = C::THREADS, BLOCK_N = C::BLOCK_N, BLOCK_M = C::BLOCK_M;
   const float sl2 = scale * kLog2e;    // P = 2^(s·sl2 − LSE·log2e): one FFMA and one EX2 per element
   extern __shared__ uint4 smem[];      // uint4: 16-byte alignment for ldmatrix and cp.async
@@ -410,28 +482,22 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
   const int vk0 = warp % C::KV_WARPS * C::KV_KEYS;  // phase 2
   const int vd0 = (C::SPLIT_KV ? warp / 2 % 2 : warp / 4) * C::KV_DIMS;
   const int qq0 = warp % C::Q_WARPS * C::Q_QUERIES, qd0 = warp / C::Q_WARPS * C::Q_DIMS;  // phase 3
-  constexpr int SM = C::S_KEYS / 16, SN = C::S_QUERIES / 8;   // phase 1: m-tiles of 16 keys, n-tiles of 8 queries
-  constexpr int VM = C::KV_KEYS / 16, VN = C::KV_DIMS / 16;   // phase 2: m-tiles of 16 keys, 16-dim slices
-  constexpr int QM = C::Q_QUERIES / 16, QN = C::Q_DIMS / 16;  // phase 3: m-tiles of 16 queries, 16-dim slices
+  constexpr int SM = C::S_KEYS / 16, SN = C::S_QUERIES / 8;  // phase 1: m-tiles of 16 keys, n-tiles of 8 queries
+  constexpr int VM = C::KV_KEYS / 16, VN = C::KV_DIMS / 16;  // phase 2: m-tiles of 16 keys, 16-dim slices
   // Each lane's offsets, in the tile it reads, of its first row and chunk pair in every product; the
   // other addresses are pair_at of these plus whole steps of 16 rows (the swizzle repeats every 8).
-  const int o_s_a = swz<D>(sk0 + lane % 16, lane / 16);                                // Sᵀ, dPᵀ: A = K, V
-  const int o_s_b = swz<D>(sq0 + lane % 8 + lane / 16 * 8, lane / 8 % 2);              // Sᵀ, dPᵀ: B = Q, dO
-  const int o_kv_a = swz<BLOCK_M>(vk0 + lane % 16, lane / 16);                         // dV, dK: A = Pᵀ, dSᵀ
-  const int o_kv_b = swz<D>(lane % 8 + lane / 8 % 2 * 8, vd0 / 8 + lane / 16);         // dV, dK: B = dO, Q
-  const int o_q_a = swz<BLOCK_M>(lane % 8 + lane / 16 * 8, qq0 / 8 + lane / 8 % 2);    // dQ: A = dSᵀ
-  const int o_q_b = swz<D>(lane % 8 + lane / 8 % 2 * 8, qd0 / 8 + lane / 16);          // dQ: B = K
+  const int o_s_a = swz<D>(sk0 + lane % 16, lane / 16);                              // Sᵀ, dPᵀ: A = K, V
+  const int o_s_b = swz<D>(sq0 + lane % 8 + lane / 16 * 8, lane / 8 % 2);            // Sᵀ, dPᵀ: B = Q, dO
+  const int o_kv_a = swz<BLOCK_M>(vk0 + lane % 16, lane / 16);                       // dV, dK: A = Pᵀ, dSᵀ
+  const int o_kv_b = swz<D>(lane % 8 + lane / 8 % 2 * 8, vd0 / 8 + lane / 16);       // dV, dK: B = dO, Q
+  const int o_q_a = swz<BLOCK_M>(lane % 8 + lane / 16 * 8, qq0 / 8 + lane / 8 % 2);  // dQ: A = dSᵀ
+  const int o_q_b = swz<D>(lane % 8 + lane / 8 % 2 * 8, qd0 / 8 + lane / 16);        // dQ: B = K
   const int o_st = swz<BLOCK_M>(sk0 + g, sq0 / 8) + 2 * t4;  // Pᵀ, dSᵀ stores: chunk sq0/8 + j is o_st ^ 8j
 
   // The query tiles that see this key block, in the order it visits them (Walk): staggered, except
   // in the deterministic variant's causal order.
   const Walk walk = Walk::of<BLOCK_M, BLOCK_N>(kb, seq_q, seq_k, causal, !(ORDERED && causal));
-  const int n_masked = walk.n_masked;
-  auto next_tile = [&](int i, int t) { return walk.next(i, t); };
-  // TAIL: this piece's visits [i_begin, i_end), from an even one (the first tile goes to buffer 0 = i & 1).
-  const int i_begin = TAIL ? piece * walk.visits() / tail.pieces & ~1 : 0;
-  const int i_end = TAIL && piece + 1 < tail.pieces ? (piece + 1) * walk.visits() / tail.pieces & ~1 : walk.visits();
-  const int t_start = walk.at(i_begin);
+  const int n_masked = walk.n_masked, visits = walk.visits(), t_start = walk.at(0);
   // ORDERED: this key block's turn at the tile visited next, found by one warp a tile ahead (turn_at).
   __shared__ int turn_s[2];
   int lo = 0, hi = 0;  // not causal (one head per group): this wave's key blocks of the head
@@ -467,66 +533,8 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
   // K_j and V_j for the whole kernel, and the first query tile (below): one commit group.
   copy_tile<BLOCK_N, D, THREADS>(Ks, k, n0, seq_k, head_dim);
   copy_tile<BLOCK_N, D, THREADS>(Vs, v, n0, seq_k, head_dim);
-
   // [KV_KEYS, KV_DIMS] this warp's tile of dV, then of dK (unscaled); SPLIT_KV: one, of dK or dV. C fragments.
-  float kv_acc[C::KV_ACCS][VM][2 * VN][4];
-  auto each_acc = [&](auto&& f) {  // f(a, mt, j, e) for every element, unrolled: named, never through a pointer
-#pragma unroll
-    for (int a = 0; a < C::KV_ACCS; ++a)
-#pragma unroll
-      for (int mt = 0; mt < VM; ++mt)
-#pragma unroll
-        for (int j = 0; j < 2 * VN; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) f(a, mt, j, e);
-  };
-  each_acc([&](int a, int mt, int j, int e) { kv_acc[a][mt][j][e] = 0.f; });
-
-  // [S_KEYS, S_QUERIES] += A·Bᵀ with A rows (keys) from X, B rows (queries) from Y: the forward's
-  // S = Q·Kᵀ with this warp's keys for Q and the tile's queries for K (plain ldmatrix both).
-  auto product_t = [&](float (&acc)[SM][SN][4], const T* X, const T* Y) {
-#pragma unroll
-    for (int mt = 0; mt < SM; ++mt)
-#pragma unroll
-      for (int j = 0; j < SN; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t a[SM][4];  // keys sk0 + 16mt + 0..15, dims 16kk..16kk+15
-#pragma unroll
-      for (int mt = 0; mt < SM; ++mt) ldmatrix_x4(a[mt], X + pair_at(o_s_a, kk) + 16 * mt * D);
-#pragma unroll
-      for (int jj = 0; jj < SN / 2; ++jj) {
-        std::uint32_t b[4];  // queries sq0 + 16jj + 0..7 and + 8..15, dims 16kk..16kk+15
-        ldmatrix_x4(b, Y + pair_at(o_s_b, kk) + 16 * jj * D);
-#pragma unroll
-        for (int mt = 0; mt < SM; ++mt) {  // one B fragment, SM mma: the reuse a 16-row warp lacked
-          mma_16816<T>(acc[mt][2 * jj], a[mt], b[0], b[1]);
-          mma_16816<T>(acc[mt][2 * jj + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
-  };
-  // [KV_KEYS, KV_DIMS] += Xᵀ·Y: A rows (keys) of Pᵀ or dSᵀ in shared memory (plain ldmatrix), B[query][d]
-  // = dO or Q rows by ldmatrix.trans, as the forward reads V.
-  auto product_kv = [&](float (&acc)[VM][2 * VN][4], const T* X, const T* Y) {
-#pragma unroll
-    for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-      std::uint32_t a[VM][4];
-#pragma unroll
-      for (int mt = 0; mt < VM; ++mt)
-        ldmatrix_x4(a[mt], X + pair_at(o_kv_a, kk) + 16 * mt * BLOCK_M);
-#pragma unroll
-      for (int dd = 0; dd < VN; ++dd) {
-        std::uint32_t b[4];  // queries 16kk + 0..7, +8..15 × dims vd0 + 16dd + 0..7, then the same × +8..15
-        ldmatrix_x4_trans(b, Y + pair_at(o_kv_b, dd) + 16 * kk * D);
-#pragma unroll
-        for (int mt = 0; mt < VM; ++mt) {
-          mma_16816<T>(acc[mt][2 * dd], a[mt], b[0], b[1]);
-          mma_16816<T>(acc[mt][2 * dd + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
-  };
+  float kv_acc[C::KV_ACCS][VM][2 * VN][4] = {};
 
   auto query_tile = [&](int i, int t, auto masked) {  // the i-th tile visited, t
     const int m0 = t * BLOCK_M;                       // first query of this tile
@@ -534,27 +542,24 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     cp_async_wait<0>();  // this thread's copies of this tile have landed ...
     __syncthreads();     // ... and everyone's; every warp is also done with the last one (buffer buf^1, Pᵀ, dSᵀ)
     count_adds();        // ORDERED: the last tile's, every warp's adds being before this barrier
-    const bool more = i + 1 < i_end;
+    const bool more = i + 1 < visits;
     float stat_next = 0.f;
     if (more) {  // the next tile's copies fly while this one is used
-      issue_query_tile(next_tile(i, t), buf ^ 1);
-      stat_next = fetch_row_stat(next_tile(i, t) * BLOCK_M);
+      issue_query_tile(walk.next(i, t), buf ^ 1);
+      stat_next = fetch_row_stat(walk.next(i, t) * BLOCK_M);
     }
     cp_async_commit();
-    if (ORDERED && more && warp == i % C::WARPS) find_turn(i + 1, next_tile(i, t), buf ^ 1);  // a warp in turn
+    if (ORDERED && more && warp == i % C::WARPS) find_turn(i + 1, walk.next(i, t), buf ^ 1);  // a warp in turn
     const T* Qt = Qs + buf * BLOCK_M * D;
     const T* dOt = dOs + buf * BLOCK_M * D;
     float lse_q[SN][2], delta_q[SN][2];  // of this lane's queries sq0 + 8j + 2·t4 + e
-    auto read_stats = [&](bool lse, bool dlt) {  // both here, or (C::LATE_STATS) each after its product
 #pragma unroll
-      for (int j = 0; j < SN; ++j)
+    for (int j = 0; j < SN; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (lse) lse_q[j][e] = lse_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
-          if (dlt) delta_q[j][e] = delta_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
-        }
-    };
-    if constexpr (!C::LATE_STATS) read_stats(true, true);
+      for (int e = 0; e < 2; ++e) {
+        lse_q[j][e] = lse_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
+        delta_q[j][e] = delta_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
+      }
 
     // Phase 1. Sᵀ, then Pᵀ = 2^(Sᵀ·sl2 − LSE·log2e) packed to fp16/bf16 pairs at once (the fp32 Sᵀ
     // registers are free before dPᵀ needs its own) and stored. Element e of (mt, j): key
@@ -563,11 +568,10 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     std::uint32_t pf[SM][SN][2];
     {
       float s[SM][SN][4];
-      product_t(s, Ks, Qt);
+      product_t<T, D>(s, Ks, Qt, o_s_a, o_s_b);
       if (ORDERED && threadIdx.x == kWarp)  // wait for the block's turn at tile t, half a phase late for slack
         for (unsigned polls = 0; ld_acquire(turns + t) != unsigned(turn_s[buf]);)
           if (++polls == 1u << 26) __trap();  // seconds: a wrong order would hang the GPU; fail instead
-      if constexpr (C::LATE_STATS) read_stats(true, false);
 #pragma unroll
       for (int mt = 0; mt < SM; ++mt)
 #pragma unroll
@@ -591,8 +595,7 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     // dPᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − delta) (fp32, P as rounded for dV; delta is the query's), stored.
     {
       float dp[SM][SN][4];
-      product_t(dp, Vs, dOt);
-      if constexpr (C::LATE_STATS) read_stats(false, true);
+      product_t<T, D>(dp, Vs, dOt, o_s_a, o_s_b);
 #pragma unroll
       for (int mt = 0; mt < SM; ++mt)
 #pragma unroll
@@ -608,157 +611,54 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
 
     // Phase 2. dV += Pᵀ·dO, dK += dSᵀ·Q (unscaled; scale once at the end). SPLIT_KV, why faster
     // than every warp doing both as 4 × 2 of [32, D/2]: a [64, D/2] tile reads 64 + D/2 operand rows
-    // for 64·D/2 outputs, not 2·(32 + D/2) for 2·32·D/2 (21 or 32 FLOP per byte, not 16 or 21).
-    // Its cost: 16 registers of A fragments, not 8 (doc 13: at head_dim 128 the tuner decides).
+    // for 64·D/2 outputs, not 2·(32 + D/2) for 2·32·D/2. Its cost: 16 registers of A fragments, not 8
+    // (at head_dim 128 the tuner decides, doc 13).
     if constexpr (C::SPLIT_KV) {
-      product_kv(kv_acc[0], dk_warp ? dSt : Pt, dk_warp ? Qt : dOt);  // warp-uniform: no divergence
+      product_kv<T, D, BLOCK_M>(kv_acc[0], dk_warp ? dSt : Pt, dk_warp ? Qt : dOt, o_kv_a, o_kv_b);  // warp-uniform
     } else {
-      product_kv(kv_acc[0], Pt, dOt);
-      product_kv(kv_acc[1], dSt, Qt);
+      product_kv<T, D, BLOCK_M>(kv_acc[0], Pt, dOt, o_kv_a, o_kv_b);
+      product_kv<T, D, BLOCK_M>(kv_acc[1], dSt, Qt, o_kv_a, o_kv_b);
     }
-
-    {
-      // Phase 3. dQ[query][d] += Σ_key dS[query][key]·K[key][d] for this warp's [Q_QUERIES, Q_DIMS].
-      // A[query][key] = dSᵀ[key][query]: two keys per register from rows that hold queries side
-      // by side: ldmatrix.trans, matrices queries +0..7 × keys +0..7, +8..15 × +0..7, +0..7 ×
-      // +8..15, +8..15 × +8..15 (a[0..3] of mma_16816). B[key][d] = K[key][d]: ldmatrix.trans.
-      float c[QM][2 * QN][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-        std::uint32_t a[QM][4];
-#pragma unroll
-        for (int mt = 0; mt < QM; ++mt)
-          ldmatrix_x4_trans(a[mt], dSt + pair_at(o_q_a, mt) + 16 * kk * BLOCK_M);
-#pragma unroll
-        for (int dd = 0; dd < QN; ++dd) {
-          std::uint32_t b[4];
-          ldmatrix_x4_trans(b, Ks + pair_at(o_q_b, dd) + 16 * kk * D);
-#pragma unroll
-          for (int mt = 0; mt < QM; ++mt) {
-            mma_16816<T>(c[mt][2 * dd], a[mt], b[0], b[1]);
-            mma_16816<T>(c[mt][2 * dd + 1], a[mt], b[2], b[3]);
-          }
-        }
-      }
-      // Each lane adds its fragments with 16-byte atomics (sm_90: RED.E.ADD.F32x4, the result is not
-      // read) into dQ_accum's fragment order: fragment (mt, n) of a warp is 32 lanes × 4 floats, rows g
-      // and g + 8 of its two columns, one after the other. Why faster than row-major dQ_accum, where
-      // a lane's columns of rows g and g + 8 lie D floats apart: an atomic of the warp then touched 8
-      // rows, 8 cache lines (8 L1 tag lookups) for 256 bytes, and the load/store unit that also serves
-      // ldmatrix was busy with them (ncu: 13% of the warp-state samples at the end of the tile,
-      // against 2% for FA2's kernel, whose 4-byte atomics each cover one line). Here one covers 4
-      // lines for 512 bytes. convert_dq puts the elements back in place; no bounds: dQ_accum has
-      // whole tiles (acc_rows) of D columns.
-      float* to = dq_accum + std::size_t(m0) * D + (warp * QM * 2 * QN * kWarp + lane) * 4;
-#pragma unroll
-      for (int mt = 0; mt < QM; ++mt)
-#pragma unroll
-        for (int n = 0; n < 2 * QN; ++n) {
-          float* at = to + (mt * 2 * QN + n) * kWarp * 4;
-#if __CUDA_ARCH__ >= 900
-          if constexpr (ORDERED)
-            red_add_v4(at, c[mt][n]);
-          else
-            atomicAdd(reinterpret_cast<float4*>(at), make_float4(c[mt][n][0], c[mt][n][1], c[mt][n][2], c[mt][n][3]));
-#else
-#pragma unroll
-          for (int e = 0; e < 4; ++e) atomicAdd(at + e, c[mt][n][e]);
-#endif
-        }
-      if (ORDERED && threadIdx.x == 0) counted = turns + t;  // counted after the next barrier
-    }
+    // Phase 3. dQ of this tile, added into its dQ_accum (ORDERED: the turn waited for above).
+    dq_tile<T, C, ORDERED>(dq_accum + std::size_t(m0) * D, dSt, Ks, o_q_a, o_q_b);
+    if (ORDERED && threadIdx.x == 0) counted = turns + t;  // counted after the next barrier
     if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the first barrier
   };
   // GQA (GROUPED): dK and dV sum over the group's query heads, so the block walks each head's query
   // tiles in turn into the same accumulators, K and V loaded once. MHA instances loop once, a
   // constant: the code of a single pass, which keeps their registers as they were.
   for (int head = 0; head < (GROUPED ? heads_per_kv : 1); ++head) {
-    if (i_begin < i_end) {
+    if (visits > 0) {
       issue_query_tile(t_start, 0);
       store_row_stat(0, fetch_row_stat(t_start * BLOCK_M));
     }
     cp_async_commit();
-    if (ORDERED && i_begin < i_end && warp == 0) find_turn(i_begin, t_start, 0);
-    int i = i_begin, t = t_start;
-    for (; i < (TAIL ? min(n_masked, i_end) : n_masked); t = next_tile(i++, t))
-      query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
-    for (; i < i_end; t = next_tile(i++, t)) query_tile(i, t, std::false_type{});  // below it (all, if not causal)
+    if (ORDERED && visits > 0 && warp == 0) find_turn(0, t_start, 0);
+    int i = 0, t = t_start;
+    for (; i < n_masked; t = walk.next(i++, t)) query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
+    for (; i < visits; t = walk.next(i++, t)) query_tile(i, t, std::false_type{});   // below it (all, if not causal)
     cp_async_wait<0>();  // an empty group at most; nothing pending at exit
     __syncthreads();     // every warp is done with this head's tiles (and K, V: phase 3 reads every key)
     count_adds();
     q += std::size_t(seq_q) * head_dim, dout += std::size_t(seq_q) * head_dim, lse += seq_q, delta += seq_q;
     dq_accum += acc_rows(seq_q) * D, turns += acc_rows(seq_q) / 64;
   }
-
-  // TAIL: this piece's sums (unscaled) to its slot; the last piece to finish adds all the slots into
-  // its accumulators, in piece order, and goes on to the epilogue; the others are done. Every
-  // accumulator is named by its indices (each_acc), never through a pointer, so none leaves the registers.
-  if constexpr (TAIL) {
-    constexpr int NREG = C::KV_ACCS * VM * 2 * VN * 4;  // = D·BLOCK_N·2 / THREADS
-    float* slots = tail.partials + std::size_t(split) * tail.pieces * NREG * THREADS + threadIdx.x;
-    auto slot = [&](int pc, int a, int mt, int j, int e) {  // [pieces][NREG][THREADS]: coalesced
-      return slots + (std::size_t(pc) * NREG + ((a * VM + mt) * 2 * VN + j) * 4 + e) * THREADS;
-    };
-    each_acc([&](int a, int mt, int j, int e) { __stcg(slot(piece, a, mt, j, e), kv_acc[a][mt][j][e]); });
-    __threadfence();  // this thread's slot is visible device-wide before the count says so
-    __syncthreads();
-    __shared__ bool last;
-    if (threadIdx.x == 0) last = atomicAdd(tail.counters + split, 1u) == unsigned(tail.pieces - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // the other pieces' slots, seen after their counts
-    for (int pc = 0; pc < tail.pieces; ++pc)  // a slot at a time: its NREG loads independent, in flight together
-      each_acc([&](int a, int mt, int j, int e) {
-        const float x = __ldcg(slot(pc, a, mt, j, e));
-        kv_acc[a][mt][j][e] = pc == 0 ? x : kv_acc[a][mt][j][e] + x;
-      });
-  }
-
-  // dK = scale·dK_acc into the K tile and dV into the V tile (this warp's [KV_KEYS, KV_DIMS] of
-  // each, or SPLIT_KV of its one), then 16-byte stores of whole rows: each 8-lane group writes 128
-  // bytes (step 11's epilogue). Keys past seq_k and padding columns are not stored; a block no
-  // query sees stores zeros.
-#pragma unroll
-  for (int mt = 0; mt < VM; ++mt)
-#pragma unroll
-    for (int j = 0; j < 2 * VN; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int a = 0; a < C::KV_ACCS; ++a) {
-          const bool is_dk = C::SPLIT_KV ? dk_warp : a == 1;
-          const float f = is_dk ? scale : 1.f;
-          const int r = vk0 + 16 * mt + g + 8 * h, c = vd0 / 8 + j;
-          *reinterpret_cast<std::uint32_t*>((is_dk ? Ks : Vs) + swz<D>(r, c) + 2 * t4) =
-              pack<T>(f * kv_acc[a][mt][j][2 * h], f * kv_acc[a][mt][j][2 * h + 1]);
-        }
-  __syncthreads();  // the whole block's rows are in
-  dk += kv_bh * seq_k * head_dim, dv += kv_bh * seq_k * head_dim;
-  constexpr int CHUNKS = D / 8;
-#pragma unroll
-  for (int i = threadIdx.x; i < BLOCK_N * CHUNKS; i += THREADS) {
-    const int r = i / CHUNKS, c = i % CHUNKS;
-    if (n0 + r < seq_k && 8 * c < head_dim) {
-      const std::size_t at = std::size_t(n0 + r) * head_dim + 8 * c;
-      *reinterpret_cast<uint4*>(dk + at) = *reinterpret_cast<const uint4*>(Ks + swz<D>(r, c));
-      *reinterpret_cast<uint4*>(dv + at) = *reinterpret_cast<const uint4*>(Vs + swz<D>(r, c));
-    }
-  }
+  store_dkdv<T, C>(kv_acc, Ks, Vs, dk + kv_bh * seq_k * head_dim, dv + kv_bh * seq_k * head_dim, n0, seq_k, head_dim,
+                   scale);
 }
 
 // The launches of dkdv_block.
 //   atomic:        grid (heads of a group, key blocks, batch·K/V heads / group): blocks start in
 //                  x-fastest order, so the group's heads come first at each key block, heaviest first
 //                  when causal (head_group; groups of 1 otherwise).
-//   TAIL:          grid (split key blocks · pieces), a piece per block (the last wave, above).
 //   ORDERED:       order.wave blocks, all resident, each taking key blocks in turn in the same order
 //                  as the atomic grid's, except that a causal head's come lightest first (Order).
-template <class T, class C, bool ORDERED, bool GROUPED, bool TAIL = false>
+template <class T, class C, bool ORDERED, bool GROUPED>
 __global__ void __launch_bounds__(C::THREADS)
     backward_dkdv(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
                   const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
                   T* __restrict__ dv, float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim, float scale,
-                  bool causal, int heads_per_kv, Tail tail, Order order) {
+                  bool causal, int heads_per_kv, Order order) {
   if constexpr (ORDERED) {
     __shared__ int taken;
     for (;;) {
@@ -767,21 +667,14 @@ __global__ void __launch_bounds__(C::THREADS)
       const int i = taken, g = order.group;
       if (i >= order.items) return;
       const int pos = i / g % order.n_kb;  // (x, pos, z) as the atomic grid's (x, kb, z)
-      dkdv_block<T, C, true, GROUPED, false>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq_q, seq_k, head_dim,
-                                             scale, causal, heads_per_kv, causal ? order.n_kb - 1 - pos : pos,
-                                             i / g / order.n_kb * g + i % g, 0, 0, i, tail, order);
+      dkdv_block<T, C, true, GROUPED>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq_q, seq_k, head_dim, scale,
+                                      causal, heads_per_kv, causal ? order.n_kb - 1 - pos : pos,
+                                      i / g / order.n_kb * g + i % g, i, order);
       __syncthreads();  // every thread is done with the key block's shared memory and with `taken`
     }
   } else {
-    int kb = blockIdx.y, kvh = blockIdx.z * gridDim.x + blockIdx.x, split = 0, piece = 0;  // TAIL: which piece
-    if constexpr (TAIL) {  // split key block `split` is the (whole + split)-th of the main grid
-      split = blockIdx.x / tail.pieces, piece = blockIdx.x % tail.pieces;
-      kb = (tail.whole + split) % tail.n_kb, kvh = (tail.whole + split) / tail.n_kb;
-    } else if ((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x >= unsigned(tail.whole)) {
-      return;  // split: the tail grid does this key block
-    }
-    dkdv_block<T, C, false, GROUPED, TAIL>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq_q, seq_k, head_dim, scale,
-                                           causal, heads_per_kv, kb, kvh, split, piece, 0, tail, order);
+    dkdv_block<T, C, false, GROUPED>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq_q, seq_k, head_dim, scale,
+                                     causal, heads_per_kv, blockIdx.y, blockIdx.z * gridDim.x + blockIdx.x, 0, order);
   }
 }
 
@@ -811,30 +704,6 @@ __global__ void __launch_bounds__(kConvertThreads)
 }
 
 // ---- workspace and launcher ----------------------------------------------------------------------------------
-// The last wave's plan (Tail): the last r = G mod S of the G key blocks cut into k pieces, k making
-// the tail, ceil(r·k / S) / k of a wave, smallest, with at least 8 query tiles of 128 per piece and
-// k ≤ 8 (the last piece adds k slots alone); shorter pieces measured slower at head_dim 128, seq
-// 2048. Atomic, not causal, MHA. FA_STEP13_TAIL=0: off, 1: on (the default); anything else is refused
-// (doc 13).
-struct TailPlan {
-  int blocks, split, pieces;  // key blocks in all; split ones; pieces each
-};
-TailPlan tail_plan(const fa::AttnParams& p) {
-  const int n_kb = (p.seq_k + 127) / 128, blocks = n_kb * p.batch * fa::kv_heads_of(p);  // BLOCK_N = 128
-  const int sms = fa::sm_count();  // 0 without a GPU
-  static const bool off = !fa::env_switch("FA_STEP13_TAIL", true, "0: no pieces; 1: last wave in pieces, the default");
-  const TailPlan none{blocks, 0, 1};
-  if (off || sms == 0 || p.variant != kAtomic || p.causal || fa::kv_heads_of(p) != p.heads) return none;
-  const int r = blocks % sms, k_max = std::min(8, (p.seq_q + 127) / 128 / 8);
-  int best = 1;
-  double best_tail = 1.0;  // k = 1: a wave
-  for (int k = 2; k <= k_max; ++k) {
-    const double tail = double((r * k + sms - 1) / sms) / k;
-    if (tail < best_tail - 1e-9) best = k, best_tail = tail;
-  }
-  return r == 0 || best == 1 ? none : TailPlan{blocks, r, best};
-}
-
 // Causal: the key blocks of a head differ in work (the first sees every query tile, the last one),
 // and a grid that runs head after head, heaviest first in each, ends with the heavy blocks of its
 // last heads still running beside idle SMs. Heads in groups of `group`, the blocks of a group
@@ -849,27 +718,22 @@ int head_group(const fa::AttnParams& p) {
   return g;
 }
 
-// [dQ_accum fp32 | counters | delta fp32 [rows] | tail partials], rows = batch·heads·seq_q.
+// [dQ_accum fp32 | counters | delta fp32 [rows]], rows = batch·heads·seq_q.
 // dQ_accum: per head acc_rows(seq_q) rows of the instance's D = 64 or 128 columns, in fragment order
 // (convert_dq); first, 16-byte aligned for the 16-byte atomics and loads; its size is a multiple of
-// 32 bytes and the counters are padded to 16, so delta is aligned too. Counters: atomic, the tail's
-// (one per split key block); deterministic, Order's turns (per head, 8 per query tile of 64) and
-// next. One memset zeroes dQ_accum and the counters.
+// 32 bytes and the counters are padded to 16, so delta is aligned too. Counters (deterministic only):
+// Order's turns (per head, 8 per query tile of 64) and next. One memset zeroes dQ_accum and them.
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
 std::size_t dq_accum_bytes(const fa::AttnParams& p) {
   return std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) * instance_dim(p.head_dim) * sizeof(float);
 }
 std::size_t turns_count(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) / 64; }
 std::size_t counters_bytes(const fa::AttnParams& p) {
-  const std::size_t n = p.variant == kAtomic ? tail_plan(p).split : turns_count(p) + 1;
+  const std::size_t n = p.variant == kAtomic ? 0 : turns_count(p) + 1;
   return (n * sizeof(unsigned) + 15) / 16 * 16;
 }
-std::size_t partials_bytes(const fa::AttnParams& p) {  // a piece: dK and dV of 128 keys, padded head_dim
-  const TailPlan tp = tail_plan(p);
-  return std::size_t(tp.split) * tp.pieces * 128 * instance_dim(p.head_dim) * 2 * sizeof(float);
-}
 std::size_t bwd_workspace(const fa::AttnParams& p) {
-  return dq_accum_bytes(p) + counters_bytes(p) + rows_of(p) * sizeof(float) + partials_bytes(p);
+  return dq_accum_bytes(p) + counters_bytes(p) + rows_of(p) * sizeof(float);
 }
 
 // The dK, dV kernel of a problem: the grouped instance (its loop over a K/V head's query heads) for GQA only.
@@ -901,8 +765,7 @@ template <class T, class C>
 void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   static const bool ready = [] {  // once per instance: more than 48 KB of dynamic shared memory
     for (auto* kernel : {backward_dkdv<T, C, false, false>, backward_dkdv<T, C, false, true>,
-                         backward_dkdv<T, C, true, false>, backward_dkdv<T, C, true, true>,
-                         backward_dkdv<T, C, false, false, true>})
+                         backward_dkdv<T, C, true, false>, backward_dkdv<T, C, true, true>})
       fa::opt_in_shared_memory(kernel, C::DKDV_BYTES, info().name);
     return true;
   }();
@@ -915,7 +778,6 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   auto* dq_accum = reinterpret_cast<float*>(ws);
   auto* counters = reinterpret_cast<unsigned*>(ws + dq_accum_bytes(p));
   float* delta = reinterpret_cast<float*>(ws + dq_accum_bytes(p) + counters_bytes(p));
-  float* partials = delta + rows_of(p);
 
   const long long rows = (long long)rows_of(p);
   constexpr int kRowsPerBlock = kDeltaThreads / kWarp;
@@ -926,31 +788,17 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 
   const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
   const int n_kb = (p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N, group = head_group(p);
-  static_assert(C::BLOCK_N == 128, "tail_plan counts key blocks of 128");
-  const TailPlan tp = tail_plan(p);
-  const Tail tail{tp.blocks - tp.split, n_kb, tp.pieces, partials, counters};
   if (p.variant == kAtomic) {
     const dim3 grid_kv(group, n_kb, p.batch * kv_heads / group);  // GQA: a block per K/V head
-    // The last wave's pieces beside the main grid, which runs on a side stream of higher priority:
-    // the pieces' blocks start as its blocks run out, not after its slowest one.
-    std::optional<fa::StreamFork> fork;
-    if (tp.split > 0) fork.emplace(stream, /*high_priority=*/true);
-    dkdv_kernel<T, C, false>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, fork ? fork->side() : stream>>>(
+    dkdv_kernel<T, C, false>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, stream>>>(
         q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv,
-        tail, Order{});
+        Order{});
     FA_CHECK_LAUNCH();
-    if (fork) {
-      backward_dkdv<T, C, false, false, true><<<unsigned(tp.split * tp.pieces), C::THREADS, C::DKDV_BYTES, stream>>>(
-          q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
-          heads_per_kv, tail, Order{});
-      FA_CHECK_LAUNCH();
-      fork->join();
-    }
   } else {  // deterministic: the same adds, each warp's in its turn (Order)
     Order order{counters, counters + turns_count(p), n_kb * p.batch * kv_heads, 0, group, n_kb};
     launch_ordered(dkdv_kernel<T, C, true>(heads_per_kv), C::THREADS, C::DKDV_BYTES, stream, order, info().name, q, k,
                    v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
-                   heads_per_kv, tail);
+                   heads_per_kv);
   }
   const long long slots = (long long)(dq_accum_bytes(p) / sizeof(float4));
   convert_dq<T, C><<<unsigned((slots + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
@@ -997,11 +845,6 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 // For the tests, which pin each candidate in turn (FA_STEP13_CONFIG).
 int candidate_count(int head_dim) { return tuner().candidate_count(head_dim); }
 std::string candidate_name(int head_dim, int i) { return tuner().candidate_name(head_dim, i); }
-// The last wave's plan of a problem: split key blocks and pieces each (0, 1: not split).
-std::pair<int, int> tail_split(const fa::AttnParams& p) {
-  const TailPlan t = tail_plan(p);
-  return {t.split, t.pieces};
-}
 
 // Beyond attn_rule: the dK/dV grid's y counts key blocks of 128 (at most 65535).
 std::string supports(const fa::Problem& pr) {
@@ -1034,8 +877,7 @@ const fa::StepInfo& info() {
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note =
         "dQ_accum, batch·heads·seq_q·head_dim fp32 (seq_q rounded up to 128, head_dim to 64 or 128), and "
-        "delta, batch·heads·seq_q fp32; atomic variant: also (not causal) the last wave's partial dK, dV, at "
-        "most 8·SMs·128·head_dim·2 fp32; deterministic: also batch·heads·seq_q/64 counters";
+        "delta, batch·heads·seq_q fp32; deterministic: also batch·heads·seq_q/64 counters";
     s.default_problem = default_problem;
     return s;
   }();

@@ -9,7 +9,6 @@
 #include <tuple>
 #include <utility>
 
-#include "device_info.h"
 #include "tc_backward_checks.h"
 
 namespace step12 {
@@ -19,7 +18,6 @@ namespace step13 {
 const fa::StepInfo& info();
 int candidate_count(int head_dim);
 std::string candidate_name(int head_dim, int i);
-std::pair<int, int> tail_split(const fa::AttnParams& p);
 int head_group(const fa::AttnParams& p);
 }  // namespace step13
 
@@ -53,12 +51,6 @@ TEST(Step13TunedBackward, RowWithoutVisibleKeysGetsNoGradient) {
 TEST(Step13TunedBackward, DeterministicVariantIsBitwiseReproducible) {
   deterministic_variant_is_bitwise_reproducible(kStep);
 }
-// The last wave (kernel.cu, Tail): which problems split it, into what, and the workspace it takes.
-int sm_count() {
-  int dev = 0;
-  EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
-  return fa::query_device(dev, /*measure_copy=*/false).sm_count;  // the harness's device facts
-}
 // f(dtype, head_dim) with every candidate pinned in turn (FA_STEP13_CONFIG bypasses the tuner).
 template <class F>
 void each_pinned_candidate(F f) {
@@ -72,53 +64,24 @@ void each_pinned_candidate(F f) {
         unsetenv("FA_STEP13_CONFIG");
       }
 }
-TEST(Step13TunedBackward, LastWaveSplitsOnlyWhereItShortensTheTail) {
-  const int sms = sm_count();
-  const int atomic = variant_of(kStep, "atomic"), deterministic = variant_of(kStep, "deterministic");
-  for (int d : {64, 128})
-    for (int seq : {1024, 2048, 4096, 8192, 16384})
-      for (int heads : {16, 17, 32})
-        for (bool causal : {false, true}) {
-          const Shape s{16384 / seq, heads, seq, seq, d, causal, 0, fa::DType::BF16};
-          SCOPED_TRACE(s.str());
-          const fa::AttnParams p = params(s, atomic);
-          const auto [split, pieces] = step13::tail_split(p);
-          const int blocks = (seq + 127) / 128 * s.batch * heads, r = blocks % sms;
-          if (causal || r == 0) {
-            EXPECT_EQ(split, 0);
-          } else if (split > 0) {  // the last r blocks, in 2..8 pieces of >= 8 query tiles of 128, a shorter tail
-            EXPECT_EQ(split, r);
-            EXPECT_TRUE(pieces >= 2 && pieces <= 8 && 8 * pieces <= (seq + 127) / 128) << pieces;
-            EXPECT_LT((split * pieces + sms - 1) / sms, pieces) << "tail of " << pieces << " pieces: no shorter";
-          }
-          // dQ_accum, counters (16-byte padded), delta, partial dK and dV (fp32, 128 keys, padded head_dim)
-          const std::size_t rows = std::size_t(s.batch) * heads * seq;
-          EXPECT_EQ(kStep.bwd_workspace_bytes(p), rows * d * 4 + (split * 4 + 15) / 16 * 16 + rows * 4 +
-                                                      std::size_t(split) * pieces * 128 * d * 2 * 4);
-          // Deterministic: no tail; dQ_accum, its turns (one per query tile of 64) and next, delta.
-          EXPECT_EQ(step13::tail_split(params(s, deterministic)).first, 0);
-          EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)),
-                    rows * d * 4 + ((rows / 64 + 1) * 4 + 15) / 16 * 16 + rows * 4);
-        }
-  // The FA2 shapes at seq 16384 leave a partial wave on this GPU unless its SM count divides 2048 or 4096.
-  const Shape fa2{1, 32, 16384, 16384, 64, false, 0, fa::DType::F16};
-  if (4096 % sms != 0) EXPECT_GT(step13::tail_split(params(fa2, atomic)).first, 0);
-  // GQA keeps the whole grid (its grouped instance has no tail).
-  EXPECT_EQ(step13::tail_split(params({1, 8, 4096, 4096, 64, false, 0, fa::DType::F16, 2}, atomic)).first, 0);
-}
-// dQ_accum (atomic) holds whole query tiles of 128 rows and the instance's 64 or 128 columns, in
-// fragment order: ragged seq_q and padded head_dim round up (causal: no tail, so no counters or partials).
+// The workspace: dQ_accum holds whole query tiles of 128 rows and the instance's 64 or 128 columns,
+// in fragment order (ragged seq_q and padded head_dim round up), then (deterministic) its turns, one
+// per query tile of 64, and next, padded to 16 bytes, then delta.
 TEST(Step13TunedBackward, DqAccumHoldsWholeTiles) {
   const int atomic = variant_of(kStep, "atomic"), deterministic = variant_of(kStep, "deterministic");
-  for (auto [seq, d, padded_seq, padded_d] : {std::tuple{1, 8, 128, 64}, {129, 64, 256, 64}, {1000, 40, 1024, 64},
-                                              {300, 72, 384, 128}, {2048, 128, 2048, 128}}) {
-    const Shape s{2, 3, seq, seq, d, /*causal=*/true, 0, fa::DType::F16};
-    SCOPED_TRACE(s.str());
-    const std::size_t rows = std::size_t(2) * 3 * seq, tiles = std::size_t(2) * 3 * padded_seq;
-    EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, atomic)), tiles * padded_d * 4 + rows * 4);
-    EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)),
-              tiles * padded_d * 4 + ((tiles / 64 + 1) * 4 + 15) / 16 * 16 + rows * 4);
-  }
+  for (bool causal : {false, true})
+    for (auto [seq, d, padded_seq, padded_d] : {std::tuple{1, 8, 128, 64},
+                                                {129, 64, 256, 64},
+                                                {1000, 40, 1024, 64},
+                                                {300, 72, 384, 128},
+                                                {2048, 128, 2048, 128}}) {
+      const Shape s{2, 3, seq, seq, d, causal, 0, fa::DType::F16};
+      SCOPED_TRACE(s.str());
+      const std::size_t rows = std::size_t(2) * 3 * seq, tiles = std::size_t(2) * 3 * padded_seq;
+      EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, atomic)), tiles * padded_d * 4 + rows * 4);
+      EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)),
+                tiles * padded_d * 4 + ((tiles / 64 + 1) * 4 + 15) / 16 * 16 + rows * 4);
+    }
 }
 // The causal order: heads in groups of a power of two that divides batch·K/V heads, the largest with
 // group·seq_k <= 16384 (1 where none is); one head at a time without the mask.
@@ -141,18 +104,6 @@ TEST(Step13TunedBackward, CausalHeadGroupsDivideTheHeads) {
   // GQA: groups of K/V heads (the grouped instance's blocks each walk a K/V head's query heads).
   EXPECT_EQ(step13::head_group(params({1, 8, 1024, 1024, 64, true, 0, fa::DType::F16, 2}, 0)), 2);
 }
-// The split grids against fp64 and step 12, every candidate: all key blocks split (fewer blocks than
-// SMs), and a grid of one wave and a few blocks more, the last of them split (ragged keys: the last
-// key block of each head is masked on every tile).
-TEST(Step13TunedBackward, LastWaveSplitMatchesFp64AndStep12) {
-  const int sms = sm_count(), atomic = variant_of(kStep, "atomic");
-  each_pinned_candidate([&](fa::DType t, int d) {
-    const Shape small{1, 1, 2100, 1000, d, false, 0, t}, wave{1, sms / 8 + 1, 2048, 1000, d, false, 0, t};
-    for (const Shape& s : {small, wave}) ASSERT_GT(step13::tail_split(params(s, atomic)).first, 0) << s.str();
-    expect_matches_fp64(kStep, small, atomic);
-    expect_matches_prev(kStep, kPrev, wave, atomic);
-  });
-}
 // The deterministic variant's order (kernel.cu, Order) across waves: the persistent grid capped at a
 // few blocks (FA_STEP13_WAVE), so that small shapes take many waves, every candidate, against fp64
 // and bitwise equal over repeated runs. Shapes: ragged keys; more key blocks than query tiles (ties
@@ -174,7 +125,8 @@ TEST(Step13TunedBackward, DeterministicOrderHoldsAcrossWaves) {
   });
   for (fa::DType t : kTypes)
     for (int d : {64, 128})
-      for (bool causal : {false, true}) expect_bitwise_repeatable(kStep, {2, 8, 4096, 4096, d, causal, 0, t}, deterministic);
+      for (bool causal : {false, true})
+        expect_bitwise_repeatable(kStep, {2, 8, 4096, 4096, d, causal, 0, t}, deterministic);
 }
 // GQA: the forward (step 11's) and the backward in both variants, dK and dV summed over each group.
 TEST(Step13TunedBackward, GroupedKvHeadsMatchFp64) {

@@ -8,8 +8,8 @@ add_cli_test(${step}.seq_k_blocks 2 "seq_k must be at most 65535.128 = 8388480"
              env CUDA_VISIBLE_DEVICES=-1 ${exe} --batch 1 --heads 1 --seq-q 1 --seq-k 8388609 --head-dim 8 --bwd)
 # The test hooks are whole numbers (host/env.h): anything else is refused with the variable, its value
 # and what it accepts, not read as atoi would. Read where the backward plans its workspace and launch
-# (tail_plan, launch_ordered), so on a GPU.
-add_gpu_cli_test(${step}.bad_tail_switch 2 "FA_STEP13_TAIL=2: expected 0 or 1"
-                 env FA_STEP13_TAIL=2 ${exe} --batch 1 --heads 1 --seq 64 --check)
+# (head_group, launch_ordered), so on a GPU.
+add_gpu_cli_test(${step}.bad_group_switch 2 "FA_STEP13_GROUP=2: expected 0 or 1"
+                 env FA_STEP13_GROUP=2 ${exe} --batch 1 --heads 1 --seq 64 --causal --check)
 add_gpu_cli_test(${step}.bad_wave_cap 2 "FA_STEP13_WAVE=abc: expected a whole number from 1 to 2147483647"
                  env FA_STEP13_WAVE=abc ${exe} --batch 1 --heads 1 --seq 64 --variant deterministic --check)

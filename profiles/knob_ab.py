@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""profiles/knob_ab.py: does a refinement earn its lines? Time a step's backward (or forward) on the
+FlashAttention-2 cells it targets, with the refinement and without it, the arms interleaved in one run.
+
+    python3 profiles/knob_ab.py --experiment "last wave" --causal no \\
+        --arm with=build/bin/13_tuned_backward --arm without=build/bin/13_tuned_backward:FA_STEP13_TAIL=0 \\
+        --out ab.csv
+
+An arm is NAME=EXE[:VAR=VALUE[,VAR=VALUE...]]: the executable (two builds can be compared) and the
+environment it runs with. Each cell runs `EXE --bench [--bwd] --csv` with the cell's shape flags, once
+per arm and round, arm order reversed every other round (so that a drift of the clocks falls on both
+arms alike). The CSV holds experiment, arm, round, problem, time_ms, device per run (the --bwd run's
+backward row, or the forward row with --fwd), appended to --out; the summary printed last gives, per
+cell, the other arms' mean time over the first arm's (above 1: the first arm is faster) and their
+median over the cells. The rule it serves (docs/adding_a_step.md, "Budgets"): a refinement stays in a
+kernel only with a gain of at least 2% at the median of the cells it targets, measured like this.
+"""
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (parse_rows: the executables' CSV)
+
+TOKENS = 16384  # batch · seq of the FA2 cells (docs/conventions.md, "Measurement")
+
+
+def cells(args):
+    for d in args.dims:
+        for causal in {"yes": [True], "no": [False], "both": [False, True]}[args.causal]:
+            for seq in args.seqs:
+                for dtype in args.dtypes:
+                    yield d, causal, seq, dtype
+
+
+def run_arm(exe, env, cell, fwd):
+    d, causal, seq, dtype = cell
+    cmd = [exe, "--bench", "--csv", "--batch", str(TOKENS // seq), "--heads", str(2048 // d), "--seq", str(seq),
+           "--head-dim", str(d), "--dtype", dtype] + (["--causal"] if causal else []) + ([] if fwd else ["--bwd"])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    if p.returncode != 0:
+        raise SystemExit(f"knob_ab: {' '.join(cmd)} with {env} exited {p.returncode}: {p.stderr.strip()[-400:]}")
+    rows = [r for r in bench.parse_rows(p.stdout) if r["step"] == os.path.basename(exe)]
+    want = [r for r in rows if (not r["problem"].endswith((" bwd", " fwd+bwd", " fwd")) if fwd
+                                else r["problem"].endswith(" bwd"))]
+    if not want:
+        raise SystemExit(f"knob_ab: no {'forward' if fwd else 'bwd'} row in the output of {' '.join(cmd)}")
+    return want[0]
+
+
+def parse_arm(text):
+    name, _, rest = text.partition("=")
+    exe, _, env_text = rest.partition(":")
+    env = dict(kv.split("=", 1) for kv in env_text.split(",") if kv)
+    if not name or not exe:
+        raise SystemExit(f"knob_ab: --arm NAME=EXE[:VAR=VALUE,...], got {text!r}")
+    return name, exe, env
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--experiment", required=True)
+    ap.add_argument("--arm", action="append", required=True, help="NAME=EXE[:VAR=VALUE,...]; the first is the reference")
+    ap.add_argument("--causal", choices=("yes", "no", "both"), default="both")
+    ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
+    ap.add_argument("--dtypes", nargs="+", default=["f16", "bf16"])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--fwd", action="store_true", help="time the forward instead of the backward")
+    ap.add_argument("--out", required=True, help="CSV to append the runs to")
+    args = ap.parse_args(argv)
+    arms = [parse_arm(a) for a in args.arm]
+    if len(arms) < 2:
+        raise SystemExit("knob_ab: at least two arms")
+    new = not os.path.exists(args.out)
+    times = {}
+    with open(args.out, "a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(["experiment", "arm", "round", "problem", "time_ms", "device"])
+        for cell in cells(args):
+            for rnd in range(1, args.rounds + 1):
+                for name, exe, env in (arms if rnd % 2 else arms[::-1]):
+                    r = run_arm(exe, env, cell, args.fwd)
+                    w.writerow([args.experiment, name, rnd, r["problem"], r["time_ms"], r["device"]])
+                    f.flush()
+                    times.setdefault(r["problem"], {}).setdefault(name, []).append(float(r["time_ms"]))
+    ref = arms[0][0]
+    print(f"{args.experiment}: time of each arm over {ref}'s (above 1: {ref} is faster), mean of {args.rounds} rounds")
+    ratios = {name: [] for name, _, _ in arms[1:]}
+    for problem, by_arm in times.items():
+        line = [f"{problem:44}", f"{ref} {statistics.fmean(by_arm[ref]):8.3f} ms"]
+        for name in ratios:
+            ratio = statistics.fmean(by_arm[name]) / statistics.fmean(by_arm[ref])
+            ratios[name].append(ratio)
+            line.append(f"{name} {ratio:.3f}")
+        print("  ".join(line))
+    for name, rs in ratios.items():
+        print(f"SUMMARY {args.experiment}: {name}/{ref} median {statistics.median(rs):.3f} "
+              f"min {min(rs):.3f} max {max(rs):.3f} over {len(rs)} cells")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
