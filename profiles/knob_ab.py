@@ -43,7 +43,7 @@ def run_arm(exe, env, cell, fwd):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
     if p.returncode != 0:
         raise SystemExit(f"knob_ab: {' '.join(cmd)} with {env} exited {p.returncode}: {p.stderr.strip()[-400:]}")
-    rows = [r for r in bench.parse_rows(p.stdout) if r["step"] == os.path.basename(exe)]
+    rows = bench.parse_rows(p.stdout)  # the step's rows (its PREV's time is a column of each)
     want = [r for r in rows if (not r["problem"].endswith((" bwd", " fwd+bwd", " fwd")) if fwd
                                 else r["problem"].endswith(" bwd"))]
     if not want:
