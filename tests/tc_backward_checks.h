@@ -1,5 +1,5 @@
 // tc_backward_checks.h: the checks every fp16/bf16 backward step with the two ways of producing dQ
-// (StepInfo::variants "deterministic" and "atomic"; steps 12 and 13) runs, each in a given variant,
+// (StepInfo::variants "deterministic" and "atomic"; steps 12 and 16) runs, each in a given variant,
 // so that a step's test file says which step it tests, against which previous step, and what is
 // particular to it. Tolerances: the per-row low-precision rule of harness/tolerance.h (dQ per query
 // row, dK and dV per key row: 2·max|ref_lowp − ref| + 1 ulp, plus what delta from the given 16-bit
