@@ -1,40 +1,31 @@
 // =============================================================================================
 // FlashAttention from scratch, step by step, in CUDA C++
-// Step 16: the tuned backward: the key-block kernel's 8 warps tiled 2-D in each product, Pᵀ and
-//          dSᵀ through shared memory; the query tile per problem by the autotuner; atomic dQ in the
-//          lanes' fragment order from staggered starts; causal heads in groups; deterministic dQ
-//          by the same atomic adds, each in its turn
+// Step 16: deterministic dQ: the same atomic adds as step 15, each block's in its turn, in an order
+//          fixed by the problem, on a persistent grid; dQ bitwise repeatable
 //
-// What changes since step 12: not the math, but who computes which part of the five products in
-// the dK/dV kernel. A block of 8 warps owns 128 keys; each of its three phases tiles the warps its
-// own way, squarer tiles reading fewer operand bytes per FLOP than step 12's warps of 16 keys:
+// What changes since step 15: a second variant. Atomic adds into dQ_accum land in whatever order the
+// key blocks reach a query tile, and fp32 addition is not associative, so step 15's dQ differs in its
+// last bits from run to run. `--variant deterministic` runs the same kernel and makes the same adds,
+// but a block adds its share of a query tile only when its turn has come:
 //
-//   1. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ  [128 keys, BLOCK_M queries]  4 × 2 warps of [32, BLOCK_M/2]
-//   2. dV += Pᵀ·dO, dK += dSᵀ·Q  [128 keys, D]              4 × 2 warps of [32, D/2] doing both, or
-//                                                            (SPLIT_KV) 2 × 2 of [64, D/2] for each
-//   3. dQ = dS·K                 [BLOCK_M queries, D]        4 × 2 or 2 × 4 warps of [32, D/2 or D/4]
+//   turns        one counter per query tile in global memory; one thread waits for the block's turn
+//                (ld.acquire) in the middle of phase 1, one counts the adds after the next barrier
+//                (fence.acq_rel + red)
+//   the order    fixed by the problem and following the time at which key blocks reach a tile:
+//                by wave of the persistent grid, then by the step at which a block visits the tile
+//                (not causal), or lightest key block first (causal)
+//   the grid     persistent and cooperative (every block resident, so no block waits for one that
+//                has not started), taking key blocks from a counter
 //
-// Phase 2 needs all of a key row's Pᵀ and dSᵀ, which phase 1 spread over two warps: both go to
-// shared memory, and a barrier separates the phases. Every swizzled ldmatrix address is one XOR of
-// a per-lane offset (pair_at). Phase 3's atomics write dQ_accum in the lanes' fragment order, so that
-// one 16-byte atomic of a warp covers four whole cache lines (convert_dq puts the elements back).
+// Nothing is computed twice (step 12's deterministic variant recomputed S and dP in a dQ kernel of
+// its own: 7 products for 5). The default stays atomic, the faster (doc 16 gives the price).
 //
-// Where to look, in reading order (doc 16 has a part on each):
-//   Config, pair_at, product_t, product_kv   the 2-D warp tiles; candidates: the autotuned query tile
-//   dq_tile, convert_dq, Walk                 the dQ accumulator in fragment order, staggered starts
-//   head_group                                causal: heads in groups, heaviest key blocks first
-//   Order, turn_at, launch_ordered            the deterministic variant: the same adds, each in its
-//                                             turn, on a persistent grid (the default is atomic)
+// Where to look: Order, ld_acquire, add_release, turn_at (the order and its arithmetic), the ORDERED
+// paths of dkdv_block and backward_dkdv, launch_ordered. Everything else is step 15's.
 //
-// Kernels, in launch order:
-//   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32 (step 12's)
-//   dK/dV        also dQ into fp32 dQ_accum, 256 threads; atomic: grid (heads of a group, key blocks
-//                of 128, batch·K/V heads / group); deterministic: a persistent grid, adds in turn
-//   convert      dQ = scale·dQ_accum -> fp16/bf16
-//
-// A few instances are compiled (candidates, bottom of the file); the first launch of a problem class
-// times each on the caller's buffers and caches the fastest (host/autotune.h, as step 11).
-// FA_STEP16_CONFIG=<name> pins one. Measurements and the history of each choice: doc 16.
+// Kernels, in launch order (step 15's): delta; dK/dV (also dQ into fp32 dQ_accum, 256 threads; atomic:
+// grid (heads of a group, key blocks of 128, batch·K/V heads / group); deterministic: a persistent
+// grid, adds in turn); convert. FA_STEP16_CONFIG=<name> pins a candidate.
 //
 // Build + run:  cmake --build build --target 16_deterministic_backward && build/bin/16_deterministic_backward
 // Read with:    docs/16_deterministic_backward.md
@@ -207,12 +198,6 @@ struct Walk {
   }
   __device__ int next(int i, int t) const {  // the tile visited after the i-th, t (no division in the loop)
     return i + 1 == n_masked ? t_full + rot : t + 1 == n_q_tiles ? t_full : t + 1;
-  }
-  __device__ int step(int t) const {  // which visit tile t is, -1 if none (at's inverse)
-    if (t < t_begin) return -1;
-    if (t < t_begin + n_masked) return t - t_begin;
-    const int d = t - t_full - rot;
-    return n_masked + (d < 0 ? d + n_free : d);
   }
 };
 
@@ -864,8 +849,7 @@ fa::Problem default_problem() {
 const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {
     fa::StepInfo s{"16_deterministic_backward",
-                   "the tuned backward: 2-D warp tiles per product (Pᵀ, dSᵀ through shared memory), the query "
-                   "tile picked per problem by the autotuner, staggered atomic dQ blocks, deterministic adds in turn",
+                   "deterministic dQ: step 15's atomic adds, each in its turn on a persistent grid",
                    fa::Family::Attention};
     s.attn_fwd = step11::info().attn_fwd;
     s.attn_bwd = backward;

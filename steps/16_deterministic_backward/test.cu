@@ -1,8 +1,9 @@
-// Step 16 (the tuned backward: template instances picked by the autotuner, staggered atomic dQ)
-// against step 12 in the same dtype and variant, and against the fp64 reference, with the per-row
+// Step 16 (the deterministic variant: the atomic adds of step 15, each in its turn) against step 15
+// (its atomic variant, the only one it has) and against the fp64 reference, with the per-row
 // low-precision rule of harness/tolerance.h (dQ per query row, dK and dV per key row). The shared
 // checks of tests/tc_backward_checks.h in both variants, plus what is particular to this step:
-// every candidate instance (not only the ones the tuner picks here) in both variants.
+// every candidate instance (not only the ones the tuner picks here) in both variants, and the
+// deterministic order across the waves of a capped grid.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -11,7 +12,7 @@
 
 #include "tc_backward_checks.h"
 
-namespace step12 {
+namespace step15 {
 const fa::StepInfo& info();
 }
 namespace step16 {
@@ -24,16 +25,16 @@ int head_group(const fa::AttnParams& p);
 namespace {
 using namespace tc_backward_checks;
 const fa::StepInfo& kStep = step16::info();
-const fa::StepInfo& kPrev = step12::info();
+const fa::StepInfo& kPrev = step15::info();
 
-// Step 12's two variants, the atomic one now the default (the faster of the two here, doc 16).
+// Two variants: atomic (step 15's, the default, the faster) and deterministic (doc 16).
 TEST(Step16DeterministicBackward, DeclaresItsVariants) {
   ASSERT_EQ(kStep.variants, (std::vector<std::string>{"atomic", "deterministic"}));
 }
-TEST(Step16DeterministicBackward, MatchesStep12OnRealisticShapes) {
+TEST(Step16DeterministicBackward, MatchesStep15OnRealisticShapes) {
   for (int variant : kVariants) matches_prev_on_realistic_shapes(kStep, kPrev, variant);
 }
-TEST(Step16DeterministicBackward, MatchesStep12WhenSeqQDiffersFromSeqK) {
+TEST(Step16DeterministicBackward, MatchesStep15WhenSeqQDiffersFromSeqK) {
   for (int variant : kVariants) matches_prev_when_seq_q_differs_from_seq_k(kStep, kPrev, variant);
 }
 TEST(Step16DeterministicBackward, MatchesGoldenInputs) {
@@ -137,8 +138,8 @@ TEST(Step16DeterministicBackward, RefusesWhatItCannotRun) { refuses_what_it_cann
 
 // Every candidate pinned (FA_STEP16_CONFIG bypasses the tuner), both variants, against fp64 on
 // shapes that take the masked, unmasked, ragged and staggered paths (seq 333: 6 query tiles, so an
-// atomic key block's unmasked tiles start at a rotated one), and against step 12 on a longer one.
-TEST(Step16DeterministicBackward, EveryCandidateMatchesFp64AndStep12) {
+// atomic key block's unmasked tiles start at a rotated one), and against step 15 on a longer one.
+TEST(Step16DeterministicBackward, EveryCandidateMatchesFp64AndStep15) {
   for (int variant : kVariants)
     each_pinned_candidate([&](fa::DType t, int d) {
       for (const Shape& s : {Shape{1, 2, 333, 333, d, true, 0, t}, Shape{2, 2, 300, 1000, d, false, 0, t},
