@@ -29,7 +29,7 @@ DeviceCC device_cc(int id);
 
 // "" if a GPU of compute capability `dev.cc` runs a step that needs `needs_cc` (0: any GPU the
 // build targets; otherwise exactly that one, as sm_90a code runs only on cc 9.0), else the
-// sentence the user sees: "15_x needs a compute capability 9.0 GPU (Hopper, sm_90a); this is
+// sentence the user sees: "18_x needs a compute capability 9.0 GPU (Hopper, sm_90a); this is
 // NVIDIA A100-SXM4-80GB (cc 8.0)".
 std::string wrong_device_message(const std::string& step, int needs_cc, const DeviceCC& dev);
 

@@ -88,7 +88,7 @@ int variant_index() {
 
 std::vector<Problem> sweep(const StepInfo& step) {
   std::vector<Problem> out;
-  if (step.sweep) {  // the step's own benchmark shapes (decoding: step 16), in their own type unless --dtype
+  if (step.sweep) {  // the step's own benchmark shapes (decoding: step 22), in their own type unless --dtype
     if (flags.kv_heads_given)
       throw UsageError(std::string(step.name) + "'s --sweep names its own K/V heads: drop --kv-heads");
     for (Problem p : step.sweep()) {

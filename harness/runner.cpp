@@ -38,7 +38,7 @@ std::string Problem::describe() const {
         std::snprintf(heads, sizeof heads, "H%d", attn.heads);
       else
         std::snprintf(heads, sizeof heads, "H%d KV%d", attn.heads, kv_heads_of(attn));
-      // "cache": a KV cache of capacity Sk with per-sequence lengths (step 16)
+      // "cache": a KV cache of capacity Sk with per-sequence lengths (step 22)
       const char* mask = attn.kv_cache ? (attn.causal ? " cache causal" : " cache") : attn.causal ? " causal" : "";
       if (attn.seq_q == attn.seq_k)
         std::snprintf(buf, sizeof buf, "B%d %s S%d D%d%s %s%s", attn.batch, heads, attn.seq_q, attn.head_dim, mask,

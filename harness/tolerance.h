@@ -82,7 +82,7 @@ constexpr double kUnderflowFloor = 0x1p-100;
 // exactly (one visible key: O = V row, so dS = 0 and dQ = 0), the kernel sums the two dot
 // products in fp32 in different orders (mma for dP, the delta kernel for Δ) and leaves ~1e-7,
 // while ref_lowp, in fp64, leaves nothing, so the rule above gives a bound near 0. Measured on
-// the H100 (step 13, seq_k = 1, d 128): 3.6e-7 in a row whose bound was 1.8e-7. 1e-5 is far
+// the H100 (step 16, seq_k = 1, d 128): 3.6e-7 in a row whose bound was 1.8e-7. 1e-5 is far
 // below a 16-bit rounding of any gradient that is not itself zero (ulp of 1: 1e-3 fp16, 8e-3 bf16).
 // LSE stays fp32 in every step and is computed from fp32 sums of exact products (a product of
 // two fp16 or two bf16 values is exact in fp32): it carries no 16-bit rounding, so it keeps the

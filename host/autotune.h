@@ -1,5 +1,5 @@
 // autotune.h: a step that compiles several instances of its kernel (tile shapes) picks the fastest
-// per problem class, once, and launches it from then on (step 11; step 13 reuses it).
+// per problem class, once, and launches it from then on (step 11; step 16 reuses it).
 //
 //   fa::Autotuner<Key, Args> tuner(step_name, "FA_STEP11_CONFIG");
 //   tuner.pick(key, candidates, args, stream)   the candidate to launch for problem class `key`:
@@ -21,7 +21,7 @@
 // The timer and the capture query are constructor arguments, so tests/test_autotune.cpp drives the
 // cache and the pin on the CPU with made-up timings.
 //
-// The attention steps that tune (11, 13) share the rest of the plumbing, AttnAutotuner (bottom): the
+// The attention steps that tune (11, 16) share the rest of the plumbing, AttnAutotuner (bottom): the
 // problem class of an attention problem, one cache per element type, and the dispatch from the
 // element type to the candidates of that type:
 //
@@ -165,7 +165,7 @@ class Autotuner {
   std::map<Key, int> cache_;
 };
 
-// ---- the attention steps' autotuner (steps 11 and 13) -------------------------------------------------
+// ---- the attention steps' autotuner (steps 11 and 16) -------------------------------------------------
 // ceil(log2(n)): lengths bucketed by powers of two (…, 1024, 2048, …); 0 for n <= 1.
 inline int length_bucket(int n) {
   int b = 0;

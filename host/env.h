@@ -7,8 +7,8 @@
 //   fa::env_switch(name, unset, what)        a knob that is 0 (off) or 1 (on): `unset` when not set
 //
 // A knob that is set to anything else than what it accepts is an error, never a guess: atoi would
-// read FA_STEP16_SPLITS=8abc as 8 and FA_STEP13_WAVE=abc as 0. The UsageError names the variable, its
-// value and what it accepts, "FA_STEP16_SPLITS=8abc: expected a whole number from 1 to 64 (the
+// read FA_STEP22_SPLITS=8abc as 8 and FA_STEP16_WAVE=abc as 0. The UsageError names the variable, its
+// value and what it accepts, "FA_STEP22_SPLITS=8abc: expected a whole number from 1 to 64 (the
 // number of splits)", so the executable exits with kExitUsage (2) and that sentence. Empty means
 // not set (FA_X= is how a shell unsets a variable for one command).
 #pragma once

@@ -52,7 +52,7 @@ struct AttnParams {
   // K/V heads (grouped-query attention): 0 means as many as query heads (MHA). Otherwise heads is a
   // multiple of it and query head h reads K/V head h / (heads / kv_heads); 1 is MQA.
   int kv_heads = 0;
-  // A KV cache (decoding, step 16): seq_k is the cache's capacity, and sequence b has its own
+  // A KV cache (decoding, step 22): seq_k is the cache's capacity, and sequence b has its own
   // length, 0 <= seq_lens[b] <= seq_k (AttnFwdArgs::seq_lens): keys past it are never read. Causal
   // then aligns each sequence's last query with its last key: query i sits at position
   // len − seq_q + i and sees keys j <= len − seq_q + i. Off: every sequence has seq_k keys, causal

@@ -1,4 +1,4 @@
-// tensor_map.h: the tensor maps that the bulk tensor copies (TMA) of steps 14 and later read. A
+// tensor_map.h: the tensor maps that the bulk tensor copies (TMA) of steps 17 and later read. A
 // tensor map is a 128-byte descriptor, built on the host, of a tensor in global memory (address,
 // sizes, strides, element type) and of the box one copy moves (its size and the swizzle it
 // writes into shared memory). The kernel gets it by value as a `const __grid_constant__

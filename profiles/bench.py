@@ -36,7 +36,7 @@ fwd+bwd'); FLOPs by the FlashAttention convention (forward 4·B·H·S²·D, halv
 (problem) this run did not re-measure: with --steps naming forward-only steps, SDPA's forward is
 measured again beside them (same run), and its backward rows stay those measured beside the backward
 steps; with --steps naming only steps with a backward (07, 08), the reverse: SDPA's bwd and fwd+bwd
-rows are measured again and its forward rows (the forward steps' baselines) kept; with --steps 16 alone,
+rows are measured again and its forward rows (the forward steps' baselines) kept; with --steps 22 alone,
 only SDPA's decode rows are measured again (and the grouped-query and MHA rows kept).
 
 Without PyTorch the baselines are skipped, without matplotlib the plot: each is said, and the CSV
@@ -142,7 +142,7 @@ def step_exes(build, only):
     return [e for e in exes if not only or os.path.basename(e)[:2] in only]
 
 
-# An ablation variant ("no-...": the step with one technique switched off, step 15) is timed on these
+# An ablation variant ("no-...": the step with one technique switched off, step 18) is timed on these
 # cells only, fp16, not on the whole sweep: FA2 shapes at a short and a long sequence, each head_dim,
 # causal and not. The default variant's sweep rows hold the same cells.
 ABLATION_SEQS = (2048, 8192)
@@ -178,7 +178,7 @@ def step_rows(exes, gqa_only=False):
 
 def runs_gqa(exe):
     """Whether a step runs grouped-query attention on the FA2 sweep: its --help offers --kv-heads without 'runs
-    only the default', and its --sweep is the family's (step 16's decode shapes name their own K/V heads)."""
+    only the default', and its --sweep is the family's (step 22's decode shapes name their own K/V heads)."""
     p = subprocess.run([exe, "--help"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     m = re.search(r"^\s*--kv-heads\b(.*(?:\n\s{8,}.*)*)", p.stdout, re.M)
     return bool(m) and "runs only the default" not in m.group(1) and "its own K/V heads" not in m.group(1)
@@ -367,7 +367,7 @@ def bracket_mean(before, after):
     return out, drifts
 
 
-# Decoding (step 16's sweep, harness: decode_sweep): one query row per head, 32 query heads of d 128 over
+# Decoding (step 22's sweep, harness: decode_sweep): one query row per head, 32 query heads of d 128 over
 # 32, 8 and 1 K/V heads, batch 1, 8, 64, full caches of 1k-128k keys, K and V at most 2^30 elements each.
 DECODE_BATCHES, DECODE_KV_HEADS, DECODE_LENS = (1, 8, 64), (32, 8, 1), (1024, 4096, 16384, 65536, 131072)
 DECODE_HEADS, DECODE_DIM = 32, 128
@@ -384,9 +384,9 @@ def copy_gbs(torch, flush, reps, warmup):
 
 
 def sdpa_decode_rows(torch, reps, warmup):
-    """SDPA's forward on step 16's decode shapes, every backend that runs them (flash, cuDNN, efficient), each
+    """SDPA's forward on step 22's decode shapes, every backend that runs them (flash, cuDNN, efficient), each
     sequence as long as the cache (SDPA has no per-sequence lengths); not causal (one query row sees the whole
-    cache, as step 16's causal does at the end of a sequence). Rows 'B8 H32 KV8 Sq1 Sk4096 D128 cache f16':
+    cache, as step 22's causal does at the end of a sequence). Rows 'B8 H32 KV8 Sq1 Sk4096 D128 cache f16':
     GB/s of K/V bytes read, against the copy bandwidth measured in the same run."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -639,9 +639,9 @@ def main(argv=None):
             built = step_exes(a.build, set())
             device, tensor_peak = device_info(built[0]) if built else (device, -1.0)
         modes = "fwd" if a.gqa_only else auto_sdpa_modes(a.sdpa_modes, bool(only), list(map(has_backward, exes)))
-        # --steps 16 alone: only the decode baselines. SDPA's rows of the other problems belong to the run
+        # --steps 22 alone: only the decode baselines. SDPA's rows of the other problems belong to the run
         # that measured the steps beside them, and --merge must keep those.
-        decode_only = only == {"16"} and a.sdpa_modes == "auto"
+        decode_only = only == {"22"} and a.sdpa_modes == "auto"
     # SDPA's attention rows are measured twice, before and after the steps, and the rows hold the mean
     # (bracket_mean): the steps' sweep takes minutes, and the GPU's clocks drift over them.
     bracket = bool(torch and exes and not a.gqa_only and not decode_only)
@@ -656,8 +656,8 @@ def main(argv=None):
                 say(f"== SDPA baselines{', second pass' if bracket else ''} (PyTorch {torch.__version__}; rows: {modes})")
                 after = sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
                 rows += bracket_mean(before, after)[0] if bracket else after
-            if not a.gqa_only and modes in ("all", "fwd") and (not only or "16" in only):  # step 16's baselines
-                say("== SDPA baselines, decoding (step 16's shapes)")
+            if not a.gqa_only and modes in ("all", "fwd") and (not only or "22" in only):  # step 22's baselines
+                say("== SDPA baselines, decoding (step 22's shapes)")
                 rows += sdpa_decode_rows(torch, a.reps, a.warmup)
             if modes in ("all", "fwd") and not decode_only:  # the forward baselines: also grouped-query attention's
                 say(f"== SDPA baselines, grouped-query attention ({GQA_KV_HEADS} K/V heads, forward)")

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""profiles/decode_splits.py: step 16's split count against the alternatives. Each decode shape below
+"""profiles/decode_splits.py: step 22's split count against the alternatives. Each decode shape below
 is timed by the step executable itself (its --bench: CUDA events, warm-up, median of 20, L2 flushed)
-with the split rule's own count (FA_STEP16_SPLITS unset, row "default") and with every count of SPLITS
-pinned (FA_STEP16_SPLITS=n).
+with the split rule's own count (FA_STEP22_SPLITS unset, row "default") and with every count of SPLITS
+pinned (FA_STEP22_SPLITS=n).
 
   python3 profiles/decode_splits.py [--build build] [--out profiles/<gpu>/decode_splits.csv]
 
 Rows: the executable's CSV row plus a `splits` column ("default" or n). results.py renders them in
-docs/16 (block results:decode_splits): per shape, GB/s of each count, the fastest in bold, and the
+docs/22 (block results:decode_splits): per shape, GB/s of each count, the fastest in bold, and the
 unpinned count's time against the fastest's.
 """
 import argparse
@@ -30,14 +30,14 @@ def main(argv=None):
     ap.add_argument("--build", default=os.path.join(fp.ROOT, "build"))
     ap.add_argument("--out", default=os.path.join(fp.gpu_dir(), "decode_splits.csv"))
     args = ap.parse_args(argv)
-    exe = os.path.join(args.build, "bin", "16_split_kv_decode")
+    exe = os.path.join(args.build, "bin", "22_split_kv_decode")
     rows = []
     for batch, kv_heads, keys in SHAPES:
         cmd = [exe, "--bench", "--csv", "--dtype", "f16", "--batch", str(batch), "--heads", "32", "--kv-heads",
                str(kv_heads), "--seq-q", "1", "--seq-k", str(keys), "--head-dim", "128", "--cache-lens", str(keys)]
         for n in (None,) + SPLITS:  # None: the heuristic's own count
             rows += [dict(r, splits="default" if n is None else str(n))
-                     for r in run_pinned(cmd, "FA_STEP16_SPLITS", n)]
+                     for r in run_pinned(cmd, "FA_STEP22_SPLITS", n)]
         if rows:  # after every shape, so a run cut short keeps the shapes it finished
             write_tagged_csv(args.out, "splits", rows)
 

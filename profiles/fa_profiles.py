@@ -205,7 +205,7 @@ def split_problem(problem, gqa=False, cache=False):
     """An attention problem of bench.csv -> dict(shape, batch, heads, kv_heads, seq, seq_k, d, cache, causal, dtype,
     mode), or None. 'B8 H32 S2048 D64 causal f16 bwd' -> shape 'B8 H32 S2048 D64 causal', mode 'bwd'; no mode =
     fwd. A grouped-query problem ('B8 H32 KV8 S2048 ...') only with `gqa`, a KV cache ('... D128 cache f16', step
-    16) only with `cache` (else None: the tables of the other steps skip them); kv_heads is the heads for MHA."""
+    22) only with `cache` (else None: the tables of the other steps skip them); kv_heads is the heads for MHA."""
     m = _ATTN.match(problem.strip())
     if not m or (m.group(3) and not gqa) or (m.group(8) and not cache):
         return None

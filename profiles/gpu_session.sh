@@ -18,7 +18,7 @@
 # --merge profiles/h100/bench.csv") and CAPTURE_STEPS (e.g. "07 08") re-measure a few steps.
 # STEPS="09 10 11" is the short form of both: bench.py --steps 09,10,11 --merge profiles/<gpu>/bench.csv
 # (SDPA re-measured in the same run: its forward rows where the steps are forward-only, its backward
-# rows where they all have a backward, its decode rows for STEPS="16", all of them otherwise; every other row
+# rows where they all have a backward, its decode rows for STEPS="22", all of them otherwise; every other row
 # of the committed bench.csv kept, so $OUT/bench.csv is complete) and capture.sh 09 10 11; the summary
 # then ends with the tensor-core steps' table against SDPA (results.py show). E.g. one session of about
 # 9 minutes: OUT=DIR STEPS="09 10 11" STAGES="build ctest bench capture sass" bash profiles/gpu_session.sh
@@ -77,7 +77,7 @@ bench() {  # every step's --sweep (--bwd) and the SDPA baselines; the plot goes 
 }
 # step 11's candidate instances, each pinned, side by side (profiles/candidates.py); into the tarball
 candidates() { python3 profiles/candidates.py --out "$work/profiles/step11_candidates.csv" >> "$OUT/run.log" 2>&1; }
-# step 16's split counts, each pinned, beside the heuristic's (profiles/decode_splits.py); into the tarball
+# step 22's split counts, each pinned, beside the heuristic's (profiles/decode_splits.py); into the tarball
 splits() { python3 profiles/decode_splits.py --out "$work/profiles/decode_splits.csv" >> "$OUT/run.log" 2>&1; }
 # grouped-query attention: the GQA sweeps of the forward steps and SDPA's (enable_gqa) in one run, merged
 # into $OUT/bench.csv (after the bench stage) or into a copy of the committed bench.csv
@@ -85,7 +85,7 @@ gqa() {
   local gpu base
   gpu=$(python3 profiles/fa_profiles.py slug "$(head -1 "$OUT/env.txt" | cut -d, -f1)")
   base=$OUT/bench.csv && [[ -s $base ]] || base=profiles/$gpu/bench.csv
-  python3 profiles/bench.py --steps 11,14,15 --gqa-only --merge "$base" --out "$OUT/bench.csv.gqa" --no-plot \
+  python3 profiles/bench.py --steps 11,17,18 --gqa-only --merge "$base" --out "$OUT/bench.csv.gqa" --no-plot \
     --no-render >> "$OUT/run.log" 2>&1 && mv "$OUT/bench.csv.gqa" "$OUT/bench.csv"
 }
 # shellcheck disable=SC2086

@@ -3,7 +3,7 @@
 FlashAttention-2 cells it targets, with the refinement and without it, the arms interleaved in one run.
 
     python3 profiles/knob_ab.py --experiment "last wave" --causal no \\
-        --arm with=build/bin/13_tuned_backward --arm without=build/bin/13_tuned_backward:FA_STEP13_TAIL=0 \\
+        --arm with=build/bin/16_deterministic_backward --arm without=build/bin/16_deterministic_backward:FA_STEP16_TAIL=0 \\
         --out ab.csv
 
 An arm is NAME=EXE[:VAR=VALUE[,VAR=VALUE...]]: the executable (two builds can be compared) and the

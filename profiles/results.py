@@ -203,7 +203,7 @@ SASS_SCALAR = ["instructions", "ldg128", "ldg32", "stg128", "stg32", "mufu_ex2",
 SASS_TC = ["instructions", "hmma", "ldsm", "ldgsts", "ldg128", "stg128", "stg32", "mufu_ex2", "fmul", "shfl", "bar"]
 SASS_OVERRIDE = None  # tests: read this sass_summary.csv instead of profiles/<gpu>/sass_summary.csv
 CANDIDATES_OVERRIDE = None  # tests: read step 11's candidate rows from here instead
-SPLITS_OVERRIDE = None  # tests: read step 16's split-count rows from here instead
+SPLITS_OVERRIDE = None  # tests: read step 22's split-count rows from here instead
 
 
 def sass_rows(keep):
@@ -557,15 +557,15 @@ BLOCKS = {
                                   "profile:bwd_banks": bwd_banks_table,
                                   "results:bwd_atomic": bwd_atomic_table},
     "docs/12_tensor_core_backward.md": {"results:tc_bwd": lambda: tc_bwd_table()},
-    "docs/13_tuned_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("13_tuned_backward", "deterministic",
+    "docs/16_deterministic_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("16_deterministic_backward", "deterministic",
                                                                          "step 12", other_vs_sdpa=True),
                                   "results:causal_order": lambda: causal_order_table()},
-    "docs/14_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
-    "docs/15_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
+    "docs/17_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
+    "docs/18_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
                                            "results:consumer_tiles": lambda: consumer_tiles_table(),
                                            "results:gqa": lambda: gqa_table()},
-    "docs/16_split_kv_decode.md": {"results:decode": lambda: decode_table(),
+    "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
                                    "results:decode_splits_128": lambda: decode_splits_table(
                                        os.path.join(DECODE, "history", "ceiling128_decode_splits.csv"))},
@@ -580,8 +580,8 @@ BLOCKS = {
 }
 
 
-# ---- the tensor-core backward steps (12-13) against PyTorch's SDPA backward -------------------------
-TC_BWD = ("12_tensor_core_backward", "13_tuned_backward")
+# ---- the tensor-core backward steps (12 and 16) against PyTorch's SDPA backward -------------------------
+TC_BWD = ("12_tensor_core_backward", "16_deterministic_backward")
 
 
 def bwd_cells(step):
@@ -822,7 +822,7 @@ def tc_vs_sdpa_table(steps=TC_FWD):
     return "\n\n".join(parts)
 
 
-def tc_climb_table(steps=TC_FWD + ("14_hopper_forward", "15_hopper_warp_specialized")):
+def tc_climb_table(steps=TC_FWD + ("17_hopper_forward", "18_hopper_warp_specialized")):
     """Per step and dtype, over the target's cells (seq >= 1024): the ratio to SDPA flash and cuDNN,
     min / median / max, and how many cells reach 1.0× flash."""
     times = tc_times()
@@ -889,18 +889,18 @@ def tc_target_block():
     return text + "\n\n" + tc_source()
 
 
-HOPPER_FWD, HOPPER_TARGET_PREV, HOPPER_TARGET_CUDNN = "14_hopper_forward", 1.3, 0.75
+HOPPER_FWD, HOPPER_TARGET_PREV, HOPPER_TARGET_CUDNN = "17_hopper_forward", 1.3, 0.75
 
 
 def hopper_fwd_table():
-    """Step 14 on the FA2 forward shapes: TFLOP/s and its ratios to step 11 (interleaved in the same
+    """Step 17 on the FA2 forward shapes: TFLOP/s and its ratios to step 11 (interleaved in the same
     process), SDPA flash and SDPA cuDNN per cell, then the medians over seq >= 1024 against the
     step's targets (docs/conventions.md: >= 1.3× step 11 and >= 0.75× cuDNN, medians)."""
     times = tc_times()
     flash, cudnn = times["sdpa_flash"], times["sdpa_cudnn"]
     mine, prev = times[HOPPER_FWD], times[HOPPER_FWD + " prev"]
     if not mine:
-        return "Not measured yet (no step 14 rows in `bench.csv`).\n\n" + tc_source()
+        return "Not measured yet (no step 17 rows in `bench.csv`).\n\n" + tc_source()
     body = []
     for cell in tc_cells():
         if cell not in mine:
@@ -919,24 +919,24 @@ def hopper_fwd_table():
         verdict = "-" if goal is None else (f"**met** (≥ {goal:.2f}×)" if med >= goal else f"**missed** (< {goal:.2f}×)")
         return [name, str(len(r)), f"{r[0]:.2f}×", f"{med:.2f}×", f"{r[-1]:.2f}×", verdict]
 
-    table = md_table(["dtype", "d", "causal", "seq", "14 TFLOP/s", "× step 11", "× SDPA-FA2", "× SDPA-cuDNN"], body)
+    table = md_table(["dtype", "d", "causal", "seq", "17 TFLOP/s", "× step 11", "× SDPA-FA2", "× SDPA-cuDNN"], body)
     sums = md_table(["ratio (seq ≥ 1024)", "cells", "min", "median", "max", "target at the median"],
                     [summary("× step 11", prev, HOPPER_TARGET_PREV), summary("× SDPA-FA2", flash),
                      summary("× SDPA-cuDNN", cudnn, HOPPER_TARGET_CUDNN)])
     return table + "\n\n" + sums + "\n\nForward, fp16/bf16 inputs with fp32 accumulation, FlashAttention-2 " \
         "benchmark shapes (batch·seq = 16384, heads = 2048/d); TFLOP/s by the FlashAttention convention (4·B·H·S²·d, " \
-        "halved when causal). \"× y\" is y's time over step 14's (above 1.00× step 14 is faster): step 11 timed " \
+        "halved when causal). \"× y\" is y's time over step 17's (above 1.00× step 17 is faster): step 11 timed " \
         "interleaved in the same process, SDPA's FlashAttention-2 and cuDNN backends in the same `profiles/bench.py` " \
         "run.\n\n" + tc_source()
 
 
-HOPPER_WS = "15_hopper_warp_specialized"
+HOPPER_WS = "18_hopper_warp_specialized"
 WS_TARGET_CUDNN_MEDIAN, WS_TARGET_CUDNN_MIN, WS_TARGET_CUDNN_MIN_SEQ = 1.0, 0.9, 2048
 WS_TARGET_TFLOPS, WS_TARGET_TFLOPS_D, WS_TARGET_TFLOPS_MIN_SEQ = 600.0, 128, 8192
 
 
 def ws_target_figures(times):
-    """Step 15's three targets from tc_times()' output: (cells with seq >= TARGET_MIN_SEQ, their sorted ratios
+    """Step 18's three targets from tc_times()' output: (cells with seq >= TARGET_MIN_SEQ, their sorted ratios
     to cuDNN; the cells with seq >= WS_TARGET_CUDNN_MIN_SEQ, their (ratio, cell) sorted; the d 128 not causal
     cells of the TFLOP/s target, their (TFLOP/s, cell) sorted)."""
     mine, cudnn = times[HOPPER_WS], times["sdpa_cudnn"]
@@ -950,7 +950,7 @@ def ws_target_figures(times):
 
 
 def hopper_ws_table():
-    """Step 15 on the FA2 forward shapes: TFLOP/s and its ratios to step 14 (interleaved in the same
+    """Step 18 on the FA2 forward shapes: TFLOP/s and its ratios to step 17 (interleaved in the same
     process), SDPA flash and SDPA cuDNN per cell, then the step's three targets (docs/conventions.md):
     >= 1.0× cuDNN at the median (seq >= 1024), >= 0.9× cuDNN in every cell with seq >= 2048, and
     >= 600 TFLOP/s at head_dim 128, not causal, seq >= 8192."""
@@ -958,7 +958,7 @@ def hopper_ws_table():
     flash, cudnn = times["sdpa_flash"], times["sdpa_cudnn"]
     mine, prev = times[HOPPER_WS], times[HOPPER_WS + " prev"]
     if not mine:
-        return "Not measured yet (no step 15 rows in `bench.csv`).\n\n" + tc_source()
+        return "Not measured yet (no step 18 rows in `bench.csv`).\n\n" + tc_source()
     body = [[dt, str(d), "yes" if causal else "no", str(seq), f"{tc_rate(c, mine[c]):.1f}", ratio_text(prev.get(c), mine[c]),
              ratio_text(flash.get(c), mine[c]), ratio_text(cudnn.get(c), mine[c])]
             for c in tc_cells() if c in mine for dt, d, causal, seq in [c]]
@@ -984,13 +984,13 @@ def hopper_ws_table():
         [f"TFLOP/s at d {WS_TARGET_TFLOPS_D}, not causal, seq ≥ {WS_TARGET_TFLOPS_MIN_SEQ}",
          f"≥ {WS_TARGET_TFLOPS:.0f}", f"lowest {rates[0][0]:.0f} ({where(rates[0][1])})" if rates else "-",
          verdict(bool(rates) and rates[0][0] >= WS_TARGET_TFLOPS, len(rates), len(big))]]
-    table = md_table(["dtype", "d", "causal", "seq", "15 TFLOP/s", "× step 14", "× SDPA-FA2", "× SDPA-cuDNN"], body)
+    table = md_table(["dtype", "d", "causal", "seq", "18 TFLOP/s", "× step 17", "× SDPA-FA2", "× SDPA-cuDNN"], body)
     sums = md_table([f"ratio (seq ≥ {TARGET_MIN_SEQ})", "cells", "min", "median", "max"],
-                    [["× step 14"] + spread(prev), ["× SDPA-FA2"] + spread(flash), ["× SDPA-cuDNN"] + spread(cudnn)])
+                    [["× step 17"] + spread(prev), ["× SDPA-FA2"] + spread(flash), ["× SDPA-cuDNN"] + spread(cudnn)])
     return table + "\n\n" + sums + "\n\n" + md_table(["target", "goal", "measured", "verdict"], targets) + \
         "\n\nForward, fp16/bf16 inputs with fp32 accumulation, FlashAttention-2 benchmark shapes (batch·seq = 16384, " \
         "heads = 2048/d); TFLOP/s by the FlashAttention convention (4·B·H·S²·d, halved when causal). \"× y\" is y's " \
-        "time over step 15's (above 1.00× step 15 is faster): step 14 timed interleaved in the same process, SDPA's " \
+        "time over step 18's (above 1.00× step 18 is faster): step 17 timed interleaved in the same process, SDPA's " \
         "FlashAttention-2 and cuDNN backends in the same `profiles/bench.py` run.\n\n" + tc_source()
 
 
@@ -999,14 +999,14 @@ GQA_TARGET_CUDNN_MEDIAN = 1.0
 
 
 def gqa_table():
-    """Grouped-query attention on the FA2 forward shapes: per cell the TFLOP/s of steps 11, 14 and 15 and
-    SDPA's two backends, step 15's ratio to each backend, and the target: >= 1.0x SDPA-cuDNN's GQA at the
+    """Grouped-query attention on the FA2 forward shapes: per cell the TFLOP/s of steps 11, 17 and 18 and
+    SDPA's two backends, step 18's ratio to each backend, and the target: >= 1.0x SDPA-cuDNN's GQA at the
     median (seq >= TARGET_MIN_SEQ)."""
     kv = {}
     times = tc_times(gqa=True, kv=kv)
     mine, flash, cudnn = times[HOPPER_WS], times["sdpa_flash"], times["sdpa_cudnn"]
     if not mine:
-        return "Not measured yet (no grouped-query rows of step 15 in `bench.csv`).\n\n" + tc_source()
+        return "Not measured yet (no grouped-query rows of step 18 in `bench.csv`).\n\n" + tc_source()
     rate = lambda st, c: f"{tc_rate(c, times[st][c]):.1f}" if c in times[st] else "-"  # noqa: E731
     body = [[dt, str(d), "yes" if causal else "no", str(seq)] + [rate(st, c) for st in GQA_STEPS + ("sdpa_flash", "sdpa_cudnn")] +
             [ratio_text(flash.get(c), mine[c]), ratio_text(cudnn.get(c), mine[c])]
@@ -1023,30 +1023,30 @@ def gqa_table():
     verdict = "not measured" if not rc else ("**met**" if ok and len(rc) == len(cells) else "**missed**" if not ok
                                                else f"incomplete ({len(rc)} of {len(cells)} cells)")
     groups = ", ".join(f"d {d}: {2048 // d} query heads, {k} K/V heads" for d, k in sorted(kv.items()))
-    header = ["dtype", "d", "causal", "seq", "11 TFLOP/s", "14 TFLOP/s", "15 TFLOP/s", "SDPA-FA2 TFLOP/s",
-              "SDPA-cuDNN TFLOP/s", "15 × SDPA-FA2", "15 × SDPA-cuDNN"]
+    header = ["dtype", "d", "causal", "seq", "11 TFLOP/s", "17 TFLOP/s", "18 TFLOP/s", "SDPA-FA2 TFLOP/s",
+              "SDPA-cuDNN TFLOP/s", "18 × SDPA-FA2", "18 × SDPA-cuDNN"]
     return md_table(header, body) + "\n\n" + \
-        md_table([f"step 15, ratio (seq ≥ {TARGET_MIN_SEQ})", "cells", "min", "median", "max"],
+        md_table([f"step 18, ratio (seq ≥ {TARGET_MIN_SEQ})", "cells", "min", "median", "max"],
                  [["× SDPA-FA2"] + spread(flash), ["× SDPA-cuDNN"] + spread(cudnn),
-                  ["× step 15 on MHA (its own run)"] + spread(mha)]) + "\n\n" + \
+                  ["× step 18 on MHA (its own run)"] + spread(mha)]) + "\n\n" + \
         md_table(["target", "goal", "measured", "verdict"],
                  [[f"median × SDPA-cuDNN (GQA), seq ≥ {TARGET_MIN_SEQ}", f"≥ {GQA_TARGET_CUDNN_MEDIAN:.2f}×",
                    f"{median(rc):.2f}× over {len(rc)} cells" if rc else "-", verdict]]) + \
         f"\n\nGrouped-query forward ({groups}), fp16/bf16 inputs with fp32 accumulation, FlashAttention-2 " \
         "benchmark shapes (batch·seq = 16384); TFLOP/s by the FlashAttention convention (4·B·H·S²·d over the query " \
         "heads, halved when causal: GQA does the same arithmetic as MHA and reads fewer K/V bytes). \"× y\" is y's " \
-        "time over step 15's; SDPA (enable_gqa=True) in the same `profiles/bench.py` run. \"× step 15 on MHA\": " \
-        "step 15's time on the MHA shape of the cell over its time here, the MHA rows coming from the run of the " \
+        "time over step 18's; SDPA (enable_gqa=True) in the same `profiles/bench.py` run. \"× step 18 on MHA\": " \
+        "step 18's time on the MHA shape of the cell over its time here, the MHA rows coming from the run of the " \
         "tables above (another run, so the ratio carries the run-to-run variation too).\n\n" + tc_source()
 
 
-DECODE = "16_split_kv_decode"
+DECODE = "22_split_kv_decode"
 DECODE_BASELINES = (("sdpa_flash", "SDPA-FA2"), ("sdpa_cudnn", "SDPA-cuDNN"), ("sdpa_efficient", "SDPA-efficient"))
 DECODE_L2_BYTES, DECODE_TARGET_COPY, DECODE_TARGET_SDPA = 50e6, 0.80, 1.0
 
 
 def decode_cells(path=None):
-    """The decode sweep's rows of bench.csv (step 16's and its SDPA baselines'): {(batch, K/V heads, keys):
+    """The decode sweep's rows of bench.csv (step 22's and its SDPA baselines'): {(batch, K/V heads, keys):
     {step: (time ms, GB/s, % of the copy bandwidth, K/V bytes read)}}. Also tools/figures.py's decode figure."""
     path = path or BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     got = {}
@@ -1061,14 +1061,14 @@ def decode_cells(path=None):
 
 
 def decode_table():
-    """Step 16 on its decode sweep (one query row per head over a full KV cache) beside every SDPA backend
+    """Step 22 on its decode sweep (one query row per head over a full KV cache) beside every SDPA backend
     that ran the shape in the same bench.py run: time, GB/s of K/V bytes, % of the measured copy bandwidth,
     and the targets: >= 0.80 of the copy bandwidth where the K/V bytes exceed the L2 (50 MB), and >= 1.0x the
     fastest SDPA backend on every shape."""
     got = decode_cells()
     shapes = sorted(k for k in got if DECODE in got[k])
     if not shapes:
-        return "Not measured yet (no step 16 rows in `bench.csv`).\n\n" + tc_source()
+        return "Not measured yet (no step 22 rows in `bench.csv`).\n\n" + tc_source()
     body, low_copy, low_sdpa, big, vs = [], [], [], 0, 0
     for key in shapes:
         cell = got[key]
@@ -1098,13 +1098,13 @@ def decode_table():
          (f"lowest {sdpa_ratios[0]:.2f}×; {len(low_sdpa)} of {vs} below" +
           (f" (lowest: {name(min(low_sdpa)[1])})" if low_sdpa else "")) if sdpa_ratios else "-",
          "not measured" if not vs else "**met**" if not low_sdpa else "**missed**"]]
-    header = ["batch", "K/V heads", "keys", "K/V MB", "16 µs", "16 GB/s", "% copy"] + \
+    header = ["batch", "K/V heads", "keys", "K/V MB", "22 µs", "22 GB/s", "% copy"] + \
         [f"× {label}" for _, label in DECODE_BASELINES]
     return md_table(header, body) + "\n\n" + md_table(["target", "goal", "measured", "verdict"], targets) + \
         "\n\nDecoding: 32 query heads of d 128, one query row each, fp16, every sequence as long as the cache. " \
         "GB/s: K and V bytes read (2·batch·K/V heads·keys·d·2) over the median time; % copy: of the device-to-device " \
-        "copy bandwidth the step measured in the same run. \"× y\" is SDPA backend y's time over step 16's (above " \
-        "1.00× step 16 is faster); \"-\": the backend refused the shape. SDPA in the same `profiles/bench.py` run.\n\n" + \
+        "copy bandwidth the step measured in the same run. \"× y\" is SDPA backend y's time over step 22's (above " \
+        "1.00× step 22 is faster); \"-\": the backend refused the shape. SDPA in the same `profiles/bench.py` run.\n\n" + \
         tc_source()
 
 
@@ -1124,8 +1124,8 @@ WS_VARIANTS = (("full", "nothing: the step as it is"), ("no-pingpong", "ping-pon
 
 
 def hopper_ablation_table():
-    """Step 15 with each technique switched off (its "no-..." variants, profiles/bench.py ABLATION_SEQS), beside
-    the full step (its sweep rows) and step 14 (no warp specialisation at all): fp16 TFLOP/s per cell."""
+    """Step 18 with each technique switched off (its "no-..." variants, profiles/bench.py ABLATION_SEQS), beside
+    the full step (its sweep rows) and step 17 (no warp specialisation at all): fp16 TFLOP/s per cell."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     got = {}
     for r in (read_csv(path) if os.path.exists(path) else []):
@@ -1136,17 +1136,17 @@ def hopper_ablation_table():
             continue
         if t <= 0 or p["batch"] * p["seq"] != 16384 or p["heads"] * p["d"] != 2048 or p["seq"] != p["seq_k"]:
             continue
-        name = variant if r["step"] == HOPPER_WS else "step 14"
+        name = variant if r["step"] == HOPPER_WS else "step 17"
         got.setdefault(name, {}).setdefault((p["d"], p["causal"], p["seq"]), t)
     cells = [(d, causal, s) for d in TC_DIMS for causal in (False, True) for s in (2048, 8192)]
-    if not any(k != "full" and k != "step 14" for k in got):
-        return "Not measured yet (no rows of step 15's \"no-...\" variants in `bench.csv`).\n\n" + tc_source()
+    if not any(k != "full" and k != "step 17" for k in got):
+        return "Not measured yet (no rows of step 18's \"no-...\" variants in `bench.csv`).\n\n" + tc_source()
     full = got.get("full", {})
     rate = lambda c, t: tc_rate(("f16",) + c, t)  # noqa: E731
 
     def line(name, what):
         mine = got.get(name, {})
-        out = [f"`{name}`" if name != "step 14" else "step 14", what]
+        out = [f"`{name}`" if name != "step 17" else "step 17", what]
         for c in cells:
             if c not in mine:
                 out.append("-")
@@ -1155,26 +1155,26 @@ def hopper_ablation_table():
             out.append(f"{rate(c, mine[c]):.0f}{share}")
         return out
 
-    body = [line(n, w) for n, w in WS_VARIANTS] + [line("step 14", "warp specialisation and everything after it")]
+    body = [line(n, w) for n, w in WS_VARIANTS] + [line("step 17", "warp specialisation and everything after it")]
     table = md_table(["variant", "removed"] + [f"d{d}{' causal' if causal else ''} {s}" for d, causal, s in cells],
                      body)
     ours = {"full": full.get((128, False, 8192)), "no-overlap": got.get("no-overlap", {}).get((128, False, 8192)),
-            "step 14": got.get("step 14", {}).get((128, False, 8192))}
+            "step 17": got.get("step 17", {}).get((128, False, 8192))}
     fa3 = md_table(["FA3 (published)", "TFLOP/s", "closest here", "TFLOP/s here"],
                    [[n, str(v), k, f"{rate((128, False, 8192), ours[k]):.0f}" if ours[k] else "-"]
-                    for (n, v), k in zip(FA3_ABLATION, ("full", "no-overlap", "step 14"))])
+                    for (n, v), k in zip(FA3_ABLATION, ("full", "no-overlap", "step 17"))])
     return table + "\n\n" + fa3 + "\n\nfp16 forward, FlashAttention-2 benchmark shapes (batch·seq = 16384, heads = " \
         "2048/d), TFLOP/s by the FlashAttention convention. Each variant switches one technique off (`--variant`); " \
         "in brackets, how much faster the full step is than the variant (its time over the full step's, minus 1). " \
-        "The full step's and step 14's numbers are their sweep rows, the variants' from `--bench` on the same cells, " \
+        "The full step's and step 17's numbers are their sweep rows, the variants' from `--bench` on the same cells, " \
         "all in one `profiles/bench.py` run. FA3's numbers are quoted from its paper's ablation (head_dim 128, seq " \
-        "8k, FP16, on their H100): \"closest here\" is the variant that removes the same thing, except that step 14 " \
+        "8k, FP16, on their H100): \"closest here\" is the variant that removes the same thing, except that step 17 " \
         "removes the pipelining as well as the warp specialisation.\n\n" + tc_source()
 
 
 def headline_block():
     """README's headline: where the series ends against both SDPA backends, from bench.csv: the last forward
-    step (15) and the last backward step (13), median (min-max) of SDPA's time over the step's, seq >= 1024."""
+    step (18) and the last backward step (16), median (min-max) of SDPA's time over the step's, seq >= 1024."""
     def spread(r):
         r = sorted(r)
         return f"{median(r):.2f}× ({r[0]:.2f}-{r[-1]:.2f}×, {len(r)} cells)" if r else "not measured"
@@ -1190,8 +1190,8 @@ def headline_block():
             f"FlashAttention-2 benchmark cells with seq ≥ {TARGET_MIN_SEQ}, fp16 and bf16, head_dim 64 and 128, causal "
             f"and not; above 1.00× the step is faster):\n\n" +
             md_table(["", "× SDPA FlashAttention-2", "× SDPA cuDNN"],
-                     [[f"forward, step 15 ({HOPPER_WS})", spread(f_flash), spread(f_cudnn)],
-                      [f"backward, step 13 ({TC_BWD[-1]})", spread(b_flash), spread(b_cudnn)]]) +
+                     [[f"forward, step 18 ({HOPPER_WS})", spread(f_flash), spread(f_cudnn)],
+                      [f"backward, step 16 ({TC_BWD[-1]})", spread(b_flash), spread(b_cudnn)]]) +
             "\n\n" + tc_source())
 
 
@@ -1220,15 +1220,15 @@ def snippet_block(nn, start, n):
 
 
 # A step's run_all problem as its bench sweep names it, for a headline while run_all.csv has no row of the
-# step (step 16: its default_problem() in kernel.cu, one of its decode sweep's shapes).
-HEADLINE_BENCH = {"16": "B8 H32 KV8 Sq1 Sk4096 D128 cache f16"}
+# step (step 22: its default_problem() in kernel.cu, one of its decode sweep's shapes).
+HEADLINE_BENCH = {"22": "B8 H32 KV8 Sq1 Sk4096 D128 cache f16"}
 
 
 def step_headline(nn):
     """One line at the top of doc NN: the step on its default problem (run_all.csv: time, rate, % of the
     ceiling, × the previous step in the same process; the backward row for a step with one), and its ratio
     to the relevant baseline: cuBLAS for 03, SDPA's two backends at the same shape (bench.csv, the same
-    pass) for the tensor-core steps, the fastest SDPA backend for step 16's decode shape."""
+    pass) for the tensor-core steps, the fastest SDPA backend for step 22's decode shape."""
     path = os.path.join(gpu_dir(), "run_all.csv")
     rows = [r for r in (read_csv(path) if os.path.exists(path) else []) if r["step"][:2] == nn]
     row = next((r for r in rows if r["problem"].endswith(" bwd")), rows[0] if rows else None)
@@ -1284,7 +1284,7 @@ def step11_candidates_table():
 
 
 def decode_splits_table(csv_name="decode_splits.csv"):
-    """Step 16's split counts, each pinned, per decode shape: GB/s, the fastest in bold, and the unpinned
+    """Step 22's split counts, each pinned, per decode shape: GB/s, the fastest in bold, and the unpinned
     count's time (the rule of the build measured) over the fastest's (profiles/decode_splits.py). csv_name:
     under profiles/<gpu>/ (a history file: a run of another build, kept for its doc's appendix)."""
     path = SPLITS_OVERRIDE or os.path.join(gpu_dir(), csv_name)
@@ -1302,7 +1302,7 @@ def decode_splits_table(csv_name="decode_splits.csv"):
         body.append([problem, f"{rate['default']:.0f}" if rate.get("default") else "-"] + cells + [heuristic])
     return md_table(["shape", "unpinned GB/s"] + [f"{c} split{'s' if c != '1' else ''}" for c in counts] +
                     ["unpinned time / fastest's"], body) + \
-        "\n\nGB/s of K/V bytes read; each count pinned with `FA_STEP16_SPLITS` and timed by `16_split_kv_decode " \
+        "\n\nGB/s of K/V bytes read; each count pinned with `FA_STEP22_SPLITS` and timed by `22_split_kv_decode " \
         "--bench` (median of 20, L2 flushed); fp16, one query row per head, every sequence as long as the cache; " \
         "the fastest count of a shape in bold; unpinned: the count the measured build's rule picked (1.00× in the " \
         "last column: it picked the fastest).\n\n" + \
@@ -1321,13 +1321,13 @@ def cell_columns(problem):
     return [q["dtype"], str(q["d"]), "yes" if q["causal"] else "no", str(q["seq"])] if q else [problem, "", "", ""]
 
 
-# Step 13's A/B experiments: each pairs an instance as built before the change ('before') with the same
+# Step 16's A/B experiments: each pairs an instance as built before the change ('before') with the same
 # instance, or its counterpart, with it ('after'). They, and the last-wave check, are frozen as static tables in
-# docs/history/13_tuned_backward.md; their measurements stay in history/experiments.csv and history/waves.csv.
-BWD_SMS, BWD_KEYS = 132, 128  # the H100's SMs; keys per block of step 13's dK/dV kernel (and of FA2's here)
+# docs/history/16_deterministic_backward.md; their measurements stay in history/experiments.csv and history/waves.csv.
+BWD_SMS, BWD_KEYS = 132, 128  # the H100's SMs; keys per block of step 16's dK/dV kernel (and of FA2's here)
 
 
-# Step 13's causal order, modelled: blocks start in grid order, each on the SM that frees first (one block per
+# Step 16's causal order, modelled: blocks start in grid order, each on the SM that frees first (one block per
 # SM), a key block's work the number of query tiles it visits. No measurement: the arithmetic behind the order.
 def list_schedule(works, sms):
     """The makespan of blocks of these works started in order, each on the first SM to be free."""
@@ -1338,7 +1338,7 @@ def list_schedule(works, sms):
 
 
 def causal_head_group(heads, seq, tokens=16384):
-    """Step 13's head_group: the largest power of two dividing `heads` (batch·K/V heads) with group·seq <= tokens."""
+    """Step 16's head_group: the largest power of two dividing `heads` (batch·K/V heads) with group·seq <= tokens."""
     g = 1
     while 2 * g * seq <= tokens and heads % (2 * g) == 0:
         g *= 2
@@ -1377,7 +1377,7 @@ def causal_order_table(seqs=(1024, 2048, 4096, 8192, 16384), sms=BWD_SMS):
 
 
 def consumer_tiles(seq, d, causal, skip_masked=True, skip_rows=True):
-    """Step 15 at seq_q = seq_k = seq: (consumer tiles computed, of them for rows past seq_q). A query block of
+    """Step 18 at seq_q = seq_k = seq: (consumer tiles computed, of them for rows past seq_q). A query block of
     64·C rows (C = 3 consumers at d 64, 2 at d 128) walks 128-key tiles (176 at d 128 not causal), to the
     block's diagonal when causal; each consumer computes the tiles its rows see (skip_masked: causal, up to
     its last row's key; skip_rows: none when its rows all lie past seq_q) and every one of them otherwise."""
@@ -1397,7 +1397,7 @@ def consumer_tiles(seq, d, causal, skip_masked=True, skip_rows=True):
 
 
 def consumer_tiles_table(seqs=(1024, 2048, 4096, 8192, 16384)):
-    """Per head_dim, causal and seq at seq_q = seq_k: the share of step 15's consumer tiles that are wholly masked
+    """Per head_dim, causal and seq at seq_q = seq_k: the share of step 18's consumer tiles that are wholly masked
     for their consumer (past its rows' last key, or for rows past seq_q), computed anyway without the skip."""
     body = []
     for d in (64, 128):

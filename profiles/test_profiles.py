@@ -144,7 +144,7 @@ class RawCsv(unittest.TestCase):
         self.assertEqual((g["heads"], g["kv_heads"], g["seq"], g["causal"], g["shape"]),
                          (32, 8, 2048, True, "B8 H32 KV8 S2048 D64 causal"))
         self.assertEqual(fp.split_problem("B8 H32 S2048 D64 f16", gqa=True)["kv_heads"], 32)
-        # a KV cache (step 16): likewise only when asked for
+        # a KV cache (step 22): likewise only when asked for
         self.assertIsNone(fp.split_problem("B8 H32 KV8 Sq1 Sk4096 D128 cache f16", gqa=True))
         c = fp.split_problem("B8 H32 KV8 Sq1 Sk4096 D128 cache causal f16", gqa=True, cache=True)
         self.assertEqual((c["kv_heads"], c["seq"], c["seq_k"], c["cache"], c["causal"]), (8, 1, 4096, True, True))
@@ -445,36 +445,36 @@ class TensorCoreTables(unittest.TestCase):
 
     def test_gqa_table_reads_only_grouped_rows(self):
         gqa = [dict(r, problem=r["problem"].replace(" S", " KV8 S", 1)) for r in
-               self.sweep("15_hopper_warp_specialized", 1.0) + self.sweep("sdpa_cudnn", 1.25)]
-        self.write(self.sweep("15_hopper_warp_specialized", 9.0) + gqa)  # the MHA rows must not count
+               self.sweep("18_hopper_warp_specialized", 1.0) + self.sweep("sdpa_cudnn", 1.25)]
+        self.write(self.sweep("18_hopper_warp_specialized", 9.0) + gqa)  # the MHA rows must not count
         table = self.results.gqa_table()
         self.assertIn("| median × SDPA-cuDNN (GQA), seq ≥ 1024 | ≥ 1.00× | 1.25× over 40 cells | **met** |", table)
         self.assertIn("d 64: 32 query heads, 8 K/V heads", table)
         self.assertNotIn("| 9", table.split("\n\n")[0])  # the per-cell rows: GQA only
-        self.assertIn("| × step 15 on MHA (its own run) | 40 | 9.00× | 9.00× | 9.00× |", table)
+        self.assertIn("| × step 18 on MHA (its own run) | 40 | 9.00× | 9.00× | 9.00× |", table)
 
     def test_decode_table(self):
         shape = "B1 H32 KV8 Sq1 Sk131072 D128 cache f16"  # 537 MB of K/V: above the L2
-        self.write([dict(bench_row("16_split_kv_decode", shape, 0.2), rate="2700", pct_peak="90", unit="GB/s"),
+        self.write([dict(bench_row("22_split_kv_decode", shape, 0.2), rate="2700", pct_peak="90", unit="GB/s"),
                     dict(bench_row("sdpa_flash", shape, 0.25), unit="GB/s"),
                     dict(bench_row("sdpa_cudnn", shape, 0.19), unit="GB/s"),
-                    bench_row("16_split_kv_decode", "B1 H32 S2048 D128 f16", 0.1)])  # not a decode row
+                    bench_row("22_split_kv_decode", "B1 H32 S2048 D128 f16", 0.1)])  # not a decode row
         table = self.results.decode_table()
         self.assertIn("| 1 | 8 | 131072 | 537 | 200.0 | 2700 | 90% | 1.25× | 0.95× | - |", table)
         self.assertIn("lowest 0.95×; 1 of 1 below", table)
         self.assertIn("| % of the copy bandwidth, K/V bytes > 50 MB | ≥ 80% | lowest 90%; 0 of 1 below | **met** |", table)
 
-    def test_step16_headline_from_the_bench_sweep_without_run_all(self):
-        shape = self.results.HEADLINE_BENCH["16"]
-        self.write([dict(bench_row("16_split_kv_decode", shape, 0.08), rate="1800", pct_peak="60", unit="GB/s",
+    def test_step22_headline_from_the_bench_sweep_without_run_all(self):
+        shape = self.results.HEADLINE_BENCH["22"]
+        self.write([dict(bench_row("22_split_kv_decode", shape, 0.08), rate="1800", pct_peak="60", unit="GB/s",
                          peak="copy"),
                     dict(bench_row("sdpa_cudnn", shape, 0.06), unit="GB/s"),
-                    bench_row("16_split_kv_decode", shape.replace("Sk4096", "Sk1024"), 0.01)])  # another shape
+                    bench_row("22_split_kv_decode", shape.replace("Sk4096", "Sk1024"), 0.01)])  # another shape
         saved = self.results.gpu_dir
         self.results.gpu_dir = lambda: self.tmp  # a GPU folder with no run_all.csv
         try:
-            line = self.results.step_headline("16")
-            missing = self.results.step_headline("15")
+            line = self.results.step_headline("22")
+            missing = self.results.step_headline("18")
         finally:
             self.results.gpu_dir = saved
         self.assertEqual(line, f"**Headline** (H100, `bench.py`, {shape}): 1800 GB/s (60% of copy) in 0.08 ms; "
@@ -511,62 +511,62 @@ class TensorCoreTables(unittest.TestCase):
         self.assertNotIn("10 TFLOP/s", only09["results:tc_vs_sdpa:09"]())
 
     def test_hopper_forward_table(self):
-        # step 14 at 0.5 ms with step 11 (its interleaved prev) at 0.7 ms: 1.40× step 11; cuDNN at 0.4 ms: 0.80×
-        rows = self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.4) + self.sweep("14_hopper_forward", 0.5)
+        # step 17 at 0.5 ms with step 11 (its interleaved prev) at 0.7 ms: 1.40× step 11; cuDNN at 0.4 ms: 0.80×
+        rows = self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.4) + self.sweep("17_hopper_forward", 0.5)
         for r in rows:
-            if r["step"] == "14_hopper_forward":
+            if r["step"] == "17_hopper_forward":
                 r["prev_step"], r["prev_time_ms"] = "11_tuned_forward", "0.7"
         self.write(rows)
         table = self.results.hopper_fwd_table()
         self.assertIn("| f16 | 64 | no | 512 | 137.4 | 1.40× | 2.00× | 0.80× |", table)
         self.assertIn("| × step 11 | 40 | 1.40× | 1.40× | 1.40× | **met** (≥ 1.30×) |", table)
         self.assertIn("| × SDPA-cuDNN | 40 | 0.80× | 0.80× | 0.80× | **met** (≥ 0.75×) |", table)
-        self.write(self.sweep("sdpa_cudnn", 0.3) + self.sweep("14_hopper_forward", 0.5))  # no prev: '-'
+        self.write(self.sweep("sdpa_cudnn", 0.3) + self.sweep("17_hopper_forward", 0.5))  # no prev: '-'
         table = self.results.hopper_fwd_table()
         self.assertIn("| × SDPA-cuDNN | 40 | 0.60× | 0.60× | 0.60× | **missed** (< 0.75×) |", table)
         self.assertIn("| × step 11 | 0 | - |", table)
         self.write(self.sweep("sdpa_flash", 1.0))
-        self.assertIn("Not measured yet (no step 14 rows", self.results.hopper_fwd_table())
-        self.assertIn("| 14_hopper_forward | f16 | 0 of 20 | not measured yet |", self.results.tc_climb_table())
+        self.assertIn("Not measured yet (no step 17 rows", self.results.hopper_fwd_table())
+        self.assertIn("| 17_hopper_forward | f16 | 0 of 20 | not measured yet |", self.results.tc_climb_table())
 
     def test_warp_specialized_table(self):
-        # step 15 at 0.5 ms, step 14 (its interleaved prev) at 0.6 ms; cuDNN at 0.55 ms (1.10×) but 0.4 ms (0.80×) in
+        # step 18 at 0.5 ms, step 17 (its interleaved prev) at 0.6 ms; cuDNN at 0.55 ms (1.10×) but 0.4 ms (0.80×) in
         # one seq-2048 cell: median met, the every-cell target missed there
         rows = self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.55) + self.sweep(self.results.HOPPER_WS, 0.5)
         for r in rows:
             if r["step"] == self.results.HOPPER_WS:
-                r["prev_step"], r["prev_time_ms"] = "14_hopper_forward", "0.6"
+                r["prev_step"], r["prev_time_ms"] = "17_hopper_forward", "0.6"
             if r["step"] == "sdpa_cudnn" and r["problem"] == "B8 H32 S2048 D64 causal bf16":
                 r["time_ms"] = "0.4"
         self.write(rows)
         table = self.results.hopper_ws_table()
         self.assertIn("| f16 | 64 | no | 512 | 137.4 | 1.20× | 2.00× | 1.10× |", table)
-        self.assertIn("| × step 14 | 40 | 1.20× | 1.20× | 1.20× |", table)
+        self.assertIn("| × step 17 | 40 | 1.20× | 1.20× | 1.20× |", table)
         self.assertIn("| median × SDPA-cuDNN, seq ≥ 1024 | ≥ 1.00× | 1.10× over 40 cells | **met** |", table)
         self.assertIn("lowest 0.80× (bf16 d64 causal seq 2048); 1 of 32 below | **missed** |", table)
         # 4·16384·8192·2048 FLOP in 0.5 ms: 2199 TFLOP/s at d128 not causal seq 8192 (twice at 16384)
         self.assertIn("| ≥ 600 | lowest 2199 (bf16 d128 not causal seq 8192) | **met** |", table)
         self.write(self.sweep("sdpa_cudnn", 0.3))
-        self.assertIn("Not measured yet (no step 15 rows", self.results.hopper_ws_table())
+        self.assertIn("Not measured yet (no step 18 rows", self.results.hopper_ws_table())
 
     def test_ablation_table(self):
-        rows = self.sweep(self.results.HOPPER_WS, 0.5) + self.sweep("14_hopper_forward", 1.0)
+        rows = self.sweep(self.results.HOPPER_WS, 0.5) + self.sweep("17_hopper_forward", 1.0)
         self.write(rows)
-        self.assertIn("Not measured yet (no rows of step 15's", self.results.hopper_ablation_table())
+        self.assertIn("Not measured yet (no rows of step 18's", self.results.hopper_ablation_table())
         rows.append(bench_row(self.results.HOPPER_WS, "B2 H16 S8192 D128 f16 [no-pingpong]", 0.55))
         rows.append(bench_row(self.results.HOPPER_WS, "B2 H16 S8192 D128 bf16 [no-overlap]", 0.1))  # bf16: not used
         self.write(rows)
         table = self.results.hopper_ablation_table()
-        # full at d128 seq 8192: 2199 TFLOP/s; no-pingpong 0.55 ms: 1999, the full step 10% faster; step 14 at 1.0 ms
+        # full at d128 seq 8192: 2199 TFLOP/s; no-pingpong 0.55 ms: 1999, the full step 10% faster; step 17 at 1.0 ms
         self.assertIn("| `no-pingpong` | ping-pong between the consumers | - | - | - | - | - | 1999 (+10%) | - | - |",
                       table)
-        self.assertIn("| step 14 | warp specialisation and everything after it | 275 (+100%) |", table)
+        self.assertIn("| step 17 | warp specialisation and everything after it | 275 (+100%) |", table)
         self.assertIn("| `full` | nothing: the step as it is | ", table)
         self.assertIn("| `no-overlap` | S of the next tile issued before the softmax (intra-warpgroup) | - | - | - | -"
                       " | - | - | - | - |", table)
         self.assertIn("| FlashAttention-3 | 661 | full | 2199 |", table)
         self.assertIn("| no GEMM-softmax pipelining, warp-specialised | 582 | no-overlap | - |", table)
-        self.assertIn("| GEMM-softmax pipelining, no warp specialisation | 570 | step 14 | 1100 |", table)
+        self.assertIn("| GEMM-softmax pipelining, no warp specialisation | 570 | step 17 | 1100 |", table)
 
     def test_met_and_incomplete(self):
         base = self.sweep("sdpa_flash", 1.0)
@@ -682,7 +682,7 @@ class SassSummary(unittest.TestCase):
 
 
 class DecodeSplits(unittest.TestCase):
-    """results.py's table of step 16's pinned split counts (synthetic rows in a scratch CSV)."""
+    """results.py's table of step 22's pinned split counts (synthetic rows in a scratch CSV)."""
 
     def test_table(self):
         import results
@@ -692,7 +692,7 @@ class DecodeSplits(unittest.TestCase):
             results.SPLITS_OVERRIDE = path
             self.assertIn("Not measured yet", results.decode_splits_table())
             shape = "B1 H32 KV8 Sq1 Sk16384 D128 cache f16"
-            rows = [dict(bench_row("16_split_kv_decode", shape, ms), splits=n, rate=str(rate), unit="GB/s")
+            rows = [dict(bench_row("22_split_kv_decode", shape, ms), splits=n, rate=str(rate), unit="GB/s")
                     for n, ms, rate in (("default", 0.05, 1400), ("1", 0.4, 170), ("2", 0.2, 340), ("8", 0.04, 1700))]
             with open(path, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=["splits"] + fp.BENCH_COLUMNS, lineterminator="\n")
@@ -727,16 +727,16 @@ def history_table(test, name, csv_name, header, rows):
 
 
 class BwdExperiments(unittest.TestCase):
-    """Step 13's table of A/B experiments is frozen in docs/history/13_tuned_backward.md: not rendered any more."""
+    """Step 16's table of A/B experiments is frozen in docs/history/16_deterministic_backward.md: not rendered any more."""
 
     def test_not_rendered(self):
         import results
-        self.assertNotIn("results:bwd_experiments", results.BLOCKS["docs/13_tuned_backward.md"])
+        self.assertNotIn("results:bwd_experiments", results.BLOCKS["docs/16_deterministic_backward.md"])
         self.assertFalse(hasattr(results, "bwd_experiments_table"))
 
 
 class CausalOrder(unittest.TestCase):
-    """results.py's model of step 13's causal order: list scheduling, the head-group rule, the start order."""
+    """results.py's model of step 16's causal order: list scheduling, the head-group rule, the start order."""
 
     def setUp(self):
         import results
@@ -766,7 +766,7 @@ class CausalOrder(unittest.TestCase):
 
 
 class ConsumerTiles(unittest.TestCase):
-    """results.py's count of step 15's consumer tiles: the causal masked tiles and the rows past seq_q."""
+    """results.py's count of step 18's consumer tiles: the causal masked tiles and the rows past seq_q."""
 
     def setUp(self):
         import results
@@ -791,11 +791,11 @@ class ConsumerTiles(unittest.TestCase):
 
 
 class BwdWaves(unittest.TestCase):
-    """Step 13's last-wave table is frozen in docs/history/13_tuned_backward.md: not rendered any more."""
+    """Step 16's last-wave table is frozen in docs/history/16_deterministic_backward.md: not rendered any more."""
 
     def test_not_rendered(self):
         import results
-        self.assertNotIn("results:bwd_waves", results.BLOCKS["docs/13_tuned_backward.md"])
+        self.assertNotIn("results:bwd_waves", results.BLOCKS["docs/16_deterministic_backward.md"])
         self.assertFalse(hasattr(results, "bwd_waves_table"))
 
 
@@ -898,13 +898,13 @@ class BenchMerge(unittest.TestCase):
                           ("09_tensor_core_forward", "P bf16", "8"), ("sdpa_flash", "P f16", "1.5"),
                           ("sdpa_flash", "P f16 bwd", "2"), ("sdpa_cudnn", "P f16", "3"), ("sdpa_flash", "Q f16", "4")])
         # --gqa-only: a step's rows are replaced problem by problem, its other (MHA) rows kept
-        old = [bench_row("15_hopper_warp_specialized", "P f16", 5), bench_row("15_hopper_warp_specialized", "G f16", 6),
+        old = [bench_row("18_hopper_warp_specialized", "P f16", 5), bench_row("18_hopper_warp_specialized", "G f16", 6),
                bench_row("sdpa_cudnn", "G f16", 7)]
-        new = [bench_row("15_hopper_warp_specialized", "G f16", 4), bench_row("sdpa_cudnn", "G f16", 3)]
+        new = [bench_row("18_hopper_warp_specialized", "G f16", 4), bench_row("sdpa_cudnn", "G f16", 3)]
         rows, kept = bench.merge_rows(old, new, by_problem=True)
         self.assertEqual(kept, 1)
         self.assertEqual([(r["step"], r["problem"], r["time_ms"]) for r in rows],
-                         [("15_hopper_warp_specialized", "P f16", "5"), ("15_hopper_warp_specialized", "G f16", "4"),
+                         [("18_hopper_warp_specialized", "P f16", "5"), ("18_hopper_warp_specialized", "G f16", "4"),
                           ("sdpa_cudnn", "G f16", "3")])
 
 
@@ -914,7 +914,7 @@ class PtxasParse(unittest.TestCase):
     def test_static_smem_after_a_cumulative_stack(self):
         import ptxas
         log = textwrap.dedent("""\
-            /usr/local/cuda/bin/nvcc -x cu -c /x/steps/13_tuned_backward/kernel.cu -o k.o
+            /usr/local/cuda/bin/nvcc -x cu -c /x/steps/16_deterministic_backward/kernel.cu -o k.o
             ptxas info    : Compiling entry function '_Z1av' for 'sm_90a'
             ptxas info    : Function properties for _Z1av
                 112 bytes stack frame, 120 bytes spill stores, 140 bytes spill loads

@@ -41,7 +41,7 @@ struct Shape {
   double scale = 0;  // 0: 1/sqrt(head_dim)
   fa::DType dtype = fa::DType::F32;
   int kv_heads = 0;  // K/V heads (GQA): 0 for as many as query heads
-  bool kv_cache = false;  // a KV cache: lengths per sequence in the Inputs, seq_k the capacity (step 16)
+  bool kv_cache = false;  // a KV cache: lengths per sequence in the Inputs, seq_k the capacity (step 22)
   fa::AttnParams params() const {
     fa::AttnParams p;
     p.batch = batch, p.heads = heads, p.seq_q = seq_q, p.seq_k = seq_k, p.head_dim = head_dim;

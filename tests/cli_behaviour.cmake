@@ -48,7 +48,7 @@ endforeach()
 # --help lists only what a step accepts: the fp16/bf16 steps offer no f32, the forward-only steps
 # no --bwd (and refuse it, saying why).
 foreach(step 09_tensor_core_forward 10_swizzle_pipeline_forward 11_tuned_forward 12_tensor_core_backward
-             13_tuned_backward)
+             16_deterministic_backward)
   if(NOT TARGET ${step})
     continue()
   endif()
@@ -58,7 +58,7 @@ foreach(step 09_tensor_core_forward 10_swizzle_pipeline_forward 11_tuned_forward
                sh -c "${exe} --help | grep -q f32 && echo 'f32 in --help' || echo 'f32 not in --help'")
   add_cli_test(${step}.f32_refused 2 "--dtype: 'f32' is not one of: f16, bf16" ${exe} --dtype f32)
 endforeach()
-foreach(step 12_tensor_core_backward 13_tuned_backward)
+foreach(step 12_tensor_core_backward 16_deterministic_backward)
   if(TARGET ${step})
     add_cli_test(${step}.help_bwd 0 "--bwd +also check and time the backward" $<TARGET_FILE:${step}> --help)
   endif()

@@ -2,7 +2,7 @@
 // clear message where there is no CUDA device, or where the step under test (or the step it is
 // checked against) is built for another GPU (StepInfo::needs_cc), so the suite still passes on
 // CPU-only CI and on GPUs a Hopper-only step cannot use. tests/CMakeLists.txt defines
-// FA_TEST_STEP_NS (e.g. step14) and, where the step has a PREV, FA_TEST_PREV_NS.
+// FA_TEST_STEP_NS (e.g. step17) and, where the step has a PREV, FA_TEST_PREV_NS.
 #include <gtest/gtest.h>
 
 #include <cstdio>

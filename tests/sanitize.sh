@@ -9,7 +9,7 @@
 #              a backward (key blocks past the last query: dK = dV = 0); shapes alternate over
 #              the element types the step runs (fp32, or f16 then bf16); each shape once per
 #              variant where the step has named variants (--variant, e.g. step 12's two dQ paths);
-#              KV caches with ragged lengths where the step takes --cache-lens (step 16)
+#              KV caches with ragged lengths where the step takes --cache-lens (step 22)
 # A shape the step refuses ("does not support") is noted and skipped; at least one must run.
 # Exits 77 (ctest: skipped) with a message where there is no sanitizer, no CUDA device, or a GPU
 # the step is not built for.
@@ -53,7 +53,7 @@ case $family in
               "--batch 1 --heads 2 --seq-q 100 --seq-k 230 --head-dim 128 --causal --bwd"
               "--batch 2 --heads 1 --seq-q 100 --seq-k 130 --head-dim 40 --bwd"
               "--batch 2 --heads 1 --seq-q 33 --seq-k 100 --head-dim 128 --bwd"
-              "--batch 1 --heads 2 --seq-q 2050 --seq-k 200 --head-dim 64 --bwd")  # step 13: a split last wave
+              "--batch 1 --heads 2 --seq-q 2050 --seq-k 200 --head-dim 64 --bwd")  # step 16: a split last wave
     else
       shapes=("--batch 1 --heads 2 --seq-q 70 --seq-k 45 --head-dim 64 --causal"
               "--batch 1 --heads 2 --seq-q 200 --seq-k 300 --head-dim 64 --causal"
@@ -61,7 +61,7 @@ case $family in
               "--batch 2 --heads 1 --seq-q 100 --seq-k 130 --head-dim 96"
               "--batch 1 --heads 2 --seq-q 100 --seq-k 130 --head-dim 128")
     fi
-    # A step that decodes over a KV cache (--cache-lens; step 16): grouped heads, lengths that are
+    # A step that decodes over a KV cache (--cache-lens; step 22): grouped heads, lengths that are
     # full, empty and short, splits merged (2 and 4 of them) and one split, two row blocks (MQA).
     if accepts "${small[@]}" --cache-lens 64 --dtype "${dtypes[0]}"; then
       shapes+=("--batch 3 --heads 8 --kv-heads 2 --seq-q 1 --seq-k 1100 --head-dim 128 --cache-lens 1100,0,37"

@@ -25,6 +25,14 @@ inline int variant_of(const fa::StepInfo& step, const std::string& name) {
   return 0;
 }
 
+// The previous step's variant of the same name, or its default where it has none by that name (the
+// atomic-only steps 13-15 before step 16's deterministic variant).
+inline int prev_variant(const fa::StepInfo& prev, const std::string& name) {
+  for (std::size_t i = 0; i < prev.variants.size(); ++i)
+    if (prev.variants[i] == name) return int(i);
+  return 0;
+}
+
 inline fa::AttnParams params(const Shape& s, int variant) {
   fa::AttnParams p = s.params();
   p.variant = variant;
@@ -42,7 +50,7 @@ inline std::string trace(const fa::StepInfo& step, std::uint64_t seed, int varia
 }
 
 // Against the previous step on the same (rounded) inputs: in fp32 if it has no fp16/bf16 path (step
-// 08), else in the same dtype and, if it has variants, the one of the same name. O and LSE (the forward) and dQ,
+// 08), else in the same dtype and, if it has variants, the one of the same name (else its default). O and LSE (the forward) and dQ,
 // dK, dV, with the bounds of the fp64 reference and ref_lowp of every row.
 inline void expect_matches_prev(const fa::StepInfo& step, const fa::StepInfo& prev, const Shape& s, int variant) {
   const std::uint64_t seed = fa::fresh_seed();
@@ -52,7 +60,7 @@ inline void expect_matches_prev(const fa::StepInfo& step, const fa::StepInfo& pr
   if (!fa::step_supports(prev, s.problem()).empty()) ps.dtype = fa::DType::F32;
   ASSERT_EQ(fa::step_supports(prev, ps.problem()), "") << prev.name << " runs neither " << s.str() << " nor in fp32";
   const Outputs want = prev.variants.empty() ? run(prev, ps, in, true)
-                                             : run_variant(prev, ps, in, variant_of(prev, step.variants.at(variant)));
+                                             : run_variant(prev, ps, in, prev_variant(prev, step.variants.at(variant)));
   const Outputs got = run_variant(step, s, in, variant);
   const std::string what = std::string(prev.name) + (ps.dtype != s.dtype ? " (fp32 on the same rounded inputs)" : "");
   expect_close_lowp(got, want.o, want.lse, lowp_reference(s, in), s, what);

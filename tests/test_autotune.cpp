@@ -2,7 +2,7 @@
 // to time while a stream is capturing a graph, and explicit tuning. The timer and the capture
 // query are injected, so no GPU is needed: the "timings" are numbers the test chooses, and the
 // launchers are never called (the timer decides what a candidate costs). AttnAutotuner (steps 11
-// and 13): the problem class of an attention problem and the element type's candidates.
+// and 16): the problem class of an attention problem and the element type's candidates.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -16,25 +16,25 @@ fa::DeviceCC device(const char* name, int cc, bool faked = false) {
 }
 
 TEST(DeviceCheck, HopperStepOnAmpereSaysWhatItNeedsAndWhatThisIs) {
-  EXPECT_EQ(fa::wrong_device_message("14_wgmma_forward", 90, device("NVIDIA A100-SXM4-80GB", 80)),
-            "14_wgmma_forward needs a compute capability 9.0 GPU (Hopper, sm_90a); this is NVIDIA A100-SXM4-80GB "
+  EXPECT_EQ(fa::wrong_device_message("17_wgmma_forward", 90, device("NVIDIA A100-SXM4-80GB", 80)),
+            "17_wgmma_forward needs a compute capability 9.0 GPU (Hopper, sm_90a); this is NVIDIA A100-SXM4-80GB "
             "(cc 8.0)");
 }
 
 TEST(DeviceCheck, SaysWhenTheCapabilityIsFaked) {
-  const std::string m = fa::wrong_device_message("15_x", 90, device("NVIDIA H100 80GB HBM3", 80, true));
+  const std::string m = fa::wrong_device_message("18_x", 90, device("NVIDIA H100 80GB HBM3", 80, true));
   EXPECT_NE(m.find("this is NVIDIA H100 80GB HBM3 (cc 8.0, set by FA_FAKE_CC)"), std::string::npos) << m;
 }
 
 TEST(DeviceCheck, TheRightGpuAndAnyGpuStepsAreNotRefused) {
-  EXPECT_EQ(fa::wrong_device_message("14_x", 90, device("NVIDIA H100 80GB HBM3", 90)), "");
+  EXPECT_EQ(fa::wrong_device_message("17_x", 90, device("NVIDIA H100 80GB HBM3", 90)), "");
   for (int cc : {75, 80, 86, 89, 90, 100, 120})
     EXPECT_EQ(fa::wrong_device_message("06_causal_stages", 0, device("any", cc)), "") << cc;
 }
 
 TEST(DeviceCheck, SmNinetyACodeDoesNotRunOnLaterGpus) {
   // Architecture-specific code (sm_90a) is not forward compatible: cc 10.0 is refused too.
-  const std::string m = fa::wrong_device_message("14_x", 90, device("NVIDIA B200", 100));
+  const std::string m = fa::wrong_device_message("17_x", 90, device("NVIDIA B200", 100));
   EXPECT_NE(m.find("needs a compute capability 9.0 GPU"), std::string::npos) << m;
   EXPECT_NE(m.find("(cc 10.0)"), std::string::npos) << m;
 }
@@ -42,7 +42,7 @@ TEST(DeviceCheck, SmNinetyACodeDoesNotRunOnLaterGpus) {
 TEST(DeviceCheck, NoDeviceIsLeftToTheNoDeviceCheck) {
   std::string why;
   if (fa::cuda_device_available(&why)) GTEST_SKIP() << "a CUDA device is present";
-  fa::StepInfo hopper{"14_x", "test", fa::Family::Attention};
+  fa::StepInfo hopper{"17_x", "test", fa::Family::Attention};
   hopper.needs_cc = 90;
   EXPECT_EQ(fa::wrong_device(hopper, 0), "");  // "no CUDA device" (exit 3) is reported elsewhere
 }

@@ -11,9 +11,9 @@ measurements (never drawn by hand).
                    (the PTX ISA's layout, as the kernels index it: g = lane / 4, t = lane % 4)
   swizzle_banks    step 10: the 16-byte chunk positions of 8 rows before and after the XOR swizzle
                    (device/cp_async.cuh's swz), and the banks an ldmatrix phase hits
-  split_combine    step 16: one sequence's keys in splits, each a partial (O_c, LSE_c), merged
-  decode_bandwidth step 16's decode sweep and SDPA's: % of the copy bandwidth over the K/V bytes read
-  wgmma_operand    step 14: a K-major 128-byte-swizzled operand tile: core matrices, the descriptor's SBO and LBO,
+  split_combine    step 22: one sequence's keys in splits, each a partial (O_c, LSE_c), merged
+  decode_bandwidth step 22's decode sweep and SDPA's: % of the copy bandwidth over the K/V bytes read
+  wgmma_operand    step 17: a K-major 128-byte-swizzled operand tile: core matrices, the descriptor's SBO and LBO,
                    the swizzle, the start address per k-step (numbers read from its kernel.cu)
   climb            every attention forward step's TFLOP/s at one shape from profiles/h100/bench.csv,
                    beside SDPA's two backends and the card's peaks
@@ -156,10 +156,10 @@ def swizzle_banks():
     return fig
 
 
-# ---- step 16: split and combine -------------------------------------------------------------------------
+# ---- step 22: split and combine -------------------------------------------------------------------------
 def split_combine():
     fig, ax = diagram(8.0, 3.0, 40)
-    chunks = 4  # doc 16's chunks c = 1..C, one block each
+    chunks = 4  # doc 22's chunks c = 1..C, one block each
     centres = [4 + s * 18 + 8.5 for s in range(chunks)]
     mid = sum(centres) / chunks  # the combine box and the arrows' meeting point: centred under the blocks
     for s, xc in enumerate(centres):
@@ -175,7 +175,7 @@ def split_combine():
     ax.add_patch(Rectangle((mid - 34, 1), 68, 7, facecolor=COLORS["diagonal"], edgecolor="white"))
     ax.text(mid, 4.5, "combine: LSE = ln Σ_c exp(LSE_c),  O = Σ_c exp(LSE_c − LSE)·O_c", ha="center", va="center",
             fontsize=7)
-    ax.text(4, 37.5, "one (sequence, K/V head): its G·seq_q query rows against keys [0, len), cut into chunks (step 16)",
+    ax.text(4, 37.5, "one (sequence, K/V head): its G·seq_q query rows against keys [0, len), cut into chunks (step 22)",
             fontsize=7.5)
     return fig
 
@@ -211,7 +211,7 @@ def ring_timeline():
     return fig
 
 
-# ---- step 14: the wgmma accumulator and the mbarrier's phases ---------------------------------------------------
+# ---- step 17: the wgmma accumulator and the mbarrier's phases ---------------------------------------------------
 def wgmma_accumulator():
     fig = new_figure(9.0, 5.0)
     cols = 16  # the first 16 of the N columns: the pattern repeats every 8
@@ -277,15 +277,15 @@ def mbarrier_phases():
     ax.set_yticks([ys[r] + 0.5 for r in rows], rows, fontsize=7)
     ax.set_xticks([])
     ax.set_xlabel("time: three fills of one ring slot")
-    ax.set_title("Step 14's mbarrier: a fill completes a phase when its arrival and all its bytes are in; "
+    ax.set_title("Step 17's mbarrier: a fill completes a phase when its arrival and all its bytes are in; "
                  "waiters pass by the phase's parity (0, 1, 0, ...)", fontsize=8)
     return fig
 
 
 def wgmma_operand():
-    """A K-major, 128-byte-swizzled wgmma operand in shared memory (step 14's Q and K boxes), with the descriptor's
-    numbers read from steps/14_hopper_forward/kernel.cu: SBO, the LBO it passes, the bytes per k-step."""
-    src = read("steps/14_hopper_forward/kernel.cu")
+    """A K-major, 128-byte-swizzled wgmma operand in shared memory (step 17's Q and K boxes), with the descriptor's
+    numbers read from steps/17_hopper_forward/kernel.cu: SBO, the LBO it passes, the bytes per k-step."""
+    src = read("steps/17_hopper_forward/kernel.cu")
     rows_per_period, row_bytes = map(int, re.search(r"kSbo = (\d+) \* (\d+);", src).groups())
     sbo = rows_per_period * row_bytes
     lbo = int(re.search(r"smem_desc\(a, (\d+), kSbo\)", src).group(1))
@@ -344,17 +344,17 @@ def wgmma_operand():
     fig.legend([Rectangle((0, 0), 1, 1, facecolor=kcolors[k]) for k in range(steps)],
                [f"k-step {k}: elements {16 * k}-{16 * k + 15}, bytes {kstep * k}-{kstep * k + kstep - 1}" for k in range(steps)],
                loc="lower center", ncol=2, fontsize=7, frameon=False, bbox_to_anchor=(0.4, 0.0))
-    fig.suptitle(f"A K-major wgmma operand in shared memory, 128-byte swizzle (step 14's Q and K boxes: rows of "
+    fig.suptitle(f"A K-major wgmma operand in shared memory, 128-byte swizzle (step 17's Q and K boxes: rows of "
                  f"{row_bytes // 2} fp16/bf16 elements)", fontsize=9, y=0.985)
     return fig
 
 
-# ---- step 15: ping-pong -----------------------------------------------------------------------------------------
+# ---- step 18: ping-pong -----------------------------------------------------------------------------------------
 def pingpong_timeline():
     fig = new_figure(8.6, 3.0)
     ax = fig.add_axes([0.13, 0.24, 0.85, 0.6])
     # Schematic durations: a consumer's pair of products (S_j = Q·K_jᵀ and P_{j-1}·V_{j-1}, issued in one turn), then
-    # the softmax of S_j, which the compiled code starts only once both products are done (doc 15, "What ptxas made
+    # the softmax of S_j, which the compiled code starts only once both products are done (doc 18, "What ptxas made
     # of it"). Ideal: no hand-over cost and no latency, so the drawn pipe has no gap; the measured one has (ncu).
     gemm, soft = 2.0, 1.6
     gemm_colors = [COLORS["full"], "#2f5f9e"]  # consumer 0's GEMMs, consumer 1's: in its row and on the pipe
@@ -380,13 +380,13 @@ def pingpong_timeline():
                ["consumer 0's GEMMs (wgmma)", "consumer 1's GEMMs (wgmma)",
                 "softmax of S_j (after its own pair, under the other's)"],
                loc="lower center", ncol=3, fontsize=7, frameon=False, bbox_to_anchor=(0.55, 0.0))
-    ax.set_title("Step 15's ping-pong: a named barrier passes the turn, so one consumer's softmax runs under the "
+    ax.set_title("Step 18's ping-pong: a named barrier passes the turn, so one consumer's softmax runs under the "
                  "other's GEMMs\n(schematic, ideal durations: the measured tensor pipe is not busy all the time, "
-                 "doc 15's profile evidence)", fontsize=8)
+                 "doc 18's profile evidence)", fontsize=8)
     return fig
 
 
-# ---- steps 07, 08 and 12: which tiles each backward kernel walks (step 13 has no dQ kernel) ----------------------
+# ---- steps 07, 08 and 12: which tiles each backward kernel walks (step 16 has no dQ kernel) ----------------------
 def backward_tiles():
     n = 8
     fig = new_figure(8.4, 3.9)
@@ -410,7 +410,7 @@ def backward_tiles():
         ax.set_xlabel("key block"), ax.set_ylabel("query tile")
         ax.set_title(title, fontsize=8)
         ax.set_aspect("equal")
-    fig.suptitle("The causal backward as two kernels (steps 07, 08, and 12's default; step 13 accumulates dQ in its "
+    fig.suptitle("The causal backward as two kernels (steps 07, 08, and 12's default; step 16 accumulates dQ in its "
                  "dK/dV kernel):\nblue tiles unmasked, orange masked, grey never visited", fontsize=8.5, y=0.995)
     return fig
 
@@ -671,7 +671,7 @@ def delta_flow():
     return fig
 
 
-# ---- steps 11 and 13: shared-memory bytes per mma, FLOP per byte of a warp tile -----------------------------------
+# ---- steps 11 and 16: shared-memory bytes per mma, FLOP per byte of a warp tile -----------------------------------
 def bytes_per_mma():
     # Step 11's FA2-shaped d 128 instance: its warps and key tile (its candidate line in kernel.cu).
     d = 128
@@ -709,11 +709,11 @@ def bytes_per_mma():
 
 
 def warp_tile_intensity():
-    src = read("steps/13_tuned_backward/kernel.cu")
-    per_clock = int(re.search(r"\((\d+) FLOP per clock of the mma.sync ceiling", src).group(1))
+    src = read("steps/16_deterministic_backward/kernel.cu")
+    per_clock = int(re.search(r"(\d+)/128 ≈ \d+ that keeps the tensor pipe \(mma.sync ceiling", src).group(1))
     line = per_clock / 128
-    # The warp tile shapes that occur: the rows of doc 13's table beside this figure.
-    doc = read("docs/13_tuned_backward.md")
+    # The warp tile shapes that occur: the rows of doc 16's table beside this figure.
+    doc = read("docs/16_deterministic_backward.md")
     tiles = [(int(m), int(n)) for m, n in re.findall(r"^\| \[(\d+), (\d+)\] \|", doc, re.M)]
     fig = new_figure(7.0, 3.0)
     ax = fig.add_axes([0.1, 0.16, 0.86, 0.7])
@@ -726,9 +726,9 @@ def warp_tile_intensity():
             ha="left", va="bottom", fontsize=7)
     ax.set_xlim(-0.5, len(tiles) - 0.5), ax.set_ylim(0, max(vals) * 1.15)
     ax.set_xticks(range(len(tiles)), [f"[{m}, {n}]" for m, n in tiles], fontsize=7)
-    ax.set_xlabel("warp tile [m, n] (doc 13's table)", fontsize=8)
+    ax.set_xlabel("warp tile [m, n] (doc 16's table)", fontsize=8)
     ax.set_ylabel("FLOP per byte read")
-    ax.set_title("Step 13: FLOP per shared-memory byte of a warp's [m, n] product tile, m·n / (m + n)", fontsize=8)
+    ax.set_title("Step 16: FLOP per shared-memory byte of a warp's [m, n] product tile, m·n / (m + n)", fontsize=8)
     return fig
 
 
@@ -736,7 +736,7 @@ def warp_tile_intensity():
 CLIMB_SHAPE = "B4 H16 S4096 D128"  # the FA2 shape at seq 4096, head_dim 128, not causal
 # The forward ladder (the backward steps run these steps' forwards); 04's rows carry " fwd" (it has a backward).
 CLIMB_STEPS = ("04_naive_attention", "05_flash_forward", "06_causal_stages", "09_tensor_core_forward",
-               "10_swizzle_pipeline_forward", "11_tuned_forward", "14_hopper_forward", "15_hopper_warp_specialized")
+               "10_swizzle_pipeline_forward", "11_tuned_forward", "17_hopper_forward", "18_hopper_warp_specialized")
 
 
 def climb():
@@ -786,10 +786,10 @@ def climb():
     return fig
 
 
-# ---- step 16: decoding against the copy bandwidth --------------------------------------------------------------
-# Step 16 is drawn last (zorder 3), a small filled disc inside the baselines' larger open markers: it lands on or
+# ---- step 22: decoding against the copy bandwidth --------------------------------------------------------------
+# Step 22 is drawn last (zorder 3), a small filled disc inside the baselines' larger open markers: it lands on or
 # near SDPA-cuDNN's points at many shapes, and drawn first it disappeared under the baselines' markers.
-DECODE_STYLES = {"16_split_kv_decode": ("step 16", dict(marker="o", s=16, color=COLORS["full"], zorder=3)),
+DECODE_STYLES = {"22_split_kv_decode": ("step 22", dict(marker="o", s=16, color=COLORS["full"], zorder=3)),
                  "sdpa_cudnn": ("SDPA-cuDNN", dict(marker="s", s=46, facecolors="none", edgecolors="black", lw=0.8,
                                                    zorder=2)),
                  "sdpa_flash": ("SDPA-FA2", dict(marker="x", s=30, color=COLORS["grey"], lw=0.8, zorder=2)),
@@ -798,8 +798,8 @@ DECODE_STYLES = {"16_split_kv_decode": ("step 16", dict(marker="o", s=16, color=
 
 
 def decode_bandwidth():
-    """Step 16's decode sweep and SDPA's at the same shapes: % of the copy bandwidth measured in the same run
-    over the K/V bytes read, with the L2 size and the copy target of doc 16's table (profiles/results.py)."""
+    """Step 22's decode sweep and SDPA's at the same shapes: % of the copy bandwidth measured in the same run
+    over the K/V bytes read, with the L2 size and the copy target of doc 22's table (profiles/results.py)."""
     sys.path.insert(0, os.path.join(ROOT, "profiles"))
     import results
     cells = results.decode_cells(os.path.join(ROOT, "profiles", "h100", "bench.csv"))

@@ -1,0 +1,673 @@
+// =============================================================================================
+// FlashAttention from scratch, step by step, in CUDA C++
+// Step 13: 2-D warp tiles: the key-block kernel's 8 warps tiled 2-D in each product, Pᵀ and dSᵀ
+//          through shared memory; the query tile per problem by the autotuner
+//
+// What changes since step 12: not the math, but who computes which part of the five products in
+// the dK/dV kernel. In step 12 each warp owns 16 keys for the whole kernel and computes everything
+// for them. A warp's [m, n] tile of a product reads m + n rows of operands from shared memory for
+// 2·m·n·k FLOPs, and [16, 64] is a poor shape for that. Here a block of 8 warps owns 128 keys and
+// each of its three phases tiles the warps its own way (Config):
+//
+//   1. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ  [128 keys, BLOCK_M queries]  4 × 2 warps of [32, BLOCK_M/2]
+//   2. dV += Pᵀ·dO, dK += dSᵀ·Q  [128 keys, D]              4 × 2 warps of [32, D/2] doing both, or
+//                                                            (SPLIT_KV) 2 × 2 of [64, D/2] for each
+//   3. dQ = dS·K                 [BLOCK_M queries, D]        4 × 2 or 2 × 4 warps of [32, D/2 or D/4]
+//
+// Phase 2 needs all of a key row's Pᵀ and dSᵀ, which phase 1 spread over two warps: both go to
+// shared memory (step 12 kept Pᵀ in registers), and a barrier separates the phases. Every swizzled
+// ldmatrix address is one XOR of a per-lane offset (pair_at). dQ is added with atomics into an fp32
+// accumulator (step 12's atomic variant; the default here, as the faster).
+//
+// Where to look: Config (the three warp tilings), pair_at, product_t, product_kv and dq_tile (the
+// three products), dkdv_block (the phases and their barriers), candidates and tuner (the query tile
+// BLOCK_M and SPLIT_KV per problem, as step 11 tunes the forward). Doc 13 walks through each.
+//
+// Kernels, in launch order:
+//   delta        grid (rows / 8), one warp per row: delta_i = Σ_d dO_id·O_id in fp32 (step 12's)
+//   dK/dV        also dQ into fp32 dQ_accum, 256 threads, grid (key blocks of 128, batch·K/V heads)
+//   convert      dQ = scale·dQ_accum -> fp16/bf16
+// FA_STEP13_CONFIG=<name> pins a candidate.
+//
+// Build + run:  cmake --build build --target 13_backward_warp_tiles && build/bin/13_backward_warp_tiles
+// Read with:    docs/13_backward_warp_tiles.md
+// =============================================================================================
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "autotune.h"
+#include "check.h"
+#include "cp_async.cuh"
+#include "env.h"
+#include "launch.h"
+#include "mma_sync.cuh"
+#include "ops.h"
+
+namespace step11 {
+const fa::StepInfo& info();  // the forward of this step
+}  // namespace step11
+
+namespace step13 {
+using namespace fa::ptx;  // step 09's ldmatrix_x4(_trans), mma_16816, pack; step 10's cp_async_*, exp2_approx, swz
+
+const fa::StepInfo& info();  // bottom of the file: the step's name for messages
+
+constexpr int kWarp = 32;
+constexpr float kLog2e = 1.4426950408889634f;
+// Rows of a head in dQ_accum: seq_q rounded up to whole query tiles of 128 (so of 64 too).
+__host__ __device__ constexpr std::size_t acc_rows(int seq_q) { return std::size_t(seq_q + 127) / 128 * 128; }
+// The instances' head_dim D for a problem's head_dim (padded up with zeros, step 12): 64 or 128.
+constexpr int instance_dim(int head_dim) { return head_dim <= 64 ? 64 : 128; }
+
+
+// A compiled instance (the autotuner's candidates, bottom of the file): head_dim instance D and the
+// query tile BLOCK_M a key block of BLOCK_N = 128 keys walks. The dK/dV kernel has 8 warps, tiled
+// 2-D in each of its three phases (its banner).
+template <int D_, int BLOCK_M_, bool SPLIT_KV_>
+struct Config {
+  static constexpr int D = D_, WARPS = 8, THREADS = WARPS * kWarp, BLOCK_N = 128, BLOCK_M = BLOCK_M_;
+  // The warp tiles of the dK/dV kernel: Sᵀ and dPᵀ 4 × 2, dK and dV 4 × 2, dQ Q_WARPS × (8 / Q_WARPS),
+  // the squarer of 4 × 2 and 2 × 4 ([32, 32] rather than [64, 16] at head_dim 64, BLOCK_M 128).
+  static constexpr int S_KEYS = BLOCK_N / 4, S_QUERIES = BLOCK_M / 2;  // [32, 32] or [32, 64]
+  // dK and dV: SPLIT_KV, warps 0-3 dV and 4-7 dK, 2 × 2 of [64, D/2] each; else every warp both, 4 × 2
+  // of [32, D/2].
+  static constexpr bool SPLIT_KV = SPLIT_KV_;
+  static constexpr int KV_WARPS = SPLIT_KV ? 2 : 4, KV_ACCS = SPLIT_KV ? 1 : 2;  // along the keys; tiles a warp owns
+  static constexpr int KV_KEYS = BLOCK_N / KV_WARPS, KV_DIMS = D / 2;  // [64, 32], [64, 64], [32, 64]
+  static constexpr int Q_WARPS = BLOCK_M > D ? 4 : 2;                                 // along the queries
+  static constexpr int Q_QUERIES = BLOCK_M / Q_WARPS, Q_DIMS = D * Q_WARPS / WARPS;  // [32, 16] or [32, 32]
+  // dK/dV: K, V [BLOCK_N, D]; Q[2], dO[2] [BLOCK_M, D]; Pᵀ, dSᵀ [BLOCK_N, BLOCK_M]; LSE[2], delta[2] [BLOCK_M] fp32.
+  static constexpr std::size_t DKDV_BYTES =
+      2 * (2 * BLOCK_N * D + 4 * BLOCK_M * D + 2 * BLOCK_N * BLOCK_M) + 4 * 4 * BLOCK_M;
+  static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "query tiles of 64 or 128 (swizzled rows of >= 8 chunks)");
+  static_assert(Q_DIMS % 16 == 0 && S_QUERIES % 16 == 0, "whole ldmatrix_x4 tiles in every phase");
+  static_assert(2 * BLOCK_M <= THREADS, "one thread per query for the LSE and the delta of a tile");
+  static_assert(DKDV_BYTES <= 227 * 1024, "an sm_90 block's shared memory");
+};
+
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+// One register of two fp16/bf16 -> two fp32 (low half: x), the inverse of pack.
+template <class T>
+__device__ __forceinline__ float2 unpack(std::uint32_t r) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __half22float2(*reinterpret_cast<const __half2*>(&r));
+  else
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r));
+}
+
+// ---- device memory -> shared memory ----------------------------------------------------------------
+// A [ROWS, D] tile of one head's [seq, head_dim] matrix into smem (swizzled), one 16-byte cp.async
+// per chunk, as in step 10. A thread owns one chunk column c and the rows r0, r0 + ROW_STEP, ...
+// (ROW_STEP a multiple of 8: one swizzled position for all of them). Rows >= seq and columns >=
+// head_dim are zero-filled. Issue only: the caller commits and waits.
+template <int ROWS, int D, int THREADS, class T>
+__device__ __forceinline__ void copy_tile(T* dst, const T* __restrict__ src, int row0, int seq, int head_dim) {
+  constexpr int CHUNKS = D / 8;               // 16-byte chunks per row
+  constexpr int ROW_STEP = THREADS / CHUNKS;  // 16 | 8 (4 warps), 32 | 16 (8 warps)
+  static_assert(ROWS % ROW_STEP == 0 && ROW_STEP % 8 == 0, "whole passes, one swizzled column per thread");
+  const int r0 = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
+  const bool col_in = 8 * c < head_dim;  // head_dim % 8 == 0: a chunk is wholly in or out
+  // One 64-bit product per tile, then one add per row: a product per row cost the dK/dV kernel about
+  // 150 instructions per query tile and warp (ncu source counters), 13% of all it executed.
+  const T* from = src + (std::size_t(row0 + r0) * head_dim + 8 * c);
+  const std::size_t step = std::size_t(ROW_STEP) * head_dim;
+#pragma unroll
+  for (int i = 0; i < ROWS / ROW_STEP; ++i, from += step) {
+    const bool in = col_in && row0 + r0 + i * ROW_STEP < seq;
+    cp_async_16(dst + swz<D>(r0 + i * ROW_STEP, c), in ? from : src, in ? 16 : 0);  // src: a valid address
+  }
+}
+
+// The LSE a row's P uses, times log2(e): +inf for rows past seq_q and for a row whose LSE is −inf
+// (no visible key), so that P = 2^(s·sl2 − inf) = 0, never NaN (step 08's lse_for_p).
+__device__ __forceinline__ float lse_log2(const float* __restrict__ lse, int row, int seq_q) {
+  const float l = row < seq_q ? lse[row] : INFINITY;
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// The element offset, in a swizzled tile, of chunk pair m0 + i of a lane's row (its chunks 2(m0 + i)
+// and 2(m0 + i) + 1 hold 16 elements), from `at`, the lane's offset at pair m0 (its chunk 2·m0 + x,
+// x = 0 or 1). swz XORs a chunk's low three bits with the row's, so moving i pairs flips bits 4-5
+// of the offset and every 4 pairs add 64 elements: one LOP3 and an immediate, where swz costs about
+// five instructions per address. Exact when m0 is a multiple of the number of pairs the lane walks
+// (a power of two), i.e. m0 % 4 and i share no bits, or m0 % 4 = 0.
+__device__ __forceinline__ int pair_at(int at, int i) { return (at ^ ((i & 3) << 4)) + ((i >> 2) << 6); }
+
+// ---- delta = rowsum(dO ∘ O), once --------------------------------------------------------------------
+// One warp per row: each lane reads 16-byte chunks (8 elements) of dO and O, fp32 products and sums.
+constexpr int kDeltaThreads = 256;
+template <class T>
+__global__ void __launch_bounds__(kDeltaThreads)
+    backward_delta(const T* __restrict__ o, const T* __restrict__ dout, float* __restrict__ delta, long long rows,
+                   int head_dim) {
+  const long long row = (long long)blockIdx.x * (kDeltaThreads / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;  // the whole warp: one row per warp
+  o += row * head_dim, dout += row * head_dim;
+  float sum = 0.f;
+  for (int c = 8 * lane; c < head_dim; c += 8 * kWarp) {
+    const uint4 a = *reinterpret_cast<const uint4*>(o + c), b = *reinterpret_cast<const uint4*>(dout + c);
+    const T* x = reinterpret_cast<const T*>(&a);
+    const T* y = reinterpret_cast<const T*>(&b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sum = fmaf(to_float(x[e]), to_float(y[e]), sum);
+  }
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) delta[row] = sum;
+}
+
+// ---- the order a key block visits its query tiles --------------------------------------------------------
+// Step 12's order: the masked tiles first (the diagonal, or all of them in a ragged block: its
+// zero-filled keys have S = 0 and P = 2^(−LSE·log2e), which may overflow, and then inf·0 = NaN in
+// dQ), then the unmasked ones in order. Causal: tiles before
+// t_begin (every query < the block's first key) see nothing; tiles from t_full on (first query >= its
+// last key) see every key.
+struct Walk {
+  int n_q_tiles, t_begin, t_full, n_masked;
+  template <int BLOCK_M, int BLOCK_N>
+  __device__ static Walk of(int kb, int seq_q, int seq_k, bool causal) {
+    Walk w;
+    const int n0 = kb * BLOCK_N;  // first key of the block
+    w.n_q_tiles = (seq_q + BLOCK_M - 1) / BLOCK_M;
+    w.t_begin = causal ? min(n0 / BLOCK_M, w.n_q_tiles) : 0;
+    w.t_full = causal ? min((min(n0 + BLOCK_N, seq_k) - 1 + BLOCK_M - 1) / BLOCK_M, w.n_q_tiles) : 0;
+    const bool ragged = n0 + BLOCK_N > seq_k;  // masked on every tile
+    w.n_masked = ragged ? w.n_q_tiles - w.t_begin : w.t_full - w.t_begin;
+    return w;
+  }
+  __device__ int visits() const { return n_q_tiles - t_begin; }
+  __device__ int at(int i) const {  // the i-th tile visited
+    return i < n_masked ? t_begin + i : t_full + i - n_masked;
+  }
+  __device__ int next(int i, int t) const {  // the tile visited after the i-th, t
+    return i + 1 == n_masked ? t_full : t + 1;
+  }
+};
+
+// ---- the three products of a query tile, each a warp's 2-D tile --------------------------------------------
+// Why faster than step 12's warps of 16 keys: a warp's [m, n] tile of a product reads m + n operand
+// rows from shared memory for 2·m·n·k FLOPs. Step 12's [16, 64] tiles do 12.8 FLOP per byte read,
+// below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and clock) ahead of
+// shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21, [64, 64] ones 32.
+
+// Phase 1. [16·SM keys, 8·SN queries] = A·Bᵀ with A rows (keys) from X, B rows (queries) from Y, both
+// [rows, D] swizzled: the forward's S = Q·Kᵀ with this warp's keys for Q and the tile's queries for K
+// (plain ldmatrix both). o_a, o_b: the lane's offsets at its first row and chunk pair (pair_at).
+template <class T, int D, int SM, int SN>
+__device__ __forceinline__ void product_t(float (&acc)[SM][SN][4], const T* X, const T* Y, int o_a, int o_b) {
+#pragma unroll
+  for (int mt = 0; mt < SM; ++mt)
+#pragma unroll
+    for (int j = 0; j < SN; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    std::uint32_t a[SM][4];  // keys 16mt + 0..15, dims 16kk..16kk+15
+#pragma unroll
+    for (int mt = 0; mt < SM; ++mt) ldmatrix_x4(a[mt], X + pair_at(o_a, kk) + 16 * mt * D);
+#pragma unroll
+    for (int jj = 0; jj < SN / 2; ++jj) {
+      std::uint32_t b[4];  // queries 16jj + 0..7 and + 8..15, dims 16kk..16kk+15
+      ldmatrix_x4(b, Y + pair_at(o_b, kk) + 16 * jj * D);
+#pragma unroll
+      for (int mt = 0; mt < SM; ++mt) {  // one B fragment, SM mma: the reuse a 16-row warp lacked
+        mma_16816<T>(acc[mt][2 * jj], a[mt], b[0], b[1]);
+        mma_16816<T>(acc[mt][2 * jj + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Phase 2. [16·VM keys, 16·VN dims] += Xᵀ·Y: A rows (keys) of Pᵀ or dSᵀ [BLOCK_N, BLOCK_M] (plain
+// ldmatrix), B[query][d] = dO or Q rows [BLOCK_M, D] by ldmatrix.trans, as the forward reads V.
+template <class T, int D, int BLOCK_M, int VM, int VN2>
+__device__ __forceinline__ void product_kv(float (&acc)[VM][VN2][4], const T* X, const T* Y, int o_a, int o_b) {
+  constexpr int VN = VN2 / 2;  // 16-dim slices, each two n-tiles of 8
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+    std::uint32_t a[VM][4];
+#pragma unroll
+    for (int mt = 0; mt < VM; ++mt) ldmatrix_x4(a[mt], X + pair_at(o_a, kk) + 16 * mt * BLOCK_M);
+#pragma unroll
+    for (int dd = 0; dd < VN; ++dd) {
+      std::uint32_t b[4];  // queries 16kk + 0..7, +8..15 × dims 16dd + 0..7, then the same × +8..15
+      ldmatrix_x4_trans(b, Y + pair_at(o_b, dd) + 16 * kk * D);
+#pragma unroll
+      for (int mt = 0; mt < VM; ++mt) {
+        mma_16816<T>(acc[mt][2 * dd], a[mt], b[0], b[1]);
+        mma_16816<T>(acc[mt][2 * dd + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Phase 3. dQ[query][d] += Σ_key dS[query][key]·K[key][d] for this warp's [Q_QUERIES, Q_DIMS] of the
+// tile, added into `to`, this tile's dQ_accum. A[query][key] = dSᵀ[key][query]: two keys per register
+// from rows that hold queries side by side: ldmatrix.trans, matrices queries +0..7 × keys +0..7,
+// +8..15 × +0..7, +0..7 × +8..15, +8..15 × +8..15 (a[0..3] of mma_16816). B[key][d] = K[key][d]:
+// ldmatrix.trans.
+template <class T, class C>
+__device__ __forceinline__ void dq_tile(float* to, const T* dSt, const T* Ks, int o_a, int o_b) {
+  constexpr int QM = C::Q_QUERIES / 16, QN = C::Q_DIMS / 16;  // m-tiles of 16 queries, 16-dim slices
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float c[QM][2 * QN][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < C::BLOCK_N / 16; ++kk) {
+    std::uint32_t a[QM][4];
+#pragma unroll
+    for (int mt = 0; mt < QM; ++mt) ldmatrix_x4_trans(a[mt], dSt + pair_at(o_a, mt) + 16 * kk * C::BLOCK_M);
+#pragma unroll
+    for (int dd = 0; dd < QN; ++dd) {
+      std::uint32_t b[4];
+      ldmatrix_x4_trans(b, Ks + pair_at(o_b, dd) + 16 * kk * C::D);
+#pragma unroll
+      for (int mt = 0; mt < QM; ++mt) {
+        mma_16816<T>(c[mt][2 * dd], a[mt], b[0], b[1]);
+        mma_16816<T>(c[mt][2 * dd + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+  // Each lane adds its fragments into the row-major dQ_accum [rows, D], two fp32 at a time (sm_90:
+  // RED.E.ADD.F32x2, the result is not read): rows g and g + 8 of m-tile mt, columns 8n + 2·t4 and the
+  // next. No bounds: dQ_accum has whole tiles (acc_rows) of D columns; convert_dq drops the padding.
+  const int g = lane / 4, t4 = lane % 4;
+  to += std::size_t(warp % C::Q_WARPS * C::Q_QUERIES + g) * C::D + warp / C::Q_WARPS * C::Q_DIMS + 2 * t4;
+#pragma unroll
+  for (int mt = 0; mt < QM; ++mt)
+#pragma unroll
+    for (int n = 0; n < 2 * QN; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float* at = to + (16 * mt + 8 * h) * C::D + 8 * n;
+#if __CUDA_ARCH__ >= 900
+        atomicAdd(reinterpret_cast<float2*>(at), make_float2(c[mt][n][2 * h], c[mt][n][2 * h + 1]));
+#else
+        atomicAdd(at, c[mt][n][2 * h]), atomicAdd(at + 1, c[mt][n][2 * h + 1]);
+#endif
+      }
+}
+
+// The epilogue: dK = scale·dK_acc into the K tile and dV into the V tile (this warp's [KV_KEYS,
+// KV_DIMS] of each, or SPLIT_KV of its one), then 16-byte stores of whole rows: each 8-lane group
+// writes 128 bytes (step 11's epilogue). Keys past seq_k and padding columns are not stored; a block
+// no query sees stores zeros. acc: the warp's accumulators, [KV_ACCS][VM][2·VN][4].
+template <class T, class C, class Acc>
+__device__ __forceinline__ void store_dkdv(const Acc& acc, T* Ks, T* Vs, T* __restrict__ dk, T* __restrict__ dv,
+                                           int n0, int seq_k, int head_dim, float scale) {
+  constexpr int D = C::D, VM = C::KV_KEYS / 16, VN = C::KV_DIMS / 16;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
+  const bool dk_warp = C::SPLIT_KV && warp >= 4;
+  const int vk0 = warp % C::KV_WARPS * C::KV_KEYS, vd0 = (C::SPLIT_KV ? warp / 2 % 2 : warp / 4) * C::KV_DIMS;
+#pragma unroll
+  for (int mt = 0; mt < VM; ++mt)
+#pragma unroll
+    for (int j = 0; j < 2 * VN; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int a = 0; a < C::KV_ACCS; ++a) {
+          const bool is_dk = C::SPLIT_KV ? dk_warp : a == 1;
+          const float f = is_dk ? scale : 1.f;
+          const int r = vk0 + 16 * mt + g + 8 * h, c = vd0 / 8 + j;
+          *reinterpret_cast<std::uint32_t*>((is_dk ? Ks : Vs) + swz<D>(r, c) + 2 * t4) =
+              pack<T>(f * acc[a][mt][j][2 * h], f * acc[a][mt][j][2 * h + 1]);
+        }
+  __syncthreads();  // the whole block's rows are in
+  constexpr int CHUNKS = D / 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < C::BLOCK_N * CHUNKS; i += C::THREADS) {
+    const int r = i / CHUNKS, c = i % CHUNKS;
+    if (n0 + r < seq_k && 8 * c < head_dim) {
+      const std::size_t at = std::size_t(n0 + r) * head_dim + 8 * c;
+      *reinterpret_cast<uint4*>(dk + at) = *reinterpret_cast<const uint4*>(Ks + swz<D>(r, c));
+      *reinterpret_cast<uint4*>(dv + at) = *reinterpret_cast<const uint4*>(Vs + swz<D>(r, c));
+    }
+  }
+}
+
+// ---- the dK/dV kernel: one key block, every query tile that sees it ----------------------------------------
+// One key block kb of K/V head kvh (flattened batch·K/V heads), with 8 warps (C::THREADS); its
+// launches are backward_dkdv's, below. T: __half or __nv_bfloat16. C::D: head_dim padded up to the
+// instance. Each query tile's share of dQ is added into dq_accum (fp32, per head acc_rows(seq_q)·D
+// floats, row-major).
+//
+// Per query tile, three phases, each with its own 2-D tiling of the 8 warps (Config):
+//   1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ   [BLOCK_N keys, BLOCK_M queries]  4 × 2 warps of [S_KEYS, S_QUERIES]
+//      Pᵀ and dSᵀ -> shared memory (fp16/bf16, rows = keys)                       __syncthreads
+//   2. dV += Pᵀ·dO (warps 0-3)      [BLOCK_N keys, D]               2 × 2 warps of [KV_KEYS, KV_DIMS]
+//      dK += dSᵀ·Q (warps 4-7)      [BLOCK_N keys, D]               2 × 2 warps of [KV_KEYS, KV_DIMS]
+//      (not SPLIT_KV: every warp both products, 4 × 2 warps of [KV_KEYS, KV_DIMS])
+//   3. dQ  = dS·K                   [BLOCK_M queries, D]            Q_WARPS × 8/Q_WARPS of [Q_QUERIES, Q_DIMS]
+template <class T, class C, bool GROUPED>
+__device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                           const T* __restrict__ dout, const float* __restrict__ lse,
+                                           const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
+                                           float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim,
+                                           float scale, bool causal, int heads_per_kv, int kb, int kvh) {
+  constexpr int D = C::D, THREADS = C::THREADS, BLOCK_N = C::BLOCK_N, BLOCK_M = C::BLOCK_M;
+  const float sl2 = scale * kLog2e;    // P = 2^(s·sl2 − LSE·log2e): one FFMA and one EX2 per element
+  extern __shared__ uint4 smem[];      // uint4: 16-byte alignment for ldmatrix and cp.async
+  T* Ks = reinterpret_cast<T*>(smem);  // [BLOCK_N, D] swizzled, this block's keys (whole kernel)
+  T* Vs = Ks + BLOCK_N * D;            // [BLOCK_N, D] swizzled, this block's values (whole kernel)
+  T* Qs = Vs + BLOCK_N * D;            // [2][BLOCK_M, D] swizzled: this query tile and the next
+  T* dOs = Qs + 2 * BLOCK_M * D;       // [2][BLOCK_M, D] swizzled
+  T* Pt = dOs + 2 * BLOCK_M * D;       // [BLOCK_N, BLOCK_M] swizzled: Pᵀ
+  T* dSt = Pt + BLOCK_N * BLOCK_M;     // [BLOCK_N, BLOCK_M] swizzled: dSᵀ
+  float* lse_s = reinterpret_cast<float*>(dSt + BLOCK_N * BLOCK_M);  // [2][BLOCK_M] LSE·log2e (+inf: P = 0)
+  float* delta_s = lse_s + 2 * BLOCK_M;                              // [2][BLOCK_M]
+
+  const int n0 = kb * BLOCK_N;     // first key of this block
+  const std::size_t kv_bh = kvh;   // flattened (batch, K/V head)
+  // GQA: the heads_per_kv query heads of the group (1 for MHA) one after the other, their first here.
+  const std::size_t bh = kv_bh * heads_per_kv;  // flattened (batch, query head)
+  q += bh * seq_q * head_dim, dout += bh * seq_q * head_dim, lse += bh * seq_q, delta += bh * seq_q;
+  k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
+  dq_accum += bh * acc_rows(seq_q) * D;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
+  // This warp's tile in each phase: first key / query / dim.
+  const int sk0 = warp % 4 * C::S_KEYS, sq0 = warp / 4 * C::S_QUERIES;  // phase 1
+  const bool dk_warp = C::SPLIT_KV && warp >= 4;  // phase 2: SPLIT_KV, this warp's product is dK (else dV)
+  const int vk0 = warp % C::KV_WARPS * C::KV_KEYS;  // phase 2
+  const int vd0 = (C::SPLIT_KV ? warp / 2 % 2 : warp / 4) * C::KV_DIMS;
+  const int qq0 = warp % C::Q_WARPS * C::Q_QUERIES, qd0 = warp / C::Q_WARPS * C::Q_DIMS;  // phase 3
+  constexpr int SM = C::S_KEYS / 16, SN = C::S_QUERIES / 8;  // phase 1: m-tiles of 16 keys, n-tiles of 8 queries
+  constexpr int VM = C::KV_KEYS / 16, VN = C::KV_DIMS / 16;  // phase 2: m-tiles of 16 keys, 16-dim slices
+  // Each lane's offsets, in the tile it reads, of its first row and chunk pair in every product; the
+  // other addresses are pair_at of these plus whole steps of 16 rows (the swizzle repeats every 8).
+  const int o_s_a = swz<D>(sk0 + lane % 16, lane / 16);                              // Sᵀ, dPᵀ: A = K, V
+  const int o_s_b = swz<D>(sq0 + lane % 8 + lane / 16 * 8, lane / 8 % 2);            // Sᵀ, dPᵀ: B = Q, dO
+  const int o_kv_a = swz<BLOCK_M>(vk0 + lane % 16, lane / 16);                       // dV, dK: A = Pᵀ, dSᵀ
+  const int o_kv_b = swz<D>(lane % 8 + lane / 8 % 2 * 8, vd0 / 8 + lane / 16);       // dV, dK: B = dO, Q
+  const int o_q_a = swz<BLOCK_M>(lane % 8 + lane / 16 * 8, qq0 / 8 + lane / 8 % 2);  // dQ: A = dSᵀ
+  const int o_q_b = swz<D>(lane % 8 + lane / 8 % 2 * 8, qd0 / 8 + lane / 16);        // dQ: B = K
+  const int o_st = swz<BLOCK_M>(sk0 + g, sq0 / 8) + 2 * t4;  // Pᵀ, dSᵀ stores: chunk sq0/8 + j is o_st ^ 8j
+
+  // The query tiles that see this key block, in the order it visits them (Walk).
+  const Walk walk = Walk::of<BLOCK_M, BLOCK_N>(kb, seq_q, seq_k, causal);
+  const int n_masked = walk.n_masked, visits = walk.visits(), t_start = walk.at(0);
+  // Thread i < BLOCK_M fetches the LSE of query i of a tile, thread BLOCK_M + i its delta: into a
+  // register when the tile's copies are issued, into shared memory a tile later.
+  auto fetch_row_stat = [&](int m0) -> float {
+    const int row = m0 + threadIdx.x % BLOCK_M;
+    if (threadIdx.x < BLOCK_M) return lse_log2(lse, row, seq_q);
+    return row < seq_q && threadIdx.x < 2 * BLOCK_M ? delta[row] : 0.f;
+  };
+  auto store_row_stat = [&](int buf, float x) {
+    if (threadIdx.x < 2 * BLOCK_M) (threadIdx.x < BLOCK_M ? lse_s : delta_s)[buf * BLOCK_M + threadIdx.x % BLOCK_M] = x;
+  };
+  auto issue_query_tile = [&](int t, int buf) {  // Q_t and dO_t into buffer buf
+    copy_tile<BLOCK_M, D, THREADS>(Qs + buf * BLOCK_M * D, q, t * BLOCK_M, seq_q, head_dim);
+    copy_tile<BLOCK_M, D, THREADS>(dOs + buf * BLOCK_M * D, dout, t * BLOCK_M, seq_q, head_dim);
+  };
+
+  // K_j and V_j for the whole kernel, and the first query tile (below): one commit group.
+  copy_tile<BLOCK_N, D, THREADS>(Ks, k, n0, seq_k, head_dim);
+  copy_tile<BLOCK_N, D, THREADS>(Vs, v, n0, seq_k, head_dim);
+  // [KV_KEYS, KV_DIMS] this warp's tile of dV, then of dK (unscaled); SPLIT_KV: one, of dK or dV. C fragments.
+  float kv_acc[C::KV_ACCS][VM][2 * VN][4] = {};
+
+  auto query_tile = [&](int i, int t, auto masked) {  // the i-th tile visited, t
+    const int m0 = t * BLOCK_M;                       // first query of this tile
+    const int buf = i & 1;
+    cp_async_wait<0>();  // this thread's copies of this tile have landed ...
+    __syncthreads();     // ... and everyone's; every warp is also done with the last one (buffer buf^1, Pᵀ, dSᵀ)
+    const bool more = i + 1 < visits;
+    float stat_next = 0.f;
+    if (more) {  // the next tile's copies fly while this one is used
+      issue_query_tile(walk.next(i, t), buf ^ 1);
+      stat_next = fetch_row_stat(walk.next(i, t) * BLOCK_M);
+    }
+    cp_async_commit();
+    const T* Qt = Qs + buf * BLOCK_M * D;
+    const T* dOt = dOs + buf * BLOCK_M * D;
+    float lse_q[SN][2], delta_q[SN][2];  // of this lane's queries sq0 + 8j + 2·t4 + e
+#pragma unroll
+    for (int j = 0; j < SN; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        lse_q[j][e] = lse_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
+        delta_q[j][e] = delta_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
+      }
+
+    // Phase 1. Sᵀ, then Pᵀ = 2^(Sᵀ·sl2 − LSE·log2e) packed to fp16/bf16 pairs at once (the fp32 Sᵀ
+    // registers are free before dPᵀ needs its own) and stored. Element e of (mt, j): key
+    // n0 + sk0 + 16mt + g + 8·(e/2), query m0 + sq0 + 8j + 2·t4 + e%2. Masked tiles: keys after
+    // the query or past seq_k get P = 0. Stores: 4 bytes, element pairs of one Pᵀ row.
+    std::uint32_t pf[SM][SN][2];
+    {
+      float s[SM][SN][4];
+      product_t<T, D>(s, Ks, Qt, o_s_a, o_s_b);
+#pragma unroll
+      for (int mt = 0; mt < SM; ++mt)
+#pragma unroll
+        for (int j = 0; j < SN; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = sk0 + 16 * mt + g + 8 * h;  // key in the block
+            float p[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              p[e] = exp2_approx(fmaf(s[mt][j][2 * h + e], sl2, -lse_q[j][e]));
+              if constexpr (decltype(masked)::value) {
+                const int key = n0 + r, query = m0 + sq0 + 8 * j + 2 * t4 + e;
+                if (key >= seq_k || (causal && key > query)) p[e] = 0.f;
+              }
+            }
+            pf[mt][j][h] = pack<T>(p[0], p[1]);
+            *reinterpret_cast<std::uint32_t*>(Pt + (o_st ^ 8 * j) + (16 * mt + 8 * h) * BLOCK_M) = pf[mt][j][h];
+          }
+    }
+    // dPᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − delta) (fp32, P as rounded for dV; delta is the query's), stored.
+    {
+      float dp[SM][SN][4];
+      product_t<T, D>(dp, Vs, dOt, o_s_a, o_s_b);
+#pragma unroll
+      for (int mt = 0; mt < SM; ++mt)
+#pragma unroll
+        for (int j = 0; j < SN; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float2 p = unpack<T>(pf[mt][j][h]);
+            *reinterpret_cast<std::uint32_t*>(dSt + (o_st ^ 8 * j) + (16 * mt + 8 * h) * BLOCK_M) =
+                pack<T>(p.x * (dp[mt][j][2 * h] - delta_q[j][0]), p.y * (dp[mt][j][2 * h + 1] - delta_q[j][1]));
+          }
+    }
+    __syncthreads();  // every warp's Pᵀ and dSᵀ are in
+
+    // Phase 2. dV += Pᵀ·dO, dK += dSᵀ·Q (unscaled; scale once at the end). SPLIT_KV, why faster
+    // than every warp doing both as 4 × 2 of [32, D/2]: a [64, D/2] tile reads 64 + D/2 operand rows
+    // for 64·D/2 outputs, not 2·(32 + D/2) for 2·32·D/2. Its cost: 16 registers of A fragments, not 8
+    // (at head_dim 128 the tuner decides, doc 13).
+    if constexpr (C::SPLIT_KV) {
+      product_kv<T, D, BLOCK_M>(kv_acc[0], dk_warp ? dSt : Pt, dk_warp ? Qt : dOt, o_kv_a, o_kv_b);  // warp-uniform
+    } else {
+      product_kv<T, D, BLOCK_M>(kv_acc[0], Pt, dOt, o_kv_a, o_kv_b);
+      product_kv<T, D, BLOCK_M>(kv_acc[1], dSt, Qt, o_kv_a, o_kv_b);
+    }
+    // Phase 3. dQ of this tile, added into its dQ_accum.
+    dq_tile<T, C>(dq_accum + std::size_t(m0) * D, dSt, Ks, o_q_a, o_q_b);
+    if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the first barrier
+  };
+  // GQA (GROUPED): dK and dV sum over the group's query heads, so the block walks each head's query
+  // tiles in turn into the same accumulators, K and V loaded once. MHA instances loop once, a
+  // constant: the code of a single pass, which keeps their registers as they were.
+  for (int head = 0; head < (GROUPED ? heads_per_kv : 1); ++head) {
+    if (visits > 0) {
+      issue_query_tile(t_start, 0);
+      store_row_stat(0, fetch_row_stat(t_start * BLOCK_M));
+    }
+    cp_async_commit();
+    int i = 0, t = t_start;
+    for (; i < n_masked; t = walk.next(i++, t)) query_tile(i, t, std::true_type{});  // the diagonal, or a ragged block
+    for (; i < visits; t = walk.next(i++, t)) query_tile(i, t, std::false_type{});   // below it (all, if not causal)
+    cp_async_wait<0>();  // an empty group at most; nothing pending at exit
+    __syncthreads();     // every warp is done with this head's tiles (and K, V: phase 3 reads every key)
+    q += std::size_t(seq_q) * head_dim, dout += std::size_t(seq_q) * head_dim, lse += seq_q, delta += seq_q;
+    dq_accum += acc_rows(seq_q) * D;
+  }
+  store_dkdv<T, C>(kv_acc, Ks, Vs, dk + kv_bh * seq_k * head_dim, dv + kv_bh * seq_k * head_dim, n0, seq_k, head_dim,
+                   scale);
+}
+
+// The launch of dkdv_block: grid (key blocks, batch·K/V heads), a block per key block of a K/V head.
+template <class T, class C, bool GROUPED>
+__global__ void __launch_bounds__(C::THREADS)
+    backward_dkdv(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+                  const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
+                  T* __restrict__ dv, float* __restrict__ dq_accum, int seq_q, int seq_k, int head_dim, float scale,
+                  bool causal, int heads_per_kv) {
+  dkdv_block<T, C, GROUPED>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq_q, seq_k, head_dim, scale, causal,
+                            heads_per_kv, blockIdx.x, blockIdx.y);
+}
+
+// ---- dQ = scale·dQ_accum -> fp16/bf16 -------------------------------------------------------------------
+// dQ_accum row-major, per head acc_rows(seq_q) rows of D columns. A thread takes 4 floats of a row
+// (16 bytes in) and writes them, 8 bytes, if inside [seq_q, head_dim] (head_dim % 8 == 0: all four or
+// none). slots = floats / 4.
+constexpr int kConvertThreads = 256;
+template <class T, int D>
+__global__ void __launch_bounds__(kConvertThreads)
+    convert_dq(const float* __restrict__ acc, T* __restrict__ dq, long long slots, int seq_q, int head_dim,
+               float scale) {
+  const long long i = (long long)blockIdx.x * kConvertThreads + threadIdx.x;
+  if (i >= slots) return;
+  const float4 a = reinterpret_cast<const float4*>(acc)[i];
+  const long long per_head = (long long)acc_rows(seq_q) * D / 4, bh = i / per_head;
+  const int row = int(i % per_head) / (D / 4), col = int(i % per_head) % (D / 4) * 4;
+  if (row >= seq_q || col >= head_dim) return;
+  *reinterpret_cast<uint2*>(dq + (bh * seq_q + row) * head_dim + col) =
+      make_uint2(pack<T>(scale * a.x, scale * a.y), pack<T>(scale * a.z, scale * a.w));
+}
+
+// ---- workspace and launcher ----------------------------------------------------------------------------------
+// [dQ_accum fp32 | delta fp32 [rows]], rows = batch·heads·seq_q. dQ_accum: per head acc_rows(seq_q)
+// rows of the instance's D = 64 or 128 columns, row-major (convert_dq); first, 16-byte aligned
+// for the 16-byte atomics and loads; its size is a multiple of 32 bytes, so delta is aligned too.
+std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
+std::size_t dq_accum_bytes(const fa::AttnParams& p) {
+  return std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) * instance_dim(p.head_dim) * sizeof(float);
+}
+std::size_t bwd_workspace(const fa::AttnParams& p) {
+  return dq_accum_bytes(p) + rows_of(p) * sizeof(float);
+}
+
+// The dK, dV kernel of a problem: the grouped instance (its loop over a K/V head's query heads) for GQA only.
+template <class T, class C>
+auto dkdv_kernel(int heads_per_kv) {
+  return heads_per_kv > 1 ? backward_dkdv<T, C, true> : backward_dkdv<T, C, false>;
+}
+template <class T, class C>
+void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
+  static const bool ready = [] {  // once per instance: more than 48 KB of dynamic shared memory
+    for (auto* kernel : {backward_dkdv<T, C, false>, backward_dkdv<T, C, true>})
+      fa::opt_in_shared_memory(kernel, C::DKDV_BYTES, info().name);
+    return true;
+  }();
+  (void)ready;
+  const fa::AttnParams& p = a.p;
+  const auto *q = static_cast<const T*>(a.q), *k = static_cast<const T*>(a.k), *v = static_cast<const T*>(a.v),
+             *o = static_cast<const T*>(a.o), *dout = static_cast<const T*>(a.dout);
+  auto *dq = static_cast<T*>(a.dq), *dk = static_cast<T*>(a.dk), *dv = static_cast<T*>(a.dv);
+  char* ws = static_cast<char*>(a.workspace);
+  auto* dq_accum = reinterpret_cast<float*>(ws);
+  float* delta = reinterpret_cast<float*>(ws + dq_accum_bytes(p));
+
+  const long long rows = (long long)rows_of(p);
+  constexpr int kRowsPerBlock = kDeltaThreads / kWarp;
+  backward_delta<T><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kDeltaThreads, 0, stream>>>(
+      o, dout, delta, rows, p.head_dim);
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaMemsetAsync(ws, 0, dq_accum_bytes(p), stream));
+
+  const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
+  const int n_kb = (p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N;
+  const dim3 grid_kv(n_kb, p.batch * kv_heads);  // GQA: a block per K/V head
+  dkdv_kernel<T, C>(heads_per_kv)<<<grid_kv, C::THREADS, C::DKDV_BYTES, stream>>>(
+      q, k, v, dout, a.lse, delta, dk, dv, dq_accum, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv);
+  FA_CHECK_LAUNCH();
+  const long long slots = (long long)(dq_accum_bytes(p) / sizeof(float4));
+  convert_dq<T, C::D><<<unsigned((slots + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
+      dq_accum, dq, slots, p.seq_q, p.head_dim, p.scale);
+  FA_CHECK_LAUNCH();
+}
+
+using Candidate = fa::TuneCandidate<fa::AttnBwdArgs>;
+
+// The candidates (name: m BLOCK_M, s SPLIT_KV). head_dim 64: query tiles of 128 (phase 1 tiles of
+// [32, 64]) or 64, dK and dV split between the warps; head_dim 128: query tiles of 64 (the dK, dV
+// accumulators take 128 registers a thread), split or not (the split's A fragments push the kernel
+// to 255 registers: measured faster in bf16 and slower in fp16 at seq 16384, doc 13).
+template <class T>
+const std::vector<Candidate>& candidates(int d) {
+  static const std::vector<Candidate> d64 = {{"d64m128s", launch<T, Config<64, 128, true>>},
+                                             {"d64m64s", launch<T, Config<64, 64, true>>}};
+  static const std::vector<Candidate> d128 = {{"d128m64", launch<T, Config<128, 64, false>>},
+                                              {"d128m64s", launch<T, Config<128, 64, true>>}};
+  return instance_dim(d) == 64 ? d64 : d128;
+}
+
+// The autotuner (host/autotune.h, AttnAutotuner, as step 11), one cache per element type. A problem
+// class is (head_dim instance, causal, variant, seq_q bucket, seq_k bucket), buckets powers of two.
+// FA_STEP13_CONFIG pins a candidate (profiling, tests).
+fa::AttnAutotuner<fa::AttnBwdArgs>& tuner() {  // head_dim padded up to an instance with zeros (step 12)
+  static fa::AttnAutotuner<fa::AttnBwdArgs> t(info().name, "FA_STEP13_CONFIG", candidates<__half>,
+                                              candidates<__nv_bfloat16>, /*by_variant=*/false);
+  return t;
+}
+
+void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
+  fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o, a.dout, a.dq, a.dk, a.dv},
+                             "Q, K, V, O, dO, dQ, dK and dV");
+  if (!a.workspace)
+    throw fa::UsageError(std::string(info().name) + ": the backward needs its workspace (" + info().workspace_note +
+                         ")");
+  tuner().launch(a, stream);
+}
+
+// For the tests, which pin each candidate in turn (FA_STEP13_CONFIG).
+int candidate_count(int head_dim) { return tuner().candidate_count(head_dim); }
+std::string candidate_name(int head_dim, int i) { return tuner().candidate_name(head_dim, i); }
+
+// The FlashAttention-2 benchmark shape at seq 2048, head_dim 64 (batch 8, 32 heads), fp16, fwd + bwd.
+fa::Problem default_problem() {
+  fa::Problem p = fa::fa2_problem(2048, 64, /*causal=*/false, fa::DType::F16);
+  p.backward = true;
+  return p;
+}
+
+const fa::StepInfo& info() {
+  static const fa::StepInfo i = [] {
+    fa::StepInfo s{"13_backward_warp_tiles",
+                   "2-D warp tiles per product (Pᵀ, dSᵀ through shared memory), the query tile picked per problem "
+                   "by the autotuner, atomic dQ",
+                   fa::Family::Attention};
+    s.attn_fwd = step11::info().attn_fwd;
+    s.attn_bwd = backward;
+    s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
+    s.attn_rule.positive_scale = true;  // step 11's forward takes the row max on unscaled scores
+    s.attn_rule.gqa = true;  // dK, dV of a K/V head summed over its group of query heads (backward_dkdv)
+    s.variants = {"atomic"};  // one: dQ by atomics (step 16 adds the deterministic variant)
+    s.bwd_workspace_bytes = bwd_workspace;
+    s.workspace_note =
+        "dQ_accum, batch·heads·seq_q·head_dim fp32 (seq_q rounded up to 128, head_dim to 64 or 128), and "
+        "delta, batch·heads·seq_q fp32";
+    s.default_problem = default_problem;
+    return s;
+  }();
+  return i;
+}
+
+}  // namespace step13

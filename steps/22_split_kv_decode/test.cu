@@ -1,0 +1,150 @@
+// Step 22 (split-KV decoding over a KV cache) against step 11 in the same dtype on problems both
+// run (no cache: every sequence seq_k long, causal top-left, seq_q up to 64), and against the fp64
+// reference on KV caches with a length per sequence (causal aligned to each sequence's end), with
+// the per-row low-precision rule of harness/tolerance.h. make_inputs sets every K/V row past a
+// sequence's length to NaN, so a kernel that reads one fails. Split counts are pinned with
+// FA_STEP22_SPLITS to take the one-split path, the merge, and splits that see no key.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "tensor_core_checks.h"
+
+namespace step11 {
+const fa::StepInfo& info();
+}
+namespace step22 {
+const fa::StepInfo& info();
+}
+
+namespace {
+using namespace tensor_core_checks;
+const fa::StepInfo& kStep = step22::info();
+const fa::StepInfo& kPrev = step11::info();
+
+// FA_STEP22_SPLITS=n for one scope (0: the heuristic's choice).
+struct PinSplits {
+  explicit PinSplits(int n) {
+    if (n > 0) setenv("FA_STEP22_SPLITS", std::to_string(n).c_str(), 1);
+  }
+  ~PinSplits() { unsetenv("FA_STEP22_SPLITS"); }
+};
+
+// Step 22 against fp64 on a KV cache with these lengths; O and LSE per row (NaN fails). Rows of a
+// sequence of length 0 must be exactly O = 0, LSE = −inf.
+void expect_cache_matches_fp64(const Shape& s, const std::vector<int>& lens) {
+  const std::uint64_t seed = fa::fresh_seed();
+  SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
+  const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
+  fa::attention::Run r(kStep, s.params(), false, in);
+  const Outputs got = fa::attention::run_checked(r, false);
+  expect_close_lowp_to_fp64(got, s, in, false, "fp64");
+  const std::size_t per_seq = std::size_t(s.heads) * s.seq_q;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    if (lens[b] != 0) continue;
+    for (std::size_t row = b * per_seq; row < (b + 1) * per_seq; ++row) {
+      EXPECT_EQ(got.lse[row], -std::numeric_limits<float>::infinity()) << "row " << row << " of an empty sequence";
+      for (int d = 0; d < s.head_dim; ++d) EXPECT_EQ(got.o[row * s.head_dim + d], 0.f) << "row " << row;
+    }
+  }
+}
+
+// Problems step 11 runs too: decode-sized seq_q (1, a few, 64) against short and long key ranges,
+// causal (top-left) and not, MHA, GQA and MQA (up to 32 rows per K/V head, and 40: two row blocks).
+TEST(Step22SplitKvDecode, MatchesStep11WithoutACache) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (const Shape& s : {Shape{2, 8, 1, 1000, d, false, 0, t, 2}, Shape{1, 4, 3, 77, d, true, 0, t},
+                             Shape{3, 8, 1, 4096, d, false, 0, t, 1}, Shape{1, 8, 5, 700, d, false, 0, t, 1},
+                             Shape{1, 2, 64, 300, d, true, 0, t}, Shape{2, 32, 1, 2048, d, false, 0, t, 8}})
+        expect_matches_step(kStep, kPrev, s, false);
+}
+
+// KV caches: ragged lengths (0, shorter than a tile, one key, a chunk's edge, the full capacity),
+// causal aligned to each sequence's end, MHA, GQA and MQA, both head dims and dtypes; with the
+// splits the heuristic picks.
+TEST(Step22SplitKvDecode, KvCacheMatchesFp64) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128}) {
+      Shape s{4, 8, 1, 2048, d, false, 0, t, 2};
+      s.kv_cache = true;
+      expect_cache_matches_fp64(s, {0, 5, 2048, 1});
+      s.causal = true;
+      expect_cache_matches_fp64(s, {64, 1, 2048, 1000});
+      Shape g{2, 16, 3, 1500, d, true, 0, t, 1};  // MQA: 48 rows per K/V head, two row blocks
+      g.kv_cache = true;
+      expect_cache_matches_fp64(g, {1500, 3});
+      Shape h{3, 4, 2, 640, d, false, 0, t};  // MHA, two query rows
+      h.kv_cache = true;
+      expect_cache_matches_fp64(h, {639, 640, 0});
+    }
+}
+
+// The split paths pinned: one split (O written directly), 2, 3 and 7 splits (chunks of whole tiles,
+// the last one short, some empty for the short sequences) and 64 (most of them empty): every count
+// gives the same attention within the rule, empty sequence included.
+TEST(Step22SplitKvDecode, EverySplitCountMatchesFp64) {
+  for (int n : {1, 2, 3, 7, 64}) {
+    SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
+    PinSplits pin(n);
+    for (fa::DType t : kTypes) {
+      Shape s{3, 8, 1, 3000, 128, true, 0, t, 2};
+      s.kv_cache = true;
+      expect_cache_matches_fp64(s, {3000, 130, 1});
+      s.causal = false;
+      expect_cache_matches_fp64(s, {0, 2999, 64});
+    }
+  }
+}
+
+// No atomics: the same inputs give the same bits, whatever the split count.
+TEST(Step22SplitKvDecode, RunsAreBitwiseRepeatable) {
+  Shape s{2, 8, 1, 5000, 128, false, 0, fa::DType::F16, 2};
+  s.kv_cache = true;
+  const Inputs in = fa::attention::make_inputs(s.params(), false, fa::fresh_seed(), {5000, 4321});
+  fa::attention::Run r(kStep, s.params(), false, in);
+  const Outputs a = fa::attention::run_checked(r, false), b = fa::attention::run_checked(r, false);
+  EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0);
+}
+
+// The split heuristic: one split where the grid is full without (many sequences and K/V heads),
+// more where it is not, never more than the keys allow (kMinSplitKeys each) or 64.
+TEST(Step22SplitKvDecode, SplitsOnlyWhereTheGridIsNotFull) {
+  fa::Problem pr = kStep.default_problem();
+  fa::AttnParams p = pr.attn;
+  p.batch = 64, p.kv_heads = 0, p.seq_k = 131072;  // 64·32 blocks: full
+  EXPECT_EQ(kStep.fwd_workspace_bytes(p), 0u);
+  p = pr.attn;
+  p.batch = 1, p.kv_heads = 1, p.seq_k = 131072;  // one block without splitting
+  const std::size_t one = kStep.fwd_workspace_bytes(p);
+  EXPECT_GT(one, 0u);
+  EXPECT_LE(one, 64 * std::size_t(p.heads) * (p.head_dim + 1) * sizeof(float));
+  p.seq_k = 1024;  // at most 1024 / 128 = 8 splits
+  EXPECT_EQ(kStep.fwd_workspace_bytes(p), 8 * std::size_t(p.heads) * (p.head_dim + 1) * sizeof(float));
+  // 8 sequences · 8 K/V heads = 64 blocks per split: as many splits as one wave of one block per SM
+  // holds, rounded down (on 132 SMs 2, not 3: the third would put 60 blocks in a second wave).
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  p = pr.attn;
+  p.batch = 8, p.kv_heads = 8, p.seq_k = 1 << 20;  // keys enough for any count
+  const std::size_t splits = std::min(sms / 64, 64);  // one split (no workspace) below 2
+  EXPECT_EQ(kStep.fwd_workspace_bytes(p),
+            splits > 1 ? splits * 8 * std::size_t(p.heads) * (p.head_dim + 1) * sizeof(float) : 0);
+}
+
+// fp32, head dims off the rule, prefill-sized seq_q, a cache without its lengths.
+TEST(Step22SplitKvDecode, RefusesWhatItCannotRun) {
+  refuses_what_it_cannot_run(kStep);
+  fa::Problem pr = kStep.default_problem();
+  pr.attn.seq_q = 65;
+  EXPECT_NE(fa::step_supports(kStep, pr).find("seq_q at most 64"), std::string::npos);
+  Shape s{1, 2, 1, 64, 64, false, 0, fa::DType::F16};
+  s.kv_cache = true;
+  Inputs in = fa::attention::make_inputs(s.params(), false, 1, {64});
+  in.seq_lens.clear();
+  EXPECT_THROW(fa::attention::Run(kStep, s.params(), false, in), fa::UsageError);
+}
+
+}  // namespace

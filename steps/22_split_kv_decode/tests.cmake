@@ -1,0 +1,13 @@
+# Step 22's own tests (included by tests/CMakeLists.txt with `step` and `exe` set): a pinned split
+# count that is not a whole number from 1 to 64 is refused with the variable, its value and the range
+# (host/env.h). supports() reads the pin, so the refusal comes before the device is opened: no GPU
+# needed (CUDA_VISIBLE_DEVICES=-1 hides one where there is), and a valid pin reaches "no CUDA device".
+add_cli_test(${step}.pinned_splits_garbage 2 "FA_STEP22_SPLITS=8abc: expected a whole number from 1 to 64"
+             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=8abc
+             ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+add_cli_test(${step}.pinned_splits_out_of_range 2 "FA_STEP22_SPLITS=0: expected a whole number from 1 to 64"
+             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=0
+             ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+add_cli_test(${step}.pinned_splits_valid 3 "no CUDA device"
+             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=8
+             ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
