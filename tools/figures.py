@@ -709,11 +709,11 @@ def bytes_per_mma():
 
 
 def warp_tile_intensity():
-    src = read("steps/16_deterministic_backward/kernel.cu")
+    src = read("steps/13_backward_warp_tiles/kernel.cu")
     per_clock = int(re.search(r"(\d+)/128 ≈ \d+ that keeps the tensor pipe \(mma.sync ceiling", src).group(1))
     line = per_clock / 128
-    # The warp tile shapes that occur: the rows of doc 16's table beside this figure.
-    doc = read("docs/16_deterministic_backward.md")
+    # The warp tile shapes that occur: the rows of doc 13's table beside this figure.
+    doc = read("docs/13_backward_warp_tiles.md")
     tiles = [(int(m), int(n)) for m, n in re.findall(r"^\| \[(\d+), (\d+)\] \|", doc, re.M)]
     fig = new_figure(7.0, 3.0)
     ax = fig.add_axes([0.1, 0.16, 0.86, 0.7])
@@ -726,9 +726,9 @@ def warp_tile_intensity():
             ha="left", va="bottom", fontsize=7)
     ax.set_xlim(-0.5, len(tiles) - 0.5), ax.set_ylim(0, max(vals) * 1.15)
     ax.set_xticks(range(len(tiles)), [f"[{m}, {n}]" for m, n in tiles], fontsize=7)
-    ax.set_xlabel("warp tile [m, n] (doc 16's table)", fontsize=8)
+    ax.set_xlabel("warp tile [m, n] (doc 13's table)", fontsize=8)
     ax.set_ylabel("FLOP per byte read")
-    ax.set_title("Step 16: FLOP per shared-memory byte of a warp's [m, n] product tile, m·n / (m + n)", fontsize=8)
+    ax.set_title("Step 13: FLOP per shared-memory byte of a warp's [m, n] product tile, m·n / (m + n)", fontsize=8)
     return fig
 
 
