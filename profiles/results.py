@@ -557,9 +557,13 @@ BLOCKS = {
                                   "profile:bwd_banks": bwd_banks_table,
                                   "results:bwd_atomic": bwd_atomic_table},
     "docs/12_tensor_core_backward.md": {"results:tc_bwd": lambda: tc_bwd_table()},
-    "docs/16_deterministic_backward.md": {"results:tc_bwd": lambda: tc_bwd_table("16_deterministic_backward", "deterministic",
-                                                                         "step 12", other_vs_sdpa=True)},
-    "docs/15_backward_causal_order.md": {"results:causal_order": lambda: causal_order_table()},
+    "docs/13_backward_warp_tiles.md": {"results:bought:13": lambda: bought_table("13")},
+    "docs/14_backward_dq_accumulator.md": {"results:bought:14": lambda: bought_table("14")},
+    "docs/15_backward_causal_order.md": {"results:bought:15": lambda: bought_table("15"),
+                                         "results:causal_order": lambda: causal_order_table()},
+    "docs/16_deterministic_backward.md": {"results:bought:16": lambda: bought_table("16", "deterministic"),
+                                          "results:tc_bwd": lambda: tc_bwd_table("16_deterministic_backward", "deterministic",
+                                                                                 "step 15", other_vs_sdpa=True)},
     "docs/17_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
     "docs/18_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(),
@@ -606,6 +610,41 @@ def bwd_cells(step):
         elif r["step"] in ("sdpa_flash", "sdpa_cudnn"):
             cell[(mode, r["step"])] = float(r["time_ms"])
     return out
+
+
+def bought_table(nn, variant=""):
+    """A lesson's opening block, bought:NN: what step NN's one idea bought, per FA2 cell, as its time against its
+    PREV's, timed interleaved in the same process on the same inputs (bench.csv's prev_time_ms): backward rows for
+    a step with a backward, forward rows otherwise; `variant` names a non-default variant's rows."""
+    step = next((st for st in known_steps() if st[:2] == nn), None)
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    rows = [r for r in (read_csv(path) if os.path.exists(path) else []) if r["step"] == step]
+    backward = any(r["problem"].endswith(" bwd") for r in rows)
+    cells, prev = {}, ""
+    for r in rows:
+        problem, var = r["problem"], ""
+        m = re.match(r"^(.*) \[([\w-]+)\]$", problem)
+        if m:
+            problem, var = m.group(1), m.group(2)
+        p = split_problem(problem)
+        if var != variant or not p or p["mode"] != ("bwd" if backward else "fwd") or float(r["prev_time_ms"]) <= 0:
+            continue
+        cells[(p["dtype"], p["d"], p["causal"], p["seq"])] = float(r["prev_time_ms"]) / float(r["time_ms"])
+        prev = r["prev_step"]
+    if not cells:
+        return f"*Not measured yet: bench.csv has no sweep of step {nn}{' [' + variant + ']' if variant else ''} " \
+               f"beside its PREV (`python3 profiles/bench.py --steps {nn}` on a GPU).*"
+    seqs = sorted({k[3] for k in cells if k[3] >= TARGET_MIN_SEQ})
+    groups = sorted({k[:3] for k in cells}, key=lambda g: (TC_DTYPES.index(g[0]) if g[0] in TC_DTYPES else 9, g[1], g[2]))
+    body = [[dt, str(d), "causal" if c else "-"] + [f"{cells[(dt, d, c, s)]:.2f}×" if (dt, d, c, s) in cells else "-"
+                                                     for s in seqs] for dt, d, c in groups]
+    v = sorted(x for k, x in cells.items() if k[3] >= TARGET_MIN_SEQ)
+    what = f"{'the ' + variant + ' variant' + chr(39) + 's' if variant else 'its'} {'backward' if backward else 'forward'}"
+    return md_table(["dtype", "d", "causal"] + [f"seq {s}" for s in seqs], body) + \
+        f"\n\nStep {nn}: {what} time against step {prev[:2]}'s ({prev}, its default variant), timed interleaved in the " \
+        f"same process on the same inputs: step {prev[:2]}'s time over step {nn}'s, above 1: step {nn} is faster. " \
+        f"Median over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: {v[len(v) // 2]:.2f}× (from {v[0]:.2f}× to " \
+        f"{v[-1]:.2f}×); shapes batch·seq = 16384, heads = 2048/d.\n\n" + source_line(["bench.csv"])
 
 
 def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08", other_vs_sdpa=False):

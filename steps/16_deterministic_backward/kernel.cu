@@ -360,7 +360,7 @@ __device__ __forceinline__ void dq_tile(float* to, const T* dSt, const T* Ks, in
   // and g + 8 of its two columns, one after the other. Why faster than a row-major dQ_accum, where a
   // lane's columns of rows g and g + 8 lie D floats apart: an atomic of the warp then touched 8 rows,
   // 8 cache lines (8 L1 tag lookups) for 256 bytes, and the load/store unit that also serves ldmatrix
-  // was busy with them (doc 16 has the source counters). Here one covers 4 lines for 512 bytes.
+  // was busy with them (doc 14 has the source counters). Here one covers 4 lines for 512 bytes.
   // convert_dq puts the elements back in place; no bounds: dQ_accum has whole tiles of D columns.
   to += (warp * QM * 2 * QN * kWarp + lane) * 4;
 #pragma unroll
