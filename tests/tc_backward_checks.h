@@ -6,6 +6,7 @@
 // O alone moves), applied by attention_checks.h.
 #pragma once
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -50,8 +51,8 @@ inline std::string trace(const fa::StepInfo& step, std::uint64_t seed, int varia
 }
 
 // Against the previous step on the same (rounded) inputs: in fp32 if it has no fp16/bf16 path (step
-// 08), else in the same dtype and, if it has variants, the one of the same name (else its default). O and LSE (the forward) and dQ,
-// dK, dV, with the bounds of the fp64 reference and ref_lowp of every row.
+// 08), else in the same dtype and, if it has variants, the one of the same name (else its default). O and LSE (the
+// forward) and dQ, dK, dV, with the bounds of the fp64 reference and ref_lowp of every row.
 inline void expect_matches_prev(const fa::StepInfo& step, const fa::StepInfo& prev, const Shape& s, int variant) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE(trace(step, seed, variant));
@@ -195,6 +196,79 @@ inline void refuses_what_it_cannot_run_backward(const fa::StepInfo& step) {
   }
   pr.attn.head_dim = 64, pr.attn.dtype = fa::DType::F32;
   EXPECT_NE(fa::step_supports(step, pr), "") << "fp32";
+}
+
+// ---- the tuned backward steps (13-16): their candidates, workspace and causal order ---------------------
+// A tuned step's compiled instances, pinned in turn through its pin variable (FA_STEPNN_CONFIG: the
+// autotuner is bypassed), so that every candidate is tested, not only those the tuner picks here.
+struct Candidates {
+  int (*count)(int head_dim);
+  std::string (*name)(int head_dim, int i);
+  const char* pin_env;
+};
+// f(dtype, head_dim) with every candidate of every head_dim instance pinned in turn.
+template <class F>
+void each_pinned_candidate(const Candidates& c, F f) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (int i = 0; i < c.count(d); ++i) {
+        const std::string name = c.name(d, i);
+        SCOPED_TRACE("candidate " + name);
+        setenv(c.pin_env, name.c_str(), 1);
+        f(t, d);
+        unsetenv(c.pin_env);
+      }
+}
+// Every candidate against fp64 on shapes that take the masked, unmasked, ragged and (from step 14)
+// staggered paths (seq 333: 6 query tiles, so a key block's unmasked tiles start at a rotated one),
+// and against the previous step on a longer one.
+inline void every_candidate_matches_fp64_and_prev(const fa::StepInfo& step, const fa::StepInfo& prev,
+                                                  const Candidates& c, int variant) {
+  each_pinned_candidate(c, [&](fa::DType t, int d) {
+    for (const Shape& s : {Shape{1, 2, 333, 333, d, true, 0, t}, Shape{2, 2, 300, 1000, d, false, 0, t},
+                           Shape{1, 3, 1000, 300, d, true, 0, t}, Shape{1, 2, 1, 77, d, false, 0, t}})
+      expect_matches_fp64(step, s, variant);
+    expect_matches_prev(step, prev, {1, 4, 1100, 1100, d, variant == 0, 0, t}, variant);
+  });
+}
+// The workspace: dQ_accum holds whole query tiles of 128 rows and the instance's 64 or 128 columns
+// (ragged seq_q and padded head_dim round up), then (a deterministic variant) its turns, one per
+// query tile of 64, and next, padded to 16 bytes, then delta.
+inline void dq_accum_holds_whole_tiles(const fa::StepInfo& step) {
+  for (bool causal : {false, true})
+    for (auto [seq, d, padded_seq, padded_d] :
+         {std::tuple{1, 8, 128, 64}, std::tuple{129, 64, 256, 64}, std::tuple{1000, 40, 1024, 64},
+          std::tuple{300, 72, 384, 128}, std::tuple{2048, 128, 2048, 128}}) {
+      const Shape s{2, 3, seq, seq, d, causal, 0, fa::DType::F16};
+      SCOPED_TRACE(s.str());
+      const std::size_t rows = std::size_t(2) * 3 * seq, tiles = std::size_t(2) * 3 * padded_seq;
+      EXPECT_EQ(step.bwd_workspace_bytes(params(s, variant_of(step, "atomic"))), tiles * padded_d * 4 + rows * 4);
+      for (std::size_t v = 0; v < step.variants.size(); ++v)
+        if (step.variants[v] == "deterministic")
+          EXPECT_EQ(step.bwd_workspace_bytes(params(s, int(v))),
+                    tiles * padded_d * 4 + ((tiles / 64 + 1) * 4 + 15) / 16 * 16 + rows * 4);
+    }
+}
+// The causal order (step 15): heads in groups of a power of two that divides batch·K/V heads, the
+// largest with group·seq_k <= 16384 (1 where none is); one head at a time without the mask; GQA:
+// groups of K/V heads (the grouped instance's blocks each walk a K/V head's query heads).
+inline void causal_head_groups_divide_the_heads(int (*head_group)(const fa::AttnParams&)) {
+  for (int seq : {100, 1024, 2048, 3000, 8192, 16384, 20000})
+    for (int batch : {1, 3, 8})
+      for (int heads : {1, 6, 16, 17})
+        for (bool causal : {false, true}) {
+          const Shape s{batch, heads, seq, seq, 64, causal, 0, fa::DType::F16};
+          SCOPED_TRACE(s.str());
+          const int g = head_group(params(s, 0)), n = batch * heads;
+          if (!causal) {
+            EXPECT_EQ(g, 1);
+            continue;
+          }
+          EXPECT_TRUE(g >= 1 && (g & (g - 1)) == 0 && n % g == 0) << g;
+          EXPECT_TRUE(g == 1 || g * seq <= 16384) << g;
+          EXPECT_FALSE(2 * g * seq <= 16384 && n % (2 * g) == 0) << g << ": a larger group fits";
+        }
+  EXPECT_EQ(head_group(params({1, 8, 1024, 1024, 64, true, 0, fa::DType::F16, 2}, 0)), 2);
 }
 
 }  // namespace tc_backward_checks

@@ -26,6 +26,7 @@ namespace {
 using namespace tc_backward_checks;
 const fa::StepInfo& kStep = step16::info();
 const fa::StepInfo& kPrev = step15::info();
+const Candidates kCandidates{step16::candidate_count, step16::candidate_name, "FA_STEP16_CONFIG"};
 
 // Two variants: atomic (step 15's, the default, the faster) and deterministic (doc 16).
 TEST(Step16DeterministicBackward, DeclaresItsVariants) {
@@ -52,58 +53,9 @@ TEST(Step16DeterministicBackward, RowWithoutVisibleKeysGetsNoGradient) {
 TEST(Step16DeterministicBackward, DeterministicVariantIsBitwiseReproducible) {
   deterministic_variant_is_bitwise_reproducible(kStep);
 }
-// f(dtype, head_dim) with every candidate pinned in turn (FA_STEP16_CONFIG bypasses the tuner).
-template <class F>
-void each_pinned_candidate(F f) {
-  for (fa::DType t : kTypes)
-    for (int d : {64, 128})
-      for (int i = 0; i < step16::candidate_count(d); ++i) {
-        const std::string name = step16::candidate_name(d, i);
-        SCOPED_TRACE("candidate " + name);
-        setenv("FA_STEP16_CONFIG", name.c_str(), 1);
-        f(t, d);
-        unsetenv("FA_STEP16_CONFIG");
-      }
-}
-// The workspace: dQ_accum holds whole query tiles of 128 rows and the instance's 64 or 128 columns,
-// in fragment order (ragged seq_q and padded head_dim round up), then (deterministic) its turns, one
-// per query tile of 64, and next, padded to 16 bytes, then delta.
-TEST(Step16DeterministicBackward, DqAccumHoldsWholeTiles) {
-  const int atomic = variant_of(kStep, "atomic"), deterministic = variant_of(kStep, "deterministic");
-  for (bool causal : {false, true})
-    for (auto [seq, d, padded_seq, padded_d] : {std::tuple{1, 8, 128, 64},
-                                                {129, 64, 256, 64},
-                                                {1000, 40, 1024, 64},
-                                                {300, 72, 384, 128},
-                                                {2048, 128, 2048, 128}}) {
-      const Shape s{2, 3, seq, seq, d, causal, 0, fa::DType::F16};
-      SCOPED_TRACE(s.str());
-      const std::size_t rows = std::size_t(2) * 3 * seq, tiles = std::size_t(2) * 3 * padded_seq;
-      EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, atomic)), tiles * padded_d * 4 + rows * 4);
-      EXPECT_EQ(kStep.bwd_workspace_bytes(params(s, deterministic)),
-                tiles * padded_d * 4 + ((tiles / 64 + 1) * 4 + 15) / 16 * 16 + rows * 4);
-    }
-}
-// The causal order: heads in groups of a power of two that divides batch·K/V heads, the largest with
-// group·seq_k <= 16384 (1 where none is); one head at a time without the mask.
+TEST(Step16DeterministicBackward, DqAccumHoldsWholeTiles) { dq_accum_holds_whole_tiles(kStep); }
 TEST(Step16DeterministicBackward, CausalHeadGroupsDivideTheHeads) {
-  for (int seq : {100, 1024, 2048, 3000, 8192, 16384, 20000})
-    for (int batch : {1, 3, 8})
-      for (int heads : {1, 6, 16, 17})
-        for (bool causal : {false, true}) {
-          const Shape s{batch, heads, seq, seq, 64, causal, 0, fa::DType::F16};
-          SCOPED_TRACE(s.str());
-          const int g = step16::head_group(params(s, 0)), n = batch * heads;
-          if (!causal) {
-            EXPECT_EQ(g, 1);
-            continue;
-          }
-          EXPECT_TRUE(g >= 1 && (g & (g - 1)) == 0 && n % g == 0) << g;
-          EXPECT_TRUE(g == 1 || g * seq <= 16384) << g;
-          EXPECT_FALSE(2 * g * seq <= 16384 && n % (2 * g) == 0) << g << ": a larger group fits";
-        }
-  // GQA: groups of K/V heads (the grouped instance's blocks each walk a K/V head's query heads).
-  EXPECT_EQ(step16::head_group(params({1, 8, 1024, 1024, 64, true, 0, fa::DType::F16, 2}, 0)), 2);
+  causal_head_groups_divide_the_heads(step16::head_group);
 }
 // The deterministic variant's order (kernel.cu, Order) across waves: the persistent grid capped at a
 // few blocks (FA_STEP16_WAVE), so that small shapes take many waves, every candidate, against fp64
@@ -112,7 +64,7 @@ TEST(Step16DeterministicBackward, CausalHeadGroupsDivideTheHeads) {
 // shapes with the grid as the GPU holds it. A wrong order hangs or traps (kernel.cu), never passes.
 TEST(Step16DeterministicBackward, DeterministicOrderHoldsAcrossWaves) {
   const int deterministic = variant_of(kStep, "deterministic");
-  each_pinned_candidate([&](fa::DType t, int d) {
+  each_pinned_candidate(kCandidates, [&](fa::DType t, int d) {
     for (const char* wave : {"1", "3", "8"}) {
       SCOPED_TRACE(std::string("FA_STEP16_WAVE=") + wave);
       setenv("FA_STEP16_WAVE", wave, 1);
@@ -136,16 +88,8 @@ TEST(Step16DeterministicBackward, GroupedKvHeadsMatchFp64) {
 }
 TEST(Step16DeterministicBackward, RefusesWhatItCannotRun) { refuses_what_it_cannot_run_backward(kStep); }
 
-// Every candidate pinned (FA_STEP16_CONFIG bypasses the tuner), both variants, against fp64 on
-// shapes that take the masked, unmasked, ragged and staggered paths (seq 333: 6 query tiles, so an
-// atomic key block's unmasked tiles start at a rotated one), and against step 15 on a longer one.
+// Every candidate pinned, both variants, against fp64 and step 15 (tests/tc_backward_checks.h).
 TEST(Step16DeterministicBackward, EveryCandidateMatchesFp64AndStep15) {
-  for (int variant : kVariants)
-    each_pinned_candidate([&](fa::DType t, int d) {
-      for (const Shape& s : {Shape{1, 2, 333, 333, d, true, 0, t}, Shape{2, 2, 300, 1000, d, false, 0, t},
-                             Shape{1, 3, 1000, 300, d, true, 0, t}, Shape{1, 2, 1, 77, d, false, 0, t}})
-        expect_matches_fp64(kStep, s, variant);
-      expect_matches_prev(kStep, kPrev, {1, 4, 1100, 1100, d, variant == 0, 0, t}, variant);
-    });
+  for (int variant : kVariants) every_candidate_matches_fp64_and_prev(kStep, kPrev, kCandidates, variant);
 }
 }  // namespace
