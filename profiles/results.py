@@ -546,17 +546,21 @@ BLOCKS = {
     "docs/04_naive_attention.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
                                    "results:attn_naive_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                    "profile:attn_fwd": lambda: profile_table(("04_",))},
-    "docs/05_flash_forward.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
+    "docs/05_flash_forward.md": {"results:bought:05": lambda: bought_table("05"),
+                                 "results:attn_fwd": lambda: attention_table(ATTN_FWD),
                                  "profile:attn_fwd": lambda: profile_table(("04_", "05_"))},
-    "docs/06_causal_stages.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),
+    "docs/06_causal_stages.md": {"results:bought:06": lambda: bought_table("06"),
+                                 "results:attn_fwd": lambda: attention_table(ATTN_FWD),
                                  "profile:attn_fwd": lambda: profile_table(("05_", "06_"))},
-    "docs/07_flash_backward.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
+    "docs/07_flash_backward.md": {"results:bought:07": lambda: bought_table("07"),
+                                  "results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                   "profile:attn_bwd": lambda: profile_table(("07_",)),
                                   "results:bwd_history": bwd_history_table,
                                   "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward"]),
                                   "profile:bwd_banks": bwd_banks_table,
                                   "results:bwd_atomic": bwd_atomic_table},
-    "docs/12_tensor_core_backward.md": {"results:tc_bwd": lambda: tc_bwd_table()},
+    "docs/12_tensor_core_backward.md": {"results:bought:12": lambda: bought_table("12"),
+                                        "results:tc_bwd": lambda: tc_bwd_table()},
     "docs/13_backward_warp_tiles.md": {"results:bought:13": lambda: bought_table("13")},
     "docs/14_backward_dq_accumulator.md": {"results:bought:14": lambda: bought_table("14")},
     "docs/15_backward_causal_order.md": {"results:bought:15": lambda: bought_table("15"),
@@ -573,14 +577,19 @@ BLOCKS = {
                                    "results:decode_splits": lambda: decode_splits_table(),
                                    "results:decode_splits_128": lambda: decode_splits_table(
                                        os.path.join(DECODE, "history", "ceiling128_decode_splits.csv"))},
-    "docs/08_backward_delta_reuse.md": {"results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
+    "docs/08_backward_delta_reuse.md": {"results:bought:08": lambda: bought_table("08"),
+                                        "results:attn_bwd": lambda: attention_table(ATTN_BWD, "bwd"),
                                         "profile:attn_bwd": lambda: profile_table(("07_", "08_")),
                                         "profile:bwd_pipes": lambda: bwd_pipes_table(["07_flash_backward",
                                                                                        "08_backward_delta_reuse"])},
     "docs/01_safe_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
                                 "sass:softmax": lambda: sass_table(("step01::", "step02::"))},
-    "docs/02_online_softmax.md": {"results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
+    "docs/02_online_softmax.md": {"results:bought:02": lambda: bought_table("02"),
+                                  "results:softmax": softmax_sweep_table, "profile:softmax": softmax_profile_table,
                                   "sass:softmax": lambda: sass_table(("step01::", "step02::"))},
+    "docs/09_tensor_core_forward.md": {"results:bought:09": lambda: bought_table("09")},
+    "docs/10_swizzle_pipeline_forward.md": {"results:bought:10": lambda: bought_table("10")},
+    "docs/11_tuned_forward.md": {"results:bought:11": lambda: bought_table("11")},
 }
 
 
@@ -632,6 +641,15 @@ def bought_table(nn, variant=""):
         cells[(p["dtype"], p["d"], p["causal"], p["seq"])] = float(r["prev_time_ms"]) / float(r["time_ms"])
         prev = r["prev_step"]
     if not cells:
+        others = [r for r in rows if not split_problem(r["problem"]) and float(r["prev_time_ms"]) > 0 and
+                  not re.search(r" \[[\w-]+\]$", r["problem"])]
+        if others:  # not attention (softmax, matmul): one row per problem of its sweep
+            return md_table(["problem", f"step {others[0]['prev_step'][:2]} (ms)", f"step {nn} (ms)", "bought"],
+                            [[r["problem"], f"{float(r['prev_time_ms']):.3f}", f"{float(r['time_ms']):.3f}",
+                              f"{float(r['prev_time_ms']) / float(r['time_ms']):.2f}×"] for r in others]) + \
+                f"\n\nStep {nn}'s time against step {others[0]['prev_step'][:2]}'s ({others[0]['prev_step']}), timed " \
+                f"interleaved in the same process on the same inputs; above 1: step {nn} is faster.\n\n" + \
+                source_line(["bench.csv"])
         return f"*Not measured yet: bench.csv has no sweep of step {nn}{' [' + variant + ']' if variant else ''} " \
                f"beside its PREV (`python3 profiles/bench.py --steps {nn}` on a GPU).*"
     seqs = sorted({k[3] for k in cells if k[3] >= TARGET_MIN_SEQ})
@@ -642,9 +660,10 @@ def bought_table(nn, variant=""):
     what = f"{'the ' + variant + ' variant' + chr(39) + 's' if variant else 'its'} {'backward' if backward else 'forward'}"
     return md_table(["dtype", "d", "causal"] + [f"seq {s}" for s in seqs], body) + \
         f"\n\nStep {nn}: {what} time against step {prev[:2]}'s ({prev}, its default variant), timed interleaved in the " \
-        f"same process on the same inputs: step {prev[:2]}'s time over step {nn}'s, above 1: step {nn} is faster. " \
-        f"Median over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: {v[len(v) // 2]:.2f}× (from {v[0]:.2f}× to " \
-        f"{v[-1]:.2f}×); shapes batch·seq = 16384, heads = 2048/d.\n\n" + source_line(["bench.csv"])
+        f"same process on the same inputs: step {prev[:2]}'s time over step {nn}'s, above 1: step {nn} is faster. " + \
+        (f"Median over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: {v[len(v) // 2]:.2f}× (from {v[0]:.2f}× to "
+         f"{v[-1]:.2f}×); " if v else f"No cell with seq ≥ {TARGET_MIN_SEQ}; ") + \
+        "shapes batch·seq = 16384, heads = 2048/d.\n\n" + source_line(["bench.csv"])
 
 
 def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08", other_vs_sdpa=False):

@@ -443,6 +443,19 @@ class TensorCoreTables(unittest.TestCase):
                             rows.append(bench_row(step, f"{shape} {dt} bwd", 0.001))
         return rows
 
+    def test_bought_compares_each_cell_with_the_prev_timed_beside_it(self):
+        rows = [dict(r, prev_step="14_backward_dq_accumulator", prev_time_ms="2.0")
+                for r in self.sweep("15_backward_causal_order", 1.0)]
+        for r in rows:  # the backward rows count, the forward ones (made above) do not
+            r["problem"] += " bwd"
+        rows[5]["prev_time_ms"] = "1.0"  # one cell no faster
+        self.write(rows + [dict(rows[1], problem=rows[1]["problem"] + " [deterministic]", time_ms="4.0")])
+        table = self.results.bought_table("15")
+        self.assertIn("| f16 | 64 | - | 2.00× | 2.00× | 2.00× | 2.00× | 1.00× |", table)
+        self.assertIn("Median over the 40 cells with seq ≥ 1024: 2.00× (from 1.00× to 2.00×)", table)
+        self.assertIn("| 0.50× |", self.results.bought_table("15", "deterministic"))
+        self.assertIn("Not measured yet", self.results.bought_table("13"))
+
     def test_gqa_table_reads_only_grouped_rows(self):
         gqa = [dict(r, problem=r["problem"].replace(" S", " KV8 S", 1)) for r in
                self.sweep("18_hopper_warp_specialized", 1.0) + self.sweep("sdpa_cudnn", 1.25)]
