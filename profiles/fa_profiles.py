@@ -902,3 +902,80 @@ def main(argv):
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))
+
+
+# ---- kernel names ------------------------------------------------------------------------------
+def _mangled_name(s, i):
+    """<length><identifier> at s[i:] -> (identifier, next index)."""
+    n = re.match(r"\d+", s[i:]).group(0)
+    j = i + len(n)
+    return s[j:j + int(n)], j + int(n)
+
+
+_ENUMS = {"MatmulLayout": ("NT", "NN", "TN")}  # host/ops.h, in declaration order
+
+
+def _mangled_args(s, i, subs):
+    """'I' <args> 'E' at s[i:] -> (['__half', 'Cfg<64, 4>', '64', 'true'], next index). Knows what our
+    kernels use: integer and bool literals, plain names, and names nested in a namespace (N...E, S_)."""
+    assert s[i] == "I"
+    i, args = i + 1, []
+    while s[i] != "E":
+        if s.startswith("LN", i):  # an enum literal: L N <scope> <name> E <value> E -> MatmulLayout::TN
+            name, j = None, i + 2
+            while s[j].isdigit():
+                name, j = _mangled_name(s, j)
+            end = s.index("E", j + 1)
+            value = s[j + 1:end]
+            args.append(f"{name}::{_ENUMS[name][int(value)]}" if name in _ENUMS else f"{name}({value})")
+            i = end + 1
+            continue
+        if s.startswith(("Li", "Lj", "Lb"), i):
+            end = s.index("E", i)
+            lit = s[i + 2:end]
+            args.append({"0": "false", "1": "true"}[lit] if s[i + 1] == "b" else lit.replace("n", "-"))
+            i = end + 1
+            continue
+        if s[i] == "N":
+            i += 1
+            last = None
+            while s[i] != "E":
+                if s[i] == "S":
+                    end = s.index("_", i)
+                    last, i = subs[int(s[i + 1:end], 36) + 1 if end > i + 1 else 0], end + 1
+                elif s[i] == "I":
+                    inner, i = _mangled_args(s, i, subs)
+                    last = f"{last}<{', '.join(inner)}>"
+                else:
+                    last, i = _mangled_name(s, i)
+            args.append(last)
+            i += 1
+            continue
+        name, i = _mangled_name(s, i)
+        if s[i] == "I":
+            inner, i = _mangled_args(s, i, subs)
+            name = f"{name}<{', '.join(inner)}>"
+        args.append(name)
+    return args, i + 1
+
+
+def demangle_short(name):
+    """Enough of the Itanium demangler for our kernels' names:
+    _ZN6step0112softmax_rowsILi4EEEvPKfPfi -> step01::softmax_rows<4>
+    _ZN6step1110tc_forwardI6__halfNS_3CfgILi128ELi4ELi2ELi64ELi2ELb0EEEEEv... ->
+        step11::tc_forward<__half, Cfg<128, 4, 2, 64, 2, false>>"""
+    if not name.startswith("_ZN"):
+        return name
+    parts, i = [], 3
+    while i < len(name) and name[i].isdigit():
+        part, i = _mangled_name(name, i)
+        parts.append(part)
+    short = "::".join(parts)
+    if name[i:i + 1] == "I":
+        try:
+            args, _ = _mangled_args(name, i, parts)
+            short += f"<{', '.join(args)}>"
+        except (AssertionError, AttributeError, IndexError, KeyError, ValueError):
+            tmpl = re.match(r"ILi(\d+)EE", name[i:])  # the older, narrower reading
+            short += f"<{tmpl.group(1)}>" if tmpl else ""
+    return short

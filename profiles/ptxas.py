@@ -26,6 +26,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from fa_profiles import demangle_short  # noqa: E402  (the demangler the SASS summary uses too)
+
 CSV = os.path.join(HERE, "h100", "ptxas.csv")
 COLUMNS = ["step", "kernel", "registers", "spill_stores", "spill_loads", "stack", "static_smem"]
 
@@ -38,7 +40,6 @@ _USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:, used \d+ barriers)?
 
 def parse(log):
     """`ninja -v` output with -Xptxas=-v -> (rows, arch). A row per kernel entry of a step's kernel.cu."""
-    from results import demangle_short  # the demangler the SASS summary uses
     rows, step, cur, arch = [], None, None, None
     for line in log.splitlines():
         m = _UNIT.search(line)
