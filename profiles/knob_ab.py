@@ -2,8 +2,8 @@
 """profiles/knob_ab.py: does a refinement earn its lines? Time a step's backward (or forward) on the
 FlashAttention-2 cells it targets, with the refinement and without it, the arms interleaved in one run.
 
-    python3 profiles/knob_ab.py --experiment "last wave" --causal no \\
-        --arm with=build/bin/16_deterministic_backward --arm without=build/bin/16_deterministic_backward:FA_STEP16_TAIL=0 \\
+    python3 profiles/knob_ab.py --experiment "causal head groups" --causal yes \\
+        --arm with=build/bin/15_backward_causal_order --arm without=build/bin/15_backward_causal_order:FA_STEP15_GROUP=0 \\
         --out ab.csv
 
 An arm is NAME=EXE[:VAR=VALUE[,VAR=VALUE...]]: the executable (two builds can be compared) and the
