@@ -677,7 +677,7 @@ def bytes_per_mma():
     d = 128
     warps, bn = (int(x) for x in re.search(rf"Config<{d}, (\d+), \d+, (\d+), \d+, \w+>>\}},\s+// FA2's shape",
                                           read("steps/11_tuned_forward/kernel.cu")).groups())
-    budget = 128 * 1.6  # bytes of shared memory per SM clock × clocks per mma (step 11's banner)
+    budget = 128 * 1.6  # bytes of shared memory per SM clock × clocks per mma (doc 11, "Bytes per mma")
     fig = new_figure(7.0, 3.4)
     ax = fig.add_axes([0.1, 0.2, 0.86, 0.66])
     parts = [("K, V ldmatrix", COLORS["full"]), ("Q re-read (ldmatrix)", "#9cc7f0"), ("cp.async writes", COLORS["diagonal"])]

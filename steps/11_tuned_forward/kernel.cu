@@ -5,52 +5,19 @@
 //
 // What changes since step 10: nothing in the math and nothing in the memory layout (swizzle,
 // cp.async ring, exp2 are step 10's). What was a constant is now a template parameter of Config:
-//
-//   WARPS      warps per block (4 or 8)
-//   MF         16-row mma fragments per warp (1 or 2): a warp owns 16·MF query rows. With MF = 2
-//              every K and V fragment read from shared memory feeds two mma instead of one, which
-//              halves the ldmatrix traffic per FLOP (step 10 needs 256 bytes of ldmatrix per mma;
-//              an SM moves 128 bytes of shared memory per clock and retires about one mma per
-//              1.6 clocks, so step 10 is bound by shared memory, not by the tensor cores)
-//   BLOCK_N    keys per tile (32, 64, 128)
-//   STAGES     K/V ring depth (2 or 3)
-//   Q_IN_REGS  Q fragments held in registers for the whole kernel (step 10), or re-read from
-//              shared memory every tile, which frees 4·MF·D/16 registers (d = 128, MF = 2: 64)
+// WARPS, MF (16-row mma fragments per warp: with MF = 2 every K and V fragment read from shared
+// memory feeds two mma, which halves the ldmatrix bytes per mma), BLOCK_N, STAGES, and Q_IN_REGS
+// (Q fragments held in registers, as in step 10, or re-read from shared memory every tile).
 //
 // A few instances are compiled (the candidates of each head_dim, bottom of the file). The first
-// launch of a problem class (head_dim instance, causal, dtype, seq_q and seq_k bucket) times every
-// candidate on the caller's buffers and caches the fastest; later launches go straight to it
-// (host/autotune.h). A class is tuned before its launches can be captured in a CUDA graph: one
-// launch outside the capture, or step11::tune().
+// launch of a problem class times every candidate on the caller's buffers and caches the fastest
+// (host/autotune.h). Tune a class before capturing its launches in a CUDA graph: one launch
+// outside the capture, or step11::tune(). Query heads may share K/V heads (grouped-query).
 //
-// Trimmed from the inner loop, each measured (docs/11 has the SASS instruction counts):
-//   - the O rescale (MF·D/2 FMULs per lane per tile) runs only when some row's max moved, a
-//     warp-uniform branch; after the first tiles of a row the max rarely moves
-//   - the output goes through shared memory (the dead Q tile) so that every global store is 16
-//     bytes and a warp writes whole 128-byte lines
-// Launch order: query blocks of one head are adjacent in the grid (x is the query block), so the
-// blocks resident together stream the same K/V tiles and L2 serves the repeats; causal blocks of
-// a head run heaviest first (step 06).
-//
-// Reading `diff steps/10_swizzle_pipeline_forward/kernel.cu steps/11_tuned_forward/kernel.cu`:
-// every hunk is one of these ideas (in file order of their first hunk).
-//   1. Config      step 10's namespace constants (WARPS, THREADS, BLOCK_M, BLOCK_N, STAGES) become
-//                  the members of `Config`; the kernel is `tc_forward<T, C>` and opens with
-//                  `constexpr int D = C::D, MF = C::MF, ...`, so the body keeps step 10's names.
-//   2. Headers     step 10's cp.async, ex2 and swz definitions are gone: device/cp_async.cuh
-//                  (and device/mma_sync.cuh for step 09's, as in step 10), host/autotune.h.
-//   3. TileCopy    `load_tile_async` becomes `TileCopy` (hoisted addresses, one chunk column
-//                  per thread); the prologue and `issue` call it.
-//   4. MF          `w0` and every `[MF]` dimension and `for (int mf ...)` loop around step 10's
-//                  fragment code: qf, acc, m, l, s, the mask's row, the P fragments, the mma.
-//   5. Q_IN_REGS   `load_q`, `qf` sized by Q_IN_REGS, and in the Q·Kᵀ loop `qa` and
-//                  `q_fragment(mf)`: the A fragment from registers or just read.
-//   6. Rescale     the online softmax splits into pass 1 (max, alpha, l), the O rescale under
-//                  `if (__any_sync(..., moved))`, and pass 2 (exponentials, row sums).
-//   7. Epilogue    after the loop, O goes into the dead Q tile (__syncwarp), then 16-byte stores.
-//   8. Autotuner   the launcher takes `C`; `candidates`, `tuner` (fa::AttnAutotuner, host/autotune.h)
-//                  and `tune` replace step 10's `launch_dim`.
-//   Comments that explained step 10's code are shortened to "(step 10)" where the code is the same.
+// Trimmed from the inner loop: the O rescale runs only when some row's max moved (a warp-uniform
+// branch), and the output goes through shared memory (the dead Q tile) so that every global store
+// is 16 bytes. docs/11 maps every hunk of the diff from step 10 to one of these ideas, with the
+// bytes per mma, the SASS before and after each trim, and the autotuner's cache.
 //
 // Build + run:  cmake --build build --target 11_tuned_forward && build/bin/11_tuned_forward
 // Read with:    docs/11_tuned_forward.md
@@ -89,7 +56,6 @@ struct Config {
   static constexpr int BLOCK_M = WARPS * 16 * MF;  // query rows per block
   static constexpr std::size_t SMEM_BYTES = 2 * std::size_t(BLOCK_M + 2 * STAGES * BLOCK_N) * D;  // 16-bit
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
-  static_assert(D % 16 == 0 && BLOCK_N % 16 == 0, "whole 16-deep mma steps over head_dim and keys");
   static_assert(STAGES >= 2, "a ring needs a slot to fill while one is read");
   static_assert(SMEM_BYTES <= 227 * 1024, "fits one SM's shared memory");
 };
@@ -145,6 +111,7 @@ __global__ void __launch_bounds__(C::THREADS)
   constexpr int D = C::D, MF = C::MF, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES;
   // scale·log2(e): exp(scale·(s − m)) = 2^(s·sl2 − m·sl2), one FFMA + one EX2 per score
   const float sl2 = scale * 1.4426950408889634f;
+  static_assert(D % 16 == 0 && BLOCK_N % 16 == 0, "whole 16-deep mma steps over head_dim and keys");
   extern __shared__ uint4 smem[];        // uint4: 16-byte alignment for ldmatrix and cp.async
   T* Qs = reinterpret_cast<T*>(smem);    // [BLOCK_M, D] swizzled; the O tile at the end
   T* Ks = Qs + BLOCK_M * D;              // [STAGES][BLOCK_N, D] swizzled, a ring
@@ -158,27 +125,34 @@ __global__ void __launch_bounds__(C::THREADS)
   const std::size_t kv_bh = bh / heads_per_kv;
   q += bh * seq_q * head_dim, k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int g = lane / 4, t4 = lane % 4;  // this lane's fragment rows (g, g+8) and column pair (2·t4)
+  const int g = lane / 4, t4 = lane % 4;  // this lane's fragment row (g, g+8) and column pair (2·t4)
   const int w0 = warp * 16 * MF;          // this warp's first row in the block: fragment mf = rows w0 + 16mf ..
 
-  // The stages of step 06.
+  // The stages of step 06. Tiles [0, n_full) need no mask (causal: every key <= m0; non-causal:
+  // every key < seq_k); the loop ends with the last tile holding a key the block's last row sees.
   const int kv_end = causal ? min(seq_k, min(m0 + BLOCK_M, seq_q)) : seq_k;
   const int n_tiles = (kv_end + BLOCK_N - 1) / BLOCK_N;
   const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;
 
-  // The pipeline's prologue (step 10).
+  // The pipeline's prologue: Q, then K/V tiles 0 .. STAGES-2, each its own commit group (an empty
+  // group past the last tile, so that every thread always counts the same groups).
   TileCopy<BLOCK_M, D, C::THREADS>().issue(Qs, q, m0, seq_q, head_dim);
   cp_async_commit();
   const TileCopy<BLOCK_N, D, C::THREADS> kv_copy;
   auto issue = [&](int t) {  // K_t and V_t into ring slot t % STAGES
     if (t < n_tiles) {
-      kv_copy.issue(Ks + t % STAGES * BLOCK_N * D, k, t * BLOCK_N, seq_k, head_dim);
-      kv_copy.issue(Vs + t % STAGES * BLOCK_N * D, v, t * BLOCK_N, seq_k, head_dim);
+      T* slot_k = Ks + t % STAGES * BLOCK_N * D;
+      T* slot_v = Vs + t % STAGES * BLOCK_N * D;
+      kv_copy.issue(slot_k, k, t * BLOCK_N, seq_k, head_dim);
+      kv_copy.issue(slot_v, v, t * BLOCK_N, seq_k, head_dim);
     }
     cp_async_commit();
   };
 #pragma unroll
   for (int t = 0; t < STAGES - 1; ++t) issue(t);
+
+  // Q in shared memory before its fragments are read (its group is the oldest: wait for all
+  // but the STAGES-1 K/V groups).
   cp_async_wait<STAGES - 1>();
   __syncthreads();
 
@@ -212,7 +186,8 @@ __global__ void __launch_bounds__(C::THREADS)
     const T* Kt = Ks + t % STAGES * BLOCK_N * D;
     const T* Vt = Vs + t % STAGES * BLOCK_N * D;
 
-    // S = Q·Kᵀ: each K fragment (ldmatrix) feeds MF mma pairs.
+    // S = Q·Kᵀ: B[d][key] = K[key][d], so a B fragment is 8 keys × 16 dims of K read row by row:
+    // plain ldmatrix. One x4 covers keys 16jj..16jj+15 (two n-tiles) × dims 16kk..16kk+15.
     float s[MF][BLOCK_N / 8][4];  // [16·MF, BLOCK_N] scores, C fragments
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf)
@@ -233,17 +208,18 @@ __global__ void __launch_bounds__(C::THREADS)
       };
 #pragma unroll
       for (int jj = 0; jj < BLOCK_N / 16; ++jj) {
-        std::uint32_t b[4];
+        std::uint32_t b[4];  // matrices: keys +0..7 × dims +0..7, +0..7 × +8..15, +8..15 × +0..7, +8..15 × +8..15
         ldmatrix_x4(b, Kt + swz<D>(jj * 16 + lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
 #pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
+        for (int mf = 0; mf < MF; ++mf) {  // each K fragment feeds MF mma pairs
           mma_16816<T>(s[mf][2 * jj], q_fragment(mf), b[0], b[1]);
           mma_16816<T>(s[mf][2 * jj + 1], q_fragment(mf), b[2], b[3]);
         }
       }
     }
 
-    // Mask the diagonal tiles only (step 10).
+    // Mask the diagonal tiles only: keys past seq_k and (causal) keys after the query. Element e
+    // of n-tile j is row g + 8·(e/2), key n0 + 8j + 2·t4 + e%2. The scores stay unscaled.
     if constexpr (decltype(masked)::value) {
 #pragma unroll
       for (int mf = 0; mf < MF; ++mf)
@@ -256,9 +232,9 @@ __global__ void __launch_bounds__(C::THREADS)
           }
     }
 
-    // The online-softmax step of each row (step 10), in two passes so that the O rescale can be
-    // skipped when no row of the warp changed its max (alpha = 1 for all): a warp-uniform branch
-    // around MF·D/2 FMULs. Pass 1: new max, alpha, l rescaled.
+    // The online-softmax step of rows g (h = 0: elements 0, 1) and g + 8 (h = 1: elements 2, 3).
+    // Two passes, so that the O rescale (MF·D/2 FMULs) is skipped when no row of the warp changed
+    // its max (alpha = 1 for all): a warp-uniform branch. Pass 1: new max, alpha, l rescaled.
     bool moved = false;
     float alpha[MF][2];
 #pragma unroll
@@ -268,7 +244,7 @@ __global__ void __launch_bounds__(C::THREADS)
         float tile_max = -INFINITY;
 #pragma unroll
         for (int j = 0; j < BLOCK_N / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[mf][j][2 * h], s[mf][j][2 * h + 1]));
-        const float m_new = fmaxf(m[mf][h], quad_max(tile_max));
+        const float m_new = fmaxf(m[mf][h], quad_max(tile_max));  // raw scores: scale > 0 keeps the argmax
         moved |= m_new != m[mf][h];
         alpha[mf][h] = exp2_approx((m[mf][h] - safe_shift(m_new)) * sl2);
         m[mf][h] = m_new;
@@ -296,10 +272,13 @@ __global__ void __launch_bounds__(C::THREADS)
           s[mf][j][2 * h + 1] = exp2_approx(fmaf(s[mf][j][2 * h + 1], sl2, -shift));
           sum += s[mf][j][2 * h] + s[mf][j][2 * h + 1];
         }
-        l[mf][h] += sum;
+        l[mf][h] += sum;  // this lane's keys only; the quad's sum is taken once, at the end
       }
 
-    // O += P·V: each V fragment (ldmatrix.trans) feeds MF mma pairs.
+    // O += P·V. The C fragments of n-tiles 2kk and 2kk+1 (keys 16kk..16kk+15) are, element for
+    // element, the A fragment of k-step kk: the P operand is built in registers, no shuffle, no
+    // shared memory. B[key][d] = V[key][d] needs 2 keys per register, but V rows hold dims side by
+    // side: ldmatrix.trans reads 8 keys × 8 dims and hands each lane the transposed pairs.
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
       std::uint32_t a[MF][4];
@@ -312,10 +291,10 @@ __global__ void __launch_bounds__(C::THREADS)
       }
 #pragma unroll
       for (int dd = 0; dd < D / 16; ++dd) {
-        std::uint32_t b[4];
+        std::uint32_t b[4];  // matrices: keys +0..7 × dims +0..7, +8..15 × +0..7, +0..7 × +8..15, +8..15 × +8..15
         ldmatrix_x4_trans(b, Vt + swz<D>(kk * 16 + lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
 #pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
+        for (int mf = 0; mf < MF; ++mf) {  // each V fragment feeds MF mma pairs
           mma_16816<T>(acc[mf][2 * dd], a[mf], b[0], b[1]);
           mma_16816<T>(acc[mf][2 * dd + 1], a[mf], b[2], b[3]);
         }
@@ -325,7 +304,7 @@ __global__ void __launch_bounds__(C::THREADS)
   int t = 0;
   for (; t < n_full; ++t) attend(t, std::false_type{});  // no mask
   for (; t < n_tiles; ++t) attend(t, std::true_type{});  // the diagonal and the ragged end of the keys
-  cp_async_wait<0>();
+  cp_async_wait<0>();  // only empty groups are left; leave no copy pending at exit
 
   // O = acc / l into this warp's own rows of the Q tile (only this warp ever read them: a warp
   // barrier suffices), then 16-byte stores of whole rows: each 8-lane group writes 128 bytes.
@@ -359,7 +338,7 @@ __global__ void __launch_bounds__(C::THREADS)
 // ---- launcher, candidates and the autotuner ------------------------------------------------------------
 template <class T, class C>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  static const bool ready = [] {  // once per instance: opt in to the shared memory it needs
+  static const bool ready = [] {  // once per instance: more than 48 KB of dynamic shared memory
     fa::opt_in_shared_memory(tc_forward<T, C>, C::SMEM_BYTES, info().name);
     return true;
   }();
