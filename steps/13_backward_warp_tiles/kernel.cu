@@ -70,17 +70,14 @@ __host__ __device__ constexpr std::size_t acc_rows(int seq_q) { return std::size
 constexpr int instance_dim(int head_dim) { return head_dim <= 64 ? 64 : 128; }
 
 
-// A compiled instance (the autotuner's candidates, bottom of the file): head_dim instance D and the
-// query tile BLOCK_M a key block of BLOCK_N = 128 keys walks. The dK/dV kernel has 8 warps, tiled
-// 2-D in each of its three phases (its banner).
+// A compiled instance (candidates, bottom): head_dim instance D, query tile BLOCK_M, 8 warps tiled
+// 2-D in each phase (banner).
 template <int D_, int BLOCK_M_, bool SPLIT_KV_>
 struct Config {
   static constexpr int D = D_, WARPS = 8, THREADS = WARPS * kWarp, BLOCK_N = 128, BLOCK_M = BLOCK_M_;
-  // The warp tiles of the dK/dV kernel: Sᵀ and dPᵀ 4 × 2, dK and dV 4 × 2, dQ Q_WARPS × (8 / Q_WARPS),
-  // the squarer of 4 × 2 and 2 × 4 ([32, 32] rather than [64, 16] at head_dim 64, BLOCK_M 128).
+  // Warp tiles: Sᵀ, dPᵀ 4 × 2; dK, dV 4 × 2; dQ the squarer of 4 × 2 and 2 × 4 (doc 13).
   static constexpr int S_KEYS = BLOCK_N / 4, S_QUERIES = BLOCK_M / 2;  // [32, 32] or [32, 64]
-  // dK and dV: SPLIT_KV, warps 0-3 dV and 4-7 dK, 2 × 2 of [64, D/2] each; else every warp both, 4 × 2
-  // of [32, D/2].
+  // SPLIT_KV: warps 0-3 dV, 4-7 dK, 2 × 2 of [64, D/2]; else every warp both, 4 × 2 of [32, D/2].
   static constexpr bool SPLIT_KV = SPLIT_KV_;
   static constexpr int KV_WARPS = SPLIT_KV ? 2 : 4, KV_ACCS = SPLIT_KV ? 1 : 2;  // along the keys; tiles a warp owns
   static constexpr int KV_KEYS = BLOCK_N / KV_WARPS, KV_DIMS = D / 2;  // [64, 32], [64, 64], [32, 64]
@@ -108,10 +105,8 @@ __device__ __forceinline__ float2 unpack(std::uint32_t r) {
 }
 
 // ---- device memory -> shared memory ----------------------------------------------------------------
-// A [ROWS, D] tile of one head's [seq, head_dim] matrix into smem (swizzled), one 16-byte cp.async
-// per chunk, as in step 10. A thread owns one chunk column c and the rows r0, r0 + ROW_STEP, ...
-// (ROW_STEP a multiple of 8: one swizzled position for all of them). Rows >= seq and columns >=
-// head_dim are zero-filled. Issue only: the caller commits and waits.
+// A [ROWS, D] tile of a head's [seq, head_dim] matrix into smem (swizzled), cp.async per 16-byte chunk
+// (step 10); out-of-range rows and columns zero-filled. Issue only: the caller commits and waits.
 template <int ROWS, int D, int THREADS, class T>
 __device__ __forceinline__ void copy_tile(T* dst, const T* __restrict__ src, int row0, int seq, int head_dim) {
   constexpr int CHUNKS = D / 8;               // 16-byte chunks per row
@@ -119,8 +114,7 @@ __device__ __forceinline__ void copy_tile(T* dst, const T* __restrict__ src, int
   static_assert(ROWS % ROW_STEP == 0 && ROW_STEP % 8 == 0, "whole passes, one swizzled column per thread");
   const int r0 = threadIdx.x / CHUNKS, c = threadIdx.x % CHUNKS;
   const bool col_in = 8 * c < head_dim;  // head_dim % 8 == 0: a chunk is wholly in or out
-  // One 64-bit product per tile, then one add per row: a product per row cost the dK/dV kernel about
-  // 150 instructions per query tile and warp (ncu source counters), 13% of all it executed.
+  // One 64-bit product per tile, then an add per row (a product per row: 13% of the kernel's instructions).
   const T* from = src + (std::size_t(row0 + r0) * head_dim + 8 * c);
   const std::size_t step = std::size_t(ROW_STEP) * head_dim;
 #pragma unroll
@@ -137,12 +131,9 @@ __device__ __forceinline__ float lse_log2(const float* __restrict__ lse, int row
   return l == -INFINITY ? INFINITY : l * kLog2e;
 }
 
-// The element offset, in a swizzled tile, of chunk pair m0 + i of a lane's row (its chunks 2(m0 + i)
-// and 2(m0 + i) + 1 hold 16 elements), from `at`, the lane's offset at pair m0 (its chunk 2·m0 + x,
-// x = 0 or 1). swz XORs a chunk's low three bits with the row's, so moving i pairs flips bits 4-5
-// of the offset and every 4 pairs add 64 elements: one LOP3 and an immediate, where swz costs about
-// five instructions per address. Exact when m0 is a multiple of the number of pairs the lane walks
-// (a power of two), i.e. m0 % 4 and i share no bits, or m0 % 4 = 0.
+// The offset, in a swizzled tile, of chunk pair m0 + i of a lane's row from `at`, its offset at pair
+// m0: one LOP3 and an immediate where swz costs about five instructions. Exact when m0 % 4 and i share
+// no bits (doc 13).
 __device__ __forceinline__ int pair_at(int at, int i) { return (at ^ ((i & 3) << 4)) + ((i >> 2) << 6); }
 
 // ---- delta = rowsum(dO ∘ O), once --------------------------------------------------------------------
@@ -170,11 +161,9 @@ __global__ void __launch_bounds__(kDeltaThreads)
 }
 
 // ---- the order a key block visits its query tiles --------------------------------------------------------
-// Step 12's order: the masked tiles first (the diagonal, or all of them in a ragged block: its
-// zero-filled keys have S = 0 and P = 2^(−LSE·log2e), which may overflow, and then inf·0 = NaN in
-// dQ), then the unmasked ones in order. Causal: tiles before
-// t_begin (every query < the block's first key) see nothing; tiles from t_full on (first query >= its
-// last key) see every key.
+// Step 12's order: the masked tiles first (the diagonal, or all in a ragged block: P of a zero-filled
+// key may overflow, then inf·0 = NaN in dQ), then the unmasked ones in order.
+// Causal: tiles before t_begin see no key of the block; tiles from t_full on see every key.
 struct Walk {
   int n_q_tiles, t_begin, t_full, n_masked;
   template <int BLOCK_M, int BLOCK_N>
@@ -203,9 +192,8 @@ struct Walk {
 // below the 2784/128 ≈ 22 that keeps the tensor pipe (mma.sync ceiling, per SM and clock) ahead of
 // shared memory (128 bytes per clock); [32, 32] tiles do 16, [32, 64] ones 21, [64, 64] ones 32.
 
-// Phase 1. [16·SM keys, 8·SN queries] = A·Bᵀ with A rows (keys) from X, B rows (queries) from Y, both
-// [rows, D] swizzled: the forward's S = Q·Kᵀ with this warp's keys for Q and the tile's queries for K
-// (plain ldmatrix both). o_a, o_b: the lane's offsets at its first row and chunk pair (pair_at).
+// Phase 1. [16·SM keys, 8·SN queries] = A·Bᵀ, A rows (keys) from X, B rows (queries) from Y, both [rows,
+// D] swizzled (plain ldmatrix). o_a, o_b: the lane's offsets at its first row and chunk pair (pair_at).
 template <class T, int D, int SM, int SN>
 __device__ __forceinline__ void product_t(float (&acc)[SM][SN][4], const T* X, const T* Y, int o_a, int o_b) {
 #pragma unroll
@@ -253,11 +241,8 @@ __device__ __forceinline__ void product_kv(float (&acc)[VM][VN2][4], const T* X,
   }
 }
 
-// Phase 3. dQ[query][d] += Σ_key dS[query][key]·K[key][d] for this warp's [Q_QUERIES, Q_DIMS] of the
-// tile, added into `to`, this tile's dQ_accum. A[query][key] = dSᵀ[key][query]: two keys per register
-// from rows that hold queries side by side: ldmatrix.trans, matrices queries +0..7 × keys +0..7,
-// +8..15 × +0..7, +0..7 × +8..15, +8..15 × +8..15 (a[0..3] of mma_16816). B[key][d] = K[key][d]:
-// ldmatrix.trans.
+// Phase 3. dQ = dS·K for this warp's [Q_QUERIES, Q_DIMS] of the tile, added into `to`, this tile's
+// dQ_accum. A = dS, read from dSᵀ by ldmatrix.trans (two keys per register); B = K by ldmatrix.trans.
 template <class T, class C>
 __device__ __forceinline__ void dq_tile(float* to, const T* dSt, const T* Ks, int o_a, int o_b) {
   constexpr int QM = C::Q_QUERIES / 16, QN = C::Q_DIMS / 16;  // m-tiles of 16 queries, 16-dim slices
@@ -299,10 +284,8 @@ __device__ __forceinline__ void dq_tile(float* to, const T* dSt, const T* Ks, in
       }
 }
 
-// The epilogue: dK = scale·dK_acc into the K tile and dV into the V tile (this warp's [KV_KEYS,
-// KV_DIMS] of each, or SPLIT_KV of its one), then 16-byte stores of whole rows: each 8-lane group
-// writes 128 bytes (step 11's epilogue). Keys past seq_k and padding columns are not stored; a block
-// no query sees stores zeros. acc: the warp's accumulators, [KV_ACCS][VM][2·VN][4].
+// The epilogue: dK = scale·dK_acc into the K tile, dV into the V tile, then 16-byte stores of whole
+// rows (step 11's); a block no query sees stores zeros. acc: [KV_ACCS][VM][2·VN][4].
 template <class T, class C, class Acc>
 __device__ __forceinline__ void store_dkdv(const Acc& acc, T* Ks, T* Vs, T* __restrict__ dk, T* __restrict__ dv,
                                            int n0, int seq_k, int head_dim, float scale) {
@@ -338,18 +321,10 @@ __device__ __forceinline__ void store_dkdv(const Acc& acc, T* Ks, T* Vs, T* __re
 }
 
 // ---- the dK/dV kernel: one key block, every query tile that sees it ----------------------------------------
-// One key block kb of K/V head kvh (flattened batch·K/V heads), with 8 warps (C::THREADS); its
-// launches are backward_dkdv's, below. T: __half or __nv_bfloat16. C::D: head_dim padded up to the
-// instance. Each query tile's share of dQ is added into dq_accum (fp32, per head acc_rows(seq_q)·D
+// One key block kb of K/V head kvh (flattened batch·K/V heads), 8 warps, launched by backward_dkdv;
+// each query tile's share of dQ is added into dq_accum (fp32, per head acc_rows(seq_q)·D
 // floats, row-major).
-//
-// Per query tile, three phases, each with its own 2-D tiling of the 8 warps (Config):
-//   1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ   [BLOCK_N keys, BLOCK_M queries]  4 × 2 warps of [S_KEYS, S_QUERIES]
-//      Pᵀ and dSᵀ -> shared memory (fp16/bf16, rows = keys)                       __syncthreads
-//   2. dV += Pᵀ·dO (warps 0-3)      [BLOCK_N keys, D]               2 × 2 warps of [KV_KEYS, KV_DIMS]
-//      dK += dSᵀ·Q (warps 4-7)      [BLOCK_N keys, D]               2 × 2 warps of [KV_KEYS, KV_DIMS]
-//      (not SPLIT_KV: every warp both products, 4 × 2 warps of [KV_KEYS, KV_DIMS])
-//   3. dQ  = dS·K                   [BLOCK_M queries, D]            Q_WARPS × 8/Q_WARPS of [Q_QUERIES, Q_DIMS]
+// Per query tile, three phases, each its own 2-D tiling of the 8 warps (Config; step 13's banner).
 template <class T, class C, bool GROUPED>
 __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                            const T* __restrict__ dout, const float* __restrict__ lse,
@@ -385,8 +360,7 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
   const int qq0 = warp % C::Q_WARPS * C::Q_QUERIES, qd0 = warp / C::Q_WARPS * C::Q_DIMS;  // phase 3
   constexpr int SM = C::S_KEYS / 16, SN = C::S_QUERIES / 8;  // phase 1: m-tiles of 16 keys, n-tiles of 8 queries
   constexpr int VM = C::KV_KEYS / 16, VN = C::KV_DIMS / 16;  // phase 2: m-tiles of 16 keys, 16-dim slices
-  // Each lane's offsets, in the tile it reads, of its first row and chunk pair in every product; the
-  // other addresses are pair_at of these plus whole steps of 16 rows (the swizzle repeats every 8).
+  // Each lane's offsets at its first row and chunk pair per product; others: pair_at + 16-row steps (swizzle period 8).
   const int o_s_a = swz<D>(sk0 + lane % 16, lane / 16);                              // Sᵀ, dPᵀ: A = K, V
   const int o_s_b = swz<D>(sq0 + lane % 8 + lane / 16 * 8, lane / 8 % 2);            // Sᵀ, dPᵀ: B = Q, dO
   const int o_kv_a = swz<BLOCK_M>(vk0 + lane % 16, lane / 16);                       // dV, dK: A = Pᵀ, dSᵀ
@@ -398,8 +372,7 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
   // The query tiles that see this key block, in the order it visits them (Walk).
   const Walk walk = Walk::of<BLOCK_M, BLOCK_N>(kb, seq_q, seq_k, causal);
   const int n_masked = walk.n_masked, visits = walk.visits(), t_start = walk.at(0);
-  // Thread i < BLOCK_M fetches the LSE of query i of a tile, thread BLOCK_M + i its delta: into a
-  // register when the tile's copies are issued, into shared memory a tile later.
+  // Thread i < BLOCK_M fetches query i's LSE, BLOCK_M + i its delta, with the tile's copies; smem a tile later.
   auto fetch_row_stat = [&](int m0) -> float {
     const int row = m0 + threadIdx.x % BLOCK_M;
     if (threadIdx.x < BLOCK_M) return lse_log2(lse, row, seq_q);
@@ -442,10 +415,8 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
         delta_q[j][e] = delta_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
       }
 
-    // Phase 1. Sᵀ, then Pᵀ = 2^(Sᵀ·sl2 − LSE·log2e) packed to fp16/bf16 pairs at once (the fp32 Sᵀ
-    // registers are free before dPᵀ needs its own) and stored. Element e of (mt, j): key
-    // n0 + sk0 + 16mt + g + 8·(e/2), query m0 + sq0 + 8j + 2·t4 + e%2. Masked tiles: keys after
-    // the query or past seq_k get P = 0. Stores: 4 bytes, element pairs of one Pᵀ row.
+    // Phase 1. Sᵀ, then Pᵀ = 2^(Sᵀ·sl2 − LSE·log2e) packed at once (frees the fp32 Sᵀ before dPᵀ) and
+    // stored. Element e of (mt, j): key n0 + sk0 + 16mt + g + 8·(e/2), query m0 + sq0 + 8j + 2·t4 + e%2.
     std::uint32_t pf[SM][SN][2];
     {
       float s[SM][SN][4];
@@ -487,10 +458,8 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     }
     __syncthreads();  // every warp's Pᵀ and dSᵀ are in
 
-    // Phase 2. dV += Pᵀ·dO, dK += dSᵀ·Q (unscaled; scale once at the end). SPLIT_KV, why faster
-    // than every warp doing both as 4 × 2 of [32, D/2]: a [64, D/2] tile reads 64 + D/2 operand rows
-    // for 64·D/2 outputs, not 2·(32 + D/2) for 2·32·D/2. Its cost: 16 registers of A fragments, not 8
-    // (at head_dim 128 the tuner decides, doc 13).
+    // Phase 2. dV += Pᵀ·dO, dK += dSᵀ·Q (unscaled). SPLIT_KV: [64, D/2] tiles read fewer operand rows
+    // per output, for 16 registers of A fragments, not 8 (doc 13).
     if constexpr (C::SPLIT_KV) {
       product_kv<T, D, BLOCK_M>(kv_acc[0], dk_warp ? dSt : Pt, dk_warp ? Qt : dOt, o_kv_a, o_kv_b);  // warp-uniform
     } else {
@@ -501,9 +470,8 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     dq_tile<T, C>(dq_accum + std::size_t(m0) * D, dSt, Ks, o_q_a, o_q_b);
     if (more) store_row_stat(buf ^ 1, stat_next);  // buffer buf^1 was tile t-1's: free since the first barrier
   };
-  // GQA (GROUPED): dK and dV sum over the group's query heads, so the block walks each head's query
-  // tiles in turn into the same accumulators, K and V loaded once. MHA instances loop once, a
-  // constant: the code of a single pass, which keeps their registers as they were.
+  // GQA (GROUPED): dK, dV sum over the group's query heads: each head's query tiles in turn, K and V
+  // loaded once. MHA instances loop once, a constant: a single pass's code, and its registers.
   for (int head = 0; head < (GROUPED ? heads_per_kv : 1); ++head) {
     if (visits > 0) {
       issue_query_tile(t_start, 0);
@@ -553,9 +521,8 @@ __global__ void __launch_bounds__(kConvertThreads)
 }
 
 // ---- workspace and launcher ----------------------------------------------------------------------------------
-// [dQ_accum fp32 | delta fp32 [rows]], rows = batch·heads·seq_q. dQ_accum: per head acc_rows(seq_q)
-// rows of the instance's D = 64 or 128 columns, row-major (convert_dq); first, 16-byte aligned
-// for the 16-byte atomics and loads; its size is a multiple of 32 bytes, so delta is aligned too.
+// [dQ_accum fp32 | delta fp32 [batch·heads·seq_q]]. dQ_accum: per head acc_rows(seq_q) × D, first:
+// 16-byte aligned for the 16-byte atomics; a multiple of 32 bytes, so delta is aligned too.
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
 std::size_t dq_accum_bytes(const fa::AttnParams& p) {
   return std::size_t(p.batch) * p.heads * acc_rows(p.seq_q) * instance_dim(p.head_dim) * sizeof(float);
@@ -606,10 +573,8 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 
 using Candidate = fa::TuneCandidate<fa::AttnBwdArgs>;
 
-// The candidates (name: m BLOCK_M, s SPLIT_KV). head_dim 64: query tiles of 128 (phase 1 tiles of
-// [32, 64]) or 64, dK and dV split between the warps; head_dim 128: query tiles of 64 (the dK, dV
-// accumulators take 128 registers a thread), split or not (the split's A fragments push the kernel
-// to 255 registers: measured faster in bf16 and slower in fp16 at seq 16384, doc 13).
+// The candidates (name: m BLOCK_M, s SPLIT_KV). head_dim 64: query tiles of 128 or 64, split; head_dim
+// 128: 64 (dK, dV take 128 registers), split or not (255 registers: faster in bf16 only, doc 13).
 template <class T>
 const std::vector<Candidate>& candidates(int d) {
   static const std::vector<Candidate> d64 = {{"d64m128s", launch<T, Config<64, 128, true>>},
@@ -619,8 +584,7 @@ const std::vector<Candidate>& candidates(int d) {
   return instance_dim(d) == 64 ? d64 : d128;
 }
 
-// The autotuner (host/autotune.h, AttnAutotuner, as step 11), one cache per element type. A problem
-// class is (head_dim instance, causal, variant, seq_q bucket, seq_k bucket), buckets powers of two.
+// The autotuner (host/autotune.h, as step 11), one cache per element type and problem class.
 // FA_STEP13_CONFIG pins a candidate (profiling, tests).
 fa::AttnAutotuner<fa::AttnBwdArgs>& tuner() {  // head_dim padded up to an instance with zeros (step 12)
   static fa::AttnAutotuner<fa::AttnBwdArgs> t(info().name, "FA_STEP13_CONFIG", candidates<__half>,
