@@ -23,7 +23,7 @@ one of the two. The budgets, per step (docs/adding_a_step.md, "Budgets"):
                        starts with "Appendix"); history goes to docs/history/
 
 A step over a budget fails the check, unless tools/ladder_debt.txt lists that step and budget:
-the re-cut that issue 38 asks for, not yet done. A listed step that is within the budget fails the
+a re-cut not yet done. A listed step that is within the budget fails the
 check too, so the list only shrinks. Only the standard library and git are used.
 """
 import os
