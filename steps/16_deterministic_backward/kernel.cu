@@ -321,13 +321,19 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     const T* Qt = Qs + buf * BLOCK_M * D;
     const T* dOt = dOs + buf * BLOCK_M * D;
     float lse_q[SN][2], delta_q[SN][2];  // of this lane's queries sq0 + 8j + 2·t4 + e
+    // ORDERED at head_dim 64: each read after the product that uses it, not held through it (held, the
+    // 32 registers take the bf16 d64m128 instance, whose turn logic needs more, to spills; doc 16).
+    constexpr bool LATE = ORDERED && D == 64;
+    auto read_stats = [&](bool lse, bool dlt) {
 #pragma unroll
-    for (int j = 0; j < SN; ++j)
+      for (int j = 0; j < SN; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        lse_q[j][e] = lse_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
-        delta_q[j][e] = delta_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
-      }
+        for (int e = 0; e < 2; ++e) {
+          if (lse) lse_q[j][e] = lse_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
+          if (dlt) delta_q[j][e] = delta_s[buf * BLOCK_M + sq0 + 8 * j + 2 * t4 + e];
+        }
+    };
+    if constexpr (!LATE) read_stats(true, true);
 
     // Phase 1. Sᵀ, then Pᵀ = 2^(Sᵀ·sl2 − LSE·log2e) packed at once (frees the fp32 Sᵀ before dPᵀ) and
     // stored. Element e of (mt, j): key n0 + sk0 + 16mt + g + 8·(e/2), query m0 + sq0 + 8j + 2·t4 + e%2.
@@ -335,6 +341,7 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     {
       float s[SM][SN][4];
       product_t<T, D>(s, Ks, Qt, o_s_a, o_s_b);
+      if constexpr (LATE) read_stats(true, false);
       if (ORDERED && threadIdx.x == kWarp)  // wait for the block's turn at tile t, half a phase late for slack
         for (unsigned polls = 0; ld_acquire(turns + t) != unsigned(turn_s[buf]);)
           if (++polls == 1u << 26) __trap();  // seconds: a wrong order would hang the GPU; fail instead
@@ -362,6 +369,7 @@ __device__ __forceinline__ void dkdv_block(const T* __restrict__ q, const T* __r
     {
       float dp[SM][SN][4];
       product_t<T, D>(dp, Vs, dOt, o_s_a, o_s_b);
+      if constexpr (LATE) read_stats(false, true);
 #pragma unroll
       for (int mt = 0; mt < SM; ++mt)
 #pragma unroll
