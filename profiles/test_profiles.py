@@ -921,6 +921,64 @@ class BenchMerge(unittest.TestCase):
                           ("sdpa_cudnn", "G f16", "3")])
 
 
+class BenchInputs(unittest.TestCase):
+    """--inputs: the ' randn' suffix of a problem, kept apart by --merge, passed to the steps, refused beside the
+    committed bench.csv."""
+
+    def test_split_and_name(self):
+        self.assertEqual(fp.split_inputs("B8 H32 S2048 D64 f16 bwd [deterministic] randn"),
+                         ("B8 H32 S2048 D64 f16 bwd [deterministic]", "randn"))
+        self.assertEqual(fp.split_inputs("B8 H32 S2048 D64 f16"), ("B8 H32 S2048 D64 f16", "uniform"))
+        self.assertEqual(fp.with_inputs("B8 H32 S2048 D64 f16", "randn"), "B8 H32 S2048 D64 f16 randn")
+        self.assertEqual(fp.with_inputs("B8 H32 S2048 D64 f16", "uniform"), "B8 H32 S2048 D64 f16")
+        with self.assertRaises(ValueError):
+            fp.with_inputs("P", "normal")
+        # the tables' parser never takes a randn row for a uniform one
+        self.assertIsNone(fp.split_problem("B8 H32 S2048 D64 f16 randn"))
+        self.assertIsNone(fp.split_problem("B8 H32 S2048 D64 f16 bwd randn"))
+        self.assertEqual(fp.split_problem("B8 H32 S2048 D64 f16 bwd")["mode"], "bwd")
+
+    def test_merge_keeps_uniform_and_randn_apart(self):
+        import bench
+        old = [bench_row("18_hopper_warp_specialized", "P f16", 5), bench_row("18_hopper_warp_specialized", "P f16 randn", 6),
+               bench_row("sdpa_cudnn", "P f16", 7), bench_row("sdpa_cudnn", "P f16 randn", 8)]
+        new = [bench_row("18_hopper_warp_specialized", "P f16 randn", 4), bench_row("sdpa_cudnn", "P f16 randn", 3)]
+        rows, kept = bench.merge_rows(old, new)
+        self.assertEqual(kept, 2)  # step 18's uniform row and SDPA's uniform row
+        self.assertEqual([(r["step"], r["problem"], r["time_ms"]) for r in rows],
+                         [("18_hopper_warp_specialized", "P f16", "5"), ("18_hopper_warp_specialized", "P f16 randn", "4"),
+                          ("sdpa_cudnn", "P f16", "7"), ("sdpa_cudnn", "P f16 randn", "3")])
+
+    def test_step_rows_pass_inputs_in_turn(self):
+        import bench
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "18_fake")
+            log = os.path.join(d, "calls")
+            write_exe(exe, textwrap.dedent(f"""\
+                #!/bin/sh
+                case "$*" in *--help*|*--device-info*) exit 1;; esac
+                echo "$*" >> {log}
+                suffix=""; case "$*" in *"--inputs randn"*) suffix=" randn";; esac
+                echo "step,idea,problem,time_ms"
+                echo "18_fake,x,P f16$suffix,1"
+                """))
+            rows, failed = bench.step_rows([exe], inputs=("uniform", "randn"))
+            self.assertEqual(failed, 0)
+            self.assertEqual([r["problem"] for r in rows], ["P f16", "P f16 randn"])
+            with open(log) as f:
+                self.assertEqual(f.read().splitlines(), ["--sweep --csv", "--sweep --csv --inputs randn"])
+
+    def test_randn_needs_out(self):
+        import bench
+        with self.assertRaises(SystemExit):
+            with open(os.devnull, "w") as null:
+                saved, sys.stderr = sys.stderr, null
+                try:
+                    bench.main(["--inputs", "both", "--no-steps", "--no-sdpa"])
+                finally:
+                    sys.stderr = saved
+
+
 class PtxasParse(unittest.TestCase):
     """ptxas.parse reads registers, spills, stack and static shared memory, with or without a stack frame."""
 
