@@ -62,15 +62,24 @@ void check_seq_lens(const AttnParams& a, const std::vector<int>& seq_lens) {
   }
 }
 
-Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std::vector<int> seq_lens) {
+const char* input_dist_name(InputDist d) { return d == InputDist::Randn ? "randn" : "uniform"; }
+
+Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std::vector<int> seq_lens, InputDist dist) {
   if (a.kv_cache && seq_lens.empty()) seq_lens.assign(std::size_t(a.batch), a.seq_k);
   check_seq_lens(a, seq_lens);
   Inputs in{std::vector<float>(q_elems(a)), std::vector<float>(k_elems(a)), std::vector<float>(k_elems(a)),
             std::vector<float>(with_dout ? q_elems(a) : 0), {}, std::move(seq_lens)};
-  fill_uniform(in.q, seed, -0.5f, 1.5f);
-  fill_uniform(in.k, seed + 1, -0.5f, 1.5f);
-  fill_uniform(in.v, seed + 2, -0.5f, 1.5f);
-  if (with_dout) fill_uniform(in.dout, seed + 3, -1.f, 1.f);
+  // Each tensor its own stream (seed + 0..3), so Q, K, V are the same whether dO is drawn or not.
+  auto draw = [&](std::vector<float>& t, std::uint64_t s, float lo, float hi) {
+    if (dist == InputDist::Randn)
+      fill_normal(t, s);
+    else
+      fill_uniform(t, s, lo, hi);
+  };
+  draw(in.q, seed, -0.5f, 1.5f);
+  draw(in.k, seed + 1, -0.5f, 1.5f);
+  draw(in.v, seed + 2, -0.5f, 1.5f);
+  if (with_dout) draw(in.dout, seed + 3, -1.f, 1.f);
   const std::size_t big_row = std::min(1, a.seq_q - 1);
   for (int d = 0; d < a.head_dim; ++d) in.q[big_row * a.head_dim + d] *= 20.f;
   for (auto* t : {&in.q, &in.k, &in.v, &in.dout}) round_to(a.dtype, *t);

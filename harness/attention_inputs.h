@@ -3,8 +3,10 @@
 // (tests/attention_checks.h), so both draw the same inputs and launch a step the same way.
 //
 //   make_inputs    Q, K, V uniform in [-0.5, 1.5) (the +0.5 offset keeps O away from zero, so
-//                  relative errors mean something), dO in [-1, 1), and query row 1 of head 0
-//                  20x larger (a very peaked softmax: the max-subtraction must work); all rounded
+//                  relative errors mean something), dO in [-1, 1); or, with InputDist::Randn
+//                  (--inputs randn), Q, K, V and dO standard normal, as published benchmarks
+//                  (FlashAttention's, PyTorch's) draw them with torch.randn; either way query row 1
+//                  of head 0 20x larger (a very peaked softmax: the max-subtraction must work); all rounded
 //                  to the problem's element type (fp16/bf16: nearest even), so that what a step
 //                  gets is what the references and an fp32 previous step get (as float). A KV
 //                  cache (AttnParams::kv_cache): the sequences' lengths, and every K/V row past
@@ -48,6 +50,10 @@ std::vector<std::size_t> lse_shape(const AttnParams& a);
 // The step's workspace: the larger of its forward's and (with `backward`) its backward's.
 std::size_t workspace_bytes(const StepInfo& s, const AttnParams& a, bool backward);
 
+// How make_inputs draws Q, K, V and dO (--inputs): uniform (the checks' default) or standard normal.
+enum class InputDist { Uniform, Randn };
+const char* input_dist_name(InputDist d);  // "uniform", "randn": the --inputs values
+
 // Host inputs as float (values of a.dtype). dout is drawn only `with_dout` (else empty).
 struct Inputs {
   std::vector<float> q, k, v, dout;
@@ -57,7 +63,8 @@ struct Inputs {
   std::vector<int> seq_lens;  // a.kv_cache: the length of each sequence, [batch]; else empty
 };
 // seq_lens (a.kv_cache only; empty: every sequence seq_k long) are checked (check_seq_lens).
-Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std::vector<int> seq_lens = {});
+Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std::vector<int> seq_lens = {},
+                   InputDist dist = InputDist::Uniform);
 // A KV cache's lengths: one per sequence, each in [0, seq_k], and causal needs seq_q <= each
 // (the first query would sit before the sequence's start). Throws UsageError saying which.
 void check_seq_lens(const AttnParams& a, const std::vector<int>& seq_lens);

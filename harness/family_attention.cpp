@@ -47,6 +47,7 @@ struct Flags {
   std::string dtype;  // "" (not given): the step's default problem's
   std::string input;    // --input PREFIX
   std::string cache_lens;  // --cache-lens L[,L...]
+  std::string inputs;      // --inputs uniform|randn ("" not given: uniform)
   bool kv_heads_given = false;  // --kv-heads on the command line (resolve)
   std::string variant;               // "" (not given): the step's first
   std::vector<std::string> variants;  // the step's (add_flags)
@@ -159,9 +160,17 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
                                 "or one for all); --seq-k is the capacity (default: the longest); causal aligns each "
                                 "sequence's last query with its last key") +
                         (step.attn_rule.kv_cache ? "" : ": this step runs none"));
+  parser.add_string("--inputs", &flags.inputs,
+                    std::string("how the random Q, K, V") + (step.attn_bwd ? " (and dO)" : "") +
+                        " are drawn: uniform in [-0.5, 1.5)" + (step.attn_bwd ? ", dO in [-1, 1)" : "") +
+                        " (default; what the tests check), or randn: standard normal, as published benchmarks draw "
+                        "them (torch.randn); query row 1 of head 0 20x larger either way; rows of randn problems end "
+                        "in ' randn'",
+                    {"uniform", "randn"});
   if (!step.variants.empty())  // named alternatives of the step, e.g. two ways to compute one output
     parser.add_string("--variant", &flags.variant, "which of the step's variants runs (default " + step.variants[0] + ")",
                       step.variants);
+  parser.conflicts("--input", "--inputs", "--input reads the inputs from files");
   parser.conflicts("--seq", "--seq-q", "--seq sets both lengths");
   parser.conflicts("--seq", "--seq-k", "--seq sets both lengths");
 }
@@ -241,6 +250,7 @@ void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
   if (!flags.dtype.empty()) p.attn.dtype = parse_dtype(flags.dtype);  // else the default problem's
   p.backward = flags.bwd;
   p.attn.variant = variant_index();
+  o.randn = flags.inputs == "randn";
   if (!flags.input.empty()) read_input(parser, p, o);
   if (!flags.cache_lens.empty()) read_cache_lens(parser, p, o);
 }
@@ -305,7 +315,8 @@ struct Runs {
   bool prev_bwd = false;        // `before` runs its backward too
 
   Runs(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o)
-      : in(o.inputs.empty() ? make_inputs(p.attn, p.backward, o.seed, o.seq_lens)  // else --input, read by resolve()
+      : in(o.inputs.empty() ? make_inputs(p.attn, p.backward, o.seed, o.seq_lens,  // else --input, read by resolve()
+                                          o.randn ? InputDist::Randn : InputDist::Uniform)
                             : Inputs{o.inputs[0], o.inputs[1], o.inputs[2], p.backward ? o.inputs[3] : std::vector<float>{},
                                      {}, p.attn.kv_cache ? o.seq_lens : std::vector<int>{}}),
         inputs(p.attn.dtype, in),
@@ -520,8 +531,12 @@ std::pair<std::string, double> check(const Problem& p, Runs& runs, const RunOpti
 // FLOPs (FlashAttention's convention: forward 4·B·H·Sq·Sk·d, halved when causal; bwd 2.5x).
 // A KV cache (decoding) is memory-bound: its rows count the K/V bytes read (`kv_bytes`) per second,
 // against the device's measured copy bandwidth.
+// The problem's name ends in " randn" when the inputs were standard normal (--inputs randn): after the
+// mode and the variant, so that a uniform row's name is unchanged and no reader of uniform rows
+// (profiles/fa_profiles.py split_problem) takes a randn row for one.
 ResultRow make_row(const StepInfo& step, const StepInfo* prev, const Problem& p, const DeviceInfo& dev,
-                   const std::string& mode, double ms, double prev_ms, double flop_factor, double kv_bytes = 0) {
+                   const RunOptions& o, const std::string& mode, double ms, double prev_ms, double flop_factor,
+                   double kv_bytes = 0) {
   const AttnParams& a = p.attn;
   ResultRow r;
   r.step = step.name;
@@ -534,6 +549,7 @@ ResultRow make_row(const StepInfo& step, const StepInfo* prev, const Problem& p,
   }
   if (a.variant > 0 && std::size_t(a.variant) < step.variants.size())  // not the step's default
     r.problem += " [" + step.variants[a.variant] + "]";
+  if (o.randn) r.problem += " randn";
   if (prev) r.prev_step = prev->name;
   if (ms > 0 && a.kv_cache) {
     set_rate(r, ms, kv_bytes, 1e-9, "GB/s", "copy", dev.copy_gbs);
@@ -560,15 +576,15 @@ std::vector<ResultRow> time_runs(const StepInfo& step, const StepInfo* prev, con
   double kv_bytes = 0;  // K and V rows within each sequence's length
   for (std::size_t b = 0; b < runs.in.seq_lens.size(); ++b)
     kv_bytes += 2.0 * runs.in.seq_lens[b] * kv_heads_of(p.attn) * p.attn.head_dim * dtype_bytes(p.attn.dtype);
-  std::vector<ResultRow> out{make_row(step, prev, p, dev, "fwd", tf[0].median_ms, f_prev, 1.0, kv_bytes)};
+  std::vector<ResultRow> out{make_row(step, prev, p, dev, o, "fwd", tf[0].median_ms, f_prev, 1.0, kv_bytes)};
   if (!p.backward) return out;
   std::vector<Launch> bwd{[&](cudaStream_t s) { me.backward(s); }};
   if (runs.prev_bwd) bwd.push_back([&](cudaStream_t s) { before->backward(s); });
   const std::vector<Timing> tb = time_interleaved(bwd, o.timing);
   FA_CHECK_LAUNCH();
   const double b_prev = runs.prev_bwd ? tb[1].median_ms : -1;
-  out.push_back(make_row(step, prev, p, dev, "bwd", tb[0].median_ms, b_prev, 2.5));
-  out.push_back(make_row(step, prev, p, dev, "fwd+bwd", tf[0].median_ms + tb[0].median_ms,
+  out.push_back(make_row(step, prev, p, dev, o, "bwd", tb[0].median_ms, b_prev, 2.5));
+  out.push_back(make_row(step, prev, p, dev, o, "fwd+bwd", tf[0].median_ms + tb[0].median_ms,
                          runs.prev_bwd ? f_prev + b_prev : -1, 3.5));
   return out;
 }
@@ -586,7 +602,7 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
   double err_prev = -1;
   if (o.check) std::tie(verdict, err_prev) = check(p, runs, o);
   std::vector<ResultRow> out = o.bench ? time_runs(step, prev, p, runs, o, dev)
-                                       : std::vector<ResultRow>{make_row(step, prev, p, dev, "fwd", -1, -1, 1.0)};
+                                       : std::vector<ResultRow>{make_row(step, prev, p, dev, o, "fwd", -1, -1, 1.0)};
   for (ResultRow& r : out) r.check = verdict, r.err_vs_prev = err_prev;
   return out;
 }
@@ -594,6 +610,6 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
 }  // namespace
 
 const FamilyOps kAttentionFamily{"attention",  add_flags, default_problem,     sweep, resolve, validate,
-                                 prev_problem, run,       {"--dtype", "--bwd", "--variant", "--kv-heads"}};
+                                 prev_problem, run,       {"--dtype", "--bwd", "--variant", "--kv-heads", "--inputs"}};
 
 }  // namespace fa

@@ -310,7 +310,8 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     const DeviceInfo dev = open_device(int(f.device), o, f.bench || f.sweep || f.device_info);
     if (f.device_info) return int(kExitOk);
     if (o.inputs.empty())
-      say(o, "seed " + std::to_string(o.seed) + " (replay with --seed " + std::to_string(o.seed) + ")");
+      say(o, "seed " + std::to_string(o.seed) + (o.randn ? ", inputs randn" : "") + " (replay with --seed " +
+                 std::to_string(o.seed) + (o.randn ? " --inputs randn" : "") + ")");
     else
       say(o, "inputs from --input " + o.input_path);
     if (f.sweep) o.bench = true;

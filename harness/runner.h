@@ -28,6 +28,9 @@ struct RunOptions {
   std::string input_path;  // the --input value those came from (a file or a prefix)
   std::vector<std::vector<float>> inputs;
   std::vector<int> seq_lens;  // attention, --cache-lens: each sequence's length (empty: seq_k each)
+  // attention, --inputs randn: random inputs standard normal instead of uniform (attention_inputs.h);
+  // the result rows' problems end in " randn".
+  bool randn = false;
 };
 
 // One row of every results table (run_all, --bench, --sweep).

@@ -23,21 +23,32 @@ Baselines (PyTorch with CUDA only): torch.nn.functional.scaled_dot_product_atten
 torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) (step 'sdpa_flash') and
 SDPBackend.CUDNN_ATTENTION (step 'sdpa_cudnn'), on the attention sweep of the steps (batch·seq =
 16384 tokens, heads = 2048/head_dim, seq 512...16384, head_dim 64 and 128, causal and not), fp16 and
-bf16, layout [B, H, S, D], inputs uniform in [-0.5, 1.5) (dO in [-1, 1)). With steps to run, these rows
-are measured twice, before and after the steps, and hold the mean of the two passes (the drift between the
-passes is printed). Timed as the steps are:
+bf16, layout [B, H, S, D], inputs uniform in [-0.5, 1.5) (dO in [-1, 1); Inputs below). With steps to run,
+these rows are measured twice, before and after the steps, and hold the mean of the two passes (the drift
+between the passes is printed). Timed as the steps are:
 CUDA events around each launch, warm-up launches, at least 20 repetitions, the median, L2 flushed
 before every repetition by writing a buffer twice its size. Rows: forward (problem 'B.. H.. S.. D..
 [causal] f16'), backward ('... bwd', autograd.grad of the forward's output) and their sum ('...
 fwd+bwd'); FLOPs by the FlashAttention convention (forward 4·B·H·S²·D, halved when causal; backward
 2.5×, both 3.5×); % of peak of the dense fp16 tensor peak that the steps' --device-info prints.
 
+Inputs (--inputs): uniform by default, as above and as the committed bench.csv; `--inputs randn` runs the steps
+with `--inputs randn` and draws SDPA's q, k, v, dout with torch.randn (standard normal, as FlashAttention's and
+PyTorch's published benchmarks do), and `--inputs both` runs every step command and every SDPA cell on uniform
+then on randn inputs, in turn. Rows measured on randn inputs have problems ending in ' randn' ('B8 H32 S2048 D64
+f16 randn', 'B8 H32 S2048 D64 f16 bwd [deterministic] randn'; fa_profiles.split_inputs), so uniform rows keep
+their names and the generated tables, which read problems with fp.split_problem, never mistake a randn row for
+one (the plot, too, draws the uniform rows only); randn runs must write elsewhere than the committed bench.csv
+(--out):
+  python3 profiles/bench.py --steps 16,18 --inputs both --out profiles/h100/bench_inputs.csv --no-render
+
 --merge CSV keeps CSV's rows of every numbered step this run did not measure, and of SDPA every row
 (problem) this run did not re-measure: with --steps naming forward-only steps, SDPA's forward is
 measured again beside them (same run), and its backward rows stay those measured beside the backward
 steps; with --steps naming only steps with a backward (07, 08), the reverse: SDPA's bwd and fwd+bwd
 rows are measured again and its forward rows (the forward steps' baselines) kept; with --steps 22 alone,
-only SDPA's decode rows are measured again (and the grouped-query and MHA rows kept).
+only SDPA's decode rows are measured again (and the grouped-query and MHA rows kept). Uniform and randn rows
+are kept apart: a step measured now replaces only its rows of the inputs it was measured on.
 
 Without PyTorch the baselines are skipped, without matplotlib the plot: each is said, and the CSV
 and the terminal table are still written.
@@ -154,8 +165,17 @@ def ablation_args():
             for s in ABLATION_SEQS for d in ATTN_DIMS for causal in (False, True)]
 
 
-def step_rows(exes, gqa_only=False):
+def step_rows(exes, gqa_only=False, inputs=("uniform",)):
+    """Every step's sweep rows, each command once per entry of `inputs` in turn (--inputs randn added for randn:
+    its rows' problems end in ' randn')."""
     rows, failed = [], 0
+
+    def run_each(cmd):
+        nonlocal rows, failed
+        for x in inputs:
+            r, rc = run_csv(cmd + (["--inputs", x] if x != "uniform" else []))
+            rows, failed = rows + r, failed + (rc != 0)
+
     for exe in exes:
         # A step with a backward sweeps with --bwd: its rows hold the forward, the backward and
         # their sum (a plain --sweep would repeat the forward rows). A step with named variants
@@ -166,13 +186,11 @@ def step_rows(exes, gqa_only=False):
             cmds = [[exe, "--bench", "--csv", "--variant", v] + a for a in ablation_args()] \
                 if v and v.startswith("no-") else [cmd + (["--variant", v] if v else [])]
             for c in cmds:
-                r, rc = run_csv(c)
-                rows, failed = rows + r, failed + (rc != 0)
+                run_each(c)
         # A forward-only step that runs GQA: its sweep again with GQA_KV_HEADS K/V heads. (A step with a
         # backward takes its forward from a forward step, whose GQA rows are these.)
         if runs_gqa(exe) and not has_backward(exe):
-            r, rc = run_csv([exe, "--sweep", "--kv-heads", str(GQA_KV_HEADS), "--csv"])
-            rows, failed = rows + r, failed + (rc != 0)
+            run_each([exe, "--sweep", "--kv-heads", str(GQA_KV_HEADS), "--csv"])
     return rows, failed
 
 
@@ -210,7 +228,7 @@ def has_backward(exe):
 
 def merge_rows(old, new, by_problem=False):
     """--merge: the new rows, and the old rows of every step this run did not measure. A numbered step
-    measured now replaces all its old rows (with `by_problem`, as --gqa-only: only those of the problems it
+    measured now replaces all its old rows of the same inputs (uniform or randn) (with `by_problem`, as --gqa-only: only those of the problems it
     measured now); a baseline (sdpa_*) replaces only the rows (problems) it measured now, so a forward-only
     SDPA run keeps the backward rows measured beside the backward steps.
     -> (rows: numbered steps in order, then the baselines; how many old rows were kept)."""
@@ -220,10 +238,12 @@ def merge_rows(old, new, by_problem=False):
         rows = kept + new
         return sorted((r for r in rows if r["step"][:2].isdigit()), key=lambda r: r["step"]) + \
             [r for r in rows if not r["step"][:2].isdigit()], len(kept)
-    steps_now = {r["step"] for r in new if r["step"][:2].isdigit()}
+    # A numbered step measured now replaces its old rows of the inputs it was measured on (uniform or randn:
+    # fp.split_inputs), so a randn run merged into a file keeps that step's uniform rows, and the reverse.
+    steps_now = {(r["step"], fp.split_inputs(r["problem"])[1]) for r in new if r["step"][:2].isdigit()}
     base_now = {(r["step"], r["problem"]): r for r in new if not r["step"][:2].isdigit()}
     kept, used = 0, set()
-    numbered = [r for r in old if r["step"][:2].isdigit() and r["step"] not in steps_now]
+    numbered = [r for r in old if r["step"][:2].isdigit() and (r["step"], fp.split_inputs(r["problem"])[1]) not in steps_now]
     kept += len(numbered)
     numbered = sorted(numbered + [r for r in new if r["step"][:2].isdigit()], key=lambda r: r["step"])
     baselines = []
@@ -302,9 +322,18 @@ def sdpa_row(torch, step, what, problem, ms, rate, unit, peak, peak_value, devic
                 err_vs_prev="-1", check="", baseline="", baseline_time_ms="-1", vs_baseline="-1", device=device)
 
 
-def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
+def draw(torch, shape, dtype, inputs, lo, hi):
+    """A tensor drawn as the steps draw theirs (harness/attention_inputs.h): uniform in [lo, hi), or for 'randn'
+    standard normal (torch.randn, as published benchmarks draw theirs)."""
+    if inputs == "randn":
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+    return torch.rand(*shape, device="cuda", dtype=dtype).mul_(hi - lo).add_(lo)
+
+
+def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0, inputs=("uniform",)):
     """modes: 'all' (fwd, bwd, fwd+bwd rows), 'fwd', or 'bwd' (the bwd and fwd+bwd rows only). kv_heads:
-    K and V with that many heads (grouped-query attention, problems 'B.. H.. KV..'); 0: as many as Q."""
+    K and V with that many heads (grouped-query attention, problems 'B.. H.. KV..'); 0: as many as Q. inputs:
+    each cell once per entry, in turn ('randn': its rows' problems end in ' randn')."""
     bwd = modes != "fwd"
     from torch.nn.attention import SDPBackend, sdpa_kernel
     flush, device = flush_buffer(torch), torch.cuda.get_device_name(0)
@@ -317,10 +346,10 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
         flop = 4.0 * b * h * seq * seq * d / (2.0 if causal else 1.0)
         kvh = kv_heads if 0 < kv_heads < h else h
         shape = f"B{b} H{h}" + (f" KV{kvh}" if kvh != h else "") + f" S{seq} D{d}" + (" causal" if causal else "")
-        for dname, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
-            q, k, v = (torch.rand(b, heads, seq, d, device="cuda", dtype=dtype).mul_(2).sub_(0.5).requires_grad_()
-                       for heads in (h, kvh, kvh))
-            dout = torch.rand(b, h, seq, d, device="cuda", dtype=dtype).mul_(2).sub_(1)
+        for dname, dtype, x in ((n, t, x) for n, t in (("f16", torch.float16), ("bf16", torch.bfloat16))
+                                for x in inputs):
+            q, k, v = (draw(torch, (b, heads, seq, d), dtype, x, -0.5, 1.5).requires_grad_() for heads in (h, kvh, kvh))
+            dout = draw(torch, (b, h, seq, d), dtype, x, -1, 1)
             for step, backend, what in backends:
                 times = under_backend(sdpa_kernel, backend, step, f"{shape} {dname}", refused,
                                       lambda: time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd))
@@ -332,9 +361,9 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0):
                            "fwd": (("", tf, 1.0),), "bwd": ((" bwd", tb, 2.5), (" fwd+bwd", both, 3.5))}
                 for mode, ms, factor in rows_of[modes]:
                     rate = factor * flop / (ms * 1e-3) * 1e-12
-                    rows.append(sdpa_row(torch, step, what, f"{shape} {dname}{mode}", ms, rate, "TFLOP/s", "tensor",
-                                         tensor_peak, device))
-            say(f"   sdpa {shape} {dname}: done")
+                    rows.append(sdpa_row(torch, step, what, fp.with_inputs(f"{shape} {dname}{mode}", x), ms, rate,
+                                         "TFLOP/s", "tensor", tensor_peak, device))
+            say(f"   sdpa {fp.with_inputs(f'{shape} {dname}', x)}: done")
     return rows
 
 
@@ -383,11 +412,12 @@ def copy_gbs(torch, flush, reps, warmup):
     return 2.0 * n / (ms * 1e-3) * 1e-9
 
 
-def sdpa_decode_rows(torch, reps, warmup):
+def sdpa_decode_rows(torch, reps, warmup, inputs=("uniform",)):
     """SDPA's forward on step 22's decode shapes, every backend that runs them (flash, cuDNN, efficient), each
     sequence as long as the cache (SDPA has no per-sequence lengths); not causal (one query row sees the whole
     cache, as step 22's causal does at the end of a sequence). Rows 'B8 H32 KV8 Sq1 Sk4096 D128 cache f16':
-    GB/s of K/V bytes read, against the copy bandwidth measured in the same run."""
+    GB/s of K/V bytes read, against the copy bandwidth measured in the same run. Inputs uniform in [0, 1), or
+    standard normal for 'randn' (rows '... f16 randn')."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     flush, device = flush_buffer(torch), torch.cuda.get_device_name(0)
@@ -398,13 +428,14 @@ def sdpa_decode_rows(torch, reps, warmup):
                 ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION, "memory-efficient backend")]
     rows, refused = [], set()
     torch.manual_seed(0)
-    for b, kvh, n in ((b, k, n) for b in DECODE_BATCHES for k in DECODE_KV_HEADS for n in DECODE_LENS):
+    for b, kvh, n, x in ((b, k, n, x) for b in DECODE_BATCHES for k in DECODE_KV_HEADS for n in DECODE_LENS
+                         for x in inputs):
         if b * kvh * n * DECODE_DIM > 1 << 30:
             continue
         h, d = DECODE_HEADS, DECODE_DIM
-        shape = f"B{b} H{h}" + (f" KV{kvh}" if kvh != h else "") + f" Sq1 Sk{n} D{d} cache f16"
-        q = torch.rand(b, h, 1, d, device="cuda", dtype=torch.float16)
-        k, v = (torch.rand(b, kvh, n, d, device="cuda", dtype=torch.float16) for _ in range(2))
+        shape = fp.with_inputs(f"B{b} H{h}" + (f" KV{kvh}" if kvh != h else "") + f" Sq1 Sk{n} D{d} cache f16", x)
+        q = draw(torch, (b, h, 1, d), torch.float16, x, 0, 1)
+        k, v = (draw(torch, (b, kvh, n, d), torch.float16, x, 0, 1) for _ in range(2))
         extra = {"enable_gqa": True} if kvh != h else {}
         kv_bytes = 2.0 * b * kvh * n * d * 2
         for step, backend, what in backends:
@@ -591,6 +622,10 @@ def main(argv=None):
     ap.add_argument("--gqa-only", action="store_true",
                     help="only grouped-query attention: the GQA sweep of each named forward step that runs it and "
                          "SDPA's GQA forward; with --merge, every other row (of these steps too) kept")
+    ap.add_argument("--inputs", choices=("uniform", "randn", "both"), default="uniform",
+                    help="how the steps (their --inputs) and SDPA draw Q, K, V, dO: uniform (default: the committed "
+                         "rows), randn (standard normal, as published benchmarks; rows end in ' randn'), or both "
+                         "(each command and SDPA cell on uniform, then randn, in turn); randn needs --out")
     ap.add_argument("--merge", metavar="CSV",
                     help="keep CSV's rows of every step (and baseline) this run did not measure: re-measure a few "
                          "steps into a complete bench.csv")
@@ -627,6 +662,11 @@ def main(argv=None):
         source = fp.rel(os.path.abspath(path)) if os.path.abspath(path).startswith(fp.ROOT) else os.path.basename(path)
         return 0 if draw(fp.read_csv(path), png, source) else 1
 
+    inputs = ("uniform", "randn") if a.inputs == "both" else (a.inputs,)
+    committed = os.path.join(fp.gpu_dir(), "bench.csv")
+    if "randn" in inputs and (not a.out or os.path.abspath(a.out) == committed):
+        ap.error(f"--inputs {a.inputs}: give --out, not {fp.rel(committed)}: the generated tables (results.py) read "
+                 "its rows as the uniform sweep's and do not tell randn rows apart")
     only = {s.strip()[:2].zfill(2) for s in a.steps.split(",")} if a.steps else set()
     exes = [] if a.no_steps else step_exes(a.build, only)
     if not exes and not a.no_steps:
@@ -647,21 +687,21 @@ def main(argv=None):
     bracket = bool(torch and exes and not a.gqa_only and not decode_only)
     if bracket:
         say(f"== SDPA baselines, first pass (PyTorch {torch.__version__}; rows: {modes})")
-        before = sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
-    rows, failed = step_rows(exes, a.gqa_only)
+        before = sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes, inputs=inputs)
+    rows, failed = step_rows(exes, a.gqa_only, inputs)
     sdpa_measured = False
     if not a.no_sdpa:
         if torch:
             if not a.gqa_only and not decode_only:
                 say(f"== SDPA baselines{', second pass' if bracket else ''} (PyTorch {torch.__version__}; rows: {modes})")
-                after = sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes)
+                after = sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes, inputs=inputs)
                 rows += bracket_mean(before, after)[0] if bracket else after
             if not a.gqa_only and modes in ("all", "fwd") and (not only or "22" in only):  # step 22's baselines
                 say("== SDPA baselines, decoding (step 22's shapes)")
-                rows += sdpa_decode_rows(torch, a.reps, a.warmup)
+                rows += sdpa_decode_rows(torch, a.reps, a.warmup, inputs)
             if modes in ("all", "fwd") and not decode_only:  # the forward baselines: also grouped-query attention's
                 say(f"== SDPA baselines, grouped-query attention ({GQA_KV_HEADS} K/V heads, forward)")
-                rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, "fwd", kv_heads=GQA_KV_HEADS)
+                rows += sdpa_rows(torch, tensor_peak, a.reps, a.warmup, "fwd", kv_heads=GQA_KV_HEADS, inputs=inputs)
             sdpa_measured = True
         else:
             say(why)

@@ -215,6 +215,25 @@ def split_problem(problem, gqa=False, cache=False):
                 d=int(d), cache=bool(kv_cache), causal=bool(causal), dtype=dtype, mode=mode or "fwd")
 
 
+# How a row's random inputs were drawn (the executables' --inputs, bench.py --inputs): a problem measured on
+# standard normal inputs ends in " randn" (after its mode and its " [variant]"); a uniform one has no suffix, so
+# the committed rows keep their names, and split_problem() (anchored) never takes a randn row for a uniform one.
+INPUTS = ("uniform", "randn")
+
+
+def split_inputs(problem):
+    """'B8 H32 S2048 D64 f16 bwd randn' -> ('B8 H32 S2048 D64 f16 bwd', 'randn'); no suffix -> (problem, 'uniform')."""
+    p = problem.strip()
+    return (p[:-len(" randn")], "randn") if p.endswith(" randn") else (p, "uniform")
+
+
+def with_inputs(problem, inputs):
+    """The problem's name for rows measured on `inputs` (the inverse of split_inputs)."""
+    if inputs not in INPUTS:
+        raise ValueError(f"inputs {inputs!r}: one of {', '.join(INPUTS)}")
+    return problem + " randn" if inputs == "randn" else problem
+
+
 # ---- numbers and units ---------------------------------------------------------------------------
 def to_float(text):
     """'1,101,604,352' -> 1101604352.0; '', 'n/a', '-1' stay distinguishable: None for non-numbers."""

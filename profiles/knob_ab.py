@@ -36,16 +36,19 @@ def cells(args):
                     yield d, causal, seq, dtype
 
 
-def run_arm(exe, env, cell, fwd):
+def run_arm(exe, env, cell, fwd, extra=()):
+    """The step's forward (fwd) or bwd row of one `EXE --bench --csv` run on the cell; `extra`: more flags (e.g.
+    profiles/inputs_ab.py's --inputs randn; the row's ' randn' suffix is looked past)."""
     d, causal, seq, dtype = cell
     cmd = [exe, "--bench", "--csv", "--batch", str(TOKENS // seq), "--heads", str(2048 // d), "--seq", str(seq),
            "--head-dim", str(d), "--dtype", dtype] + (["--causal"] if causal else []) + ([] if fwd else ["--bwd"])
+    cmd += list(extra)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
     if p.returncode != 0:
         raise SystemExit(f"knob_ab: {' '.join(cmd)} with {env} exited {p.returncode}: {p.stderr.strip()[-400:]}")
     rows = bench.parse_rows(p.stdout)  # the step's rows (its PREV's time is a column of each)
-    want = [r for r in rows if (not r["problem"].endswith((" bwd", " fwd+bwd", " fwd")) if fwd
-                                else r["problem"].endswith(" bwd"))]
+    name = [bench.fp.split_inputs(r["problem"])[0] for r in rows]
+    want = [r for r, n in zip(rows, name) if (not n.endswith((" bwd", " fwd+bwd", " fwd")) if fwd else n.endswith(" bwd"))]
     if not want:
         raise SystemExit(f"knob_ab: no {'forward' if fwd else 'bwd'} row in the output of {' '.join(cmd)}")
     return want[0]

@@ -921,6 +921,159 @@ class BenchMerge(unittest.TestCase):
                           ("sdpa_cudnn", "G f16", "3")])
 
 
+class BenchInputs(unittest.TestCase):
+    """--inputs: the ' randn' suffix of a problem, kept apart by --merge, passed to the steps, refused beside the
+    committed bench.csv."""
+
+    def test_split_and_name(self):
+        self.assertEqual(fp.split_inputs("B8 H32 S2048 D64 f16 bwd [deterministic] randn"),
+                         ("B8 H32 S2048 D64 f16 bwd [deterministic]", "randn"))
+        self.assertEqual(fp.split_inputs("B8 H32 S2048 D64 f16"), ("B8 H32 S2048 D64 f16", "uniform"))
+        self.assertEqual(fp.with_inputs("B8 H32 S2048 D64 f16", "randn"), "B8 H32 S2048 D64 f16 randn")
+        self.assertEqual(fp.with_inputs("B8 H32 S2048 D64 f16", "uniform"), "B8 H32 S2048 D64 f16")
+        with self.assertRaises(ValueError):
+            fp.with_inputs("P", "normal")
+        # the tables' parser never takes a randn row for a uniform one
+        self.assertIsNone(fp.split_problem("B8 H32 S2048 D64 f16 randn"))
+        self.assertIsNone(fp.split_problem("B8 H32 S2048 D64 f16 bwd randn"))
+        self.assertEqual(fp.split_problem("B8 H32 S2048 D64 f16 bwd")["mode"], "bwd")
+
+    def test_merge_keeps_uniform_and_randn_apart(self):
+        import bench
+        old = [bench_row("18_hopper_warp_specialized", "P f16", 5), bench_row("18_hopper_warp_specialized", "P f16 randn", 6),
+               bench_row("sdpa_cudnn", "P f16", 7), bench_row("sdpa_cudnn", "P f16 randn", 8)]
+        new = [bench_row("18_hopper_warp_specialized", "P f16 randn", 4), bench_row("sdpa_cudnn", "P f16 randn", 3)]
+        rows, kept = bench.merge_rows(old, new)
+        self.assertEqual(kept, 2)  # step 18's uniform row and SDPA's uniform row
+        self.assertEqual([(r["step"], r["problem"], r["time_ms"]) for r in rows],
+                         [("18_hopper_warp_specialized", "P f16", "5"), ("18_hopper_warp_specialized", "P f16 randn", "4"),
+                          ("sdpa_cudnn", "P f16", "7"), ("sdpa_cudnn", "P f16 randn", "3")])
+
+    def test_step_rows_pass_inputs_in_turn(self):
+        import bench
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "18_fake")
+            log = os.path.join(d, "calls")
+            write_exe(exe, textwrap.dedent(f"""\
+                #!/bin/sh
+                case "$*" in *--help*|*--device-info*) exit 1;; esac
+                echo "$*" >> {log}
+                suffix=""; case "$*" in *"--inputs randn"*) suffix=" randn";; esac
+                echo "step,idea,problem,time_ms"
+                echo "18_fake,x,P f16$suffix,1"
+                """))
+            rows, failed = bench.step_rows([exe], inputs=("uniform", "randn"))
+            self.assertEqual(failed, 0)
+            self.assertEqual([r["problem"] for r in rows], ["P f16", "P f16 randn"])
+            with open(log) as f:
+                self.assertEqual(f.read().splitlines(), ["--sweep --csv", "--sweep --csv --inputs randn"])
+
+    def test_randn_needs_out(self):
+        import bench
+        with self.assertRaises(SystemExit):
+            with open(os.devnull, "w") as null:
+                saved, sys.stderr = sys.stderr, null
+                try:
+                    bench.main(["--inputs", "both", "--no-steps", "--no-sdpa"])
+                finally:
+                    sys.stderr = saved
+
+
+class InputsAb(unittest.TestCase):
+    """profiles/inputs_ab.py without a GPU: its arguments, plan, sample windows and summary maths."""
+
+    def test_defaults_and_plan(self):
+        import inputs_ab as ab
+        a = ab.parse_args([])
+        self.assertTrue(a.step[0].endswith("build/bin/18_hopper_warp_specialized"))
+        self.assertEqual((a.dims, a.seqs, a.causal, a.dtypes, a.sdpa, a.rounds), ([128, 64], [16384, 4096], "both",
+                                                                                 ["f16", "bf16"], ["flash", "cudnn"], 2))
+        arms = ab.plan(a)
+        self.assertEqual(len(arms), 16 * 2 * 3 * 2)
+        # within a cell and round every implementation runs both inputs, uniform first in odd rounds
+        first = [(rnd, kind, x) for cell, rnd, kind, _, x in arms[:12]]
+        self.assertEqual(first[:2], [(1, "step", "uniform"), (1, "step", "randn")])
+        self.assertEqual(first[6:8], [(2, "step", "randn"), (2, "step", "uniform")])
+        self.assertLess(ab.estimate_s(a, arms), 300)  # the GPU call's budget: about 4 minutes
+        self.assertEqual(ab.cell_name((128, True, 16384, "bf16")), "B1 H16 S16384 D128 causal bf16")
+        self.assertEqual(ab.cell_flop((64, False, 4096, "f16")), 4.0 * 4 * 32 * 4096 * 4096 * 64)
+        self.assertEqual(ab.arm_reps((128, False, 16384, "f16"), 20, 500), 114)  # 2.2 TFLOP at 500 TFLOP/s: 4.4 ms
+        self.assertEqual(ab.arm_reps((128, False, 16384, "f16"), 200, 500), 200)
+        b = ab.parse_args(["--no-steps", "--sdpa", "cudnn", "--dims", "64", "--causal", "no", "--rounds", "3"])
+        self.assertEqual(b.step, [])
+        self.assertEqual(len(ab.plan(b)), 2 * 2 * 3 * 2)  # 2 seqs x 2 dtypes, 3 rounds, 1 implementation, 2 inputs
+        for bad in (["--reps", "5"], ["--rounds", "0"], ["--no-steps", "--sdpa"], ["--dtypes", "f32"]):
+            with self.assertRaises(SystemExit, msg=bad):
+                with open(os.devnull, "w") as null:
+                    saved, sys.stderr = sys.stderr, null
+                    try:
+                        ab.parse_args(bad)
+                    finally:
+                        sys.stderr = saved
+
+    def test_smi_lines_and_windows(self):
+        import inputs_ab as ab
+        t, mhz, w, c = ab.parse_smi_line("2026/11/27 07:00:05.250, 1980, 650.5, 55\n")
+        self.assertEqual((mhz, w, c), (1980.0, 650.5, 55.0))
+        self.assertAlmostEqual(t - ab.parse_smi_line("2026/11/27 07:00:05.000, 1, 1, 1")[0], 0.25, places=3)
+        for bad in ("timestamp, clocks.current.sm [MHz], power.draw [W], temperature.gpu", "2026/11/27 07:00:05.000, "
+                    "[N/A], 1, 1", "1, 2, 3"):
+            self.assertIsNone(ab.parse_smi_line(bad))
+        # idle at 100 W before t=10; an arm 10..11 with set-up samples at 120 W and busy ones at 600-700 W
+        samples = [(t / 10, 1980.0, 100.0, 40.0) for t in range(0, 100, 2)] + \
+                  [(10.0, 1980.0, 120.0, 41.0), (10.2, 1755.0, 600.0, 50.0), (10.4, 1695.0, 700.0, 52.0),
+                   (11.5, 1980.0, 700.0, 60.0)]
+        idle = ab.idle_power(samples, 10.0)
+        self.assertEqual(idle, 100.0)
+        mhz, w, c, n = ab.window_means(samples, 10.0, 11.0, idle)  # busy: >= 100 + (700 - 100) / 2 = 400 W
+        self.assertEqual((mhz, w, c, n), (1725.0, 650.0, 51.0, "2/3"))
+        self.assertEqual(ab.window_means(samples, 10.0, 11.0)[3], "3/3")  # no idle power: every sample
+        self.assertEqual(ab.window_means(samples, 20.0, 21.0), (None, None, None, "0/0"))
+        self.assertAlmostEqual(ab.flop_per_cycle(2e12, 4.0, 1600.0), 2e12 / (4e-3 * 1.6e9))
+        self.assertIsNone(ab.flop_per_cycle(2e12, 4.0, None))
+
+    def test_summary_tells_a_clock_effect_from_a_work_effect(self):
+        import inputs_ab as ab
+        def rec(impl, x, rnd, ms, mhz, watts=600.0):
+            return dict(round=rnd, cell="C", impl=impl, inputs=x, time_ms=ms, tflops=1000.0 / ms, clock_mhz=mhz,
+                        power_w=watts, flop_per_cycle=ab.flop_per_cycle(4e12, ms, mhz))
+        recs = [  # "clocked": randn 10% slower, at a clock 10% lower (the same work per cycle);
+                  # "work": randn 10% slower at the same clock (less work per cycle)
+            rec("clocked", "uniform", 1, 4.0, 1980), rec("clocked", "randn", 1, 4.4, 1800, 690),
+            rec("clocked", "randn", 2, 4.4, 1800, 690), rec("clocked", "uniform", 2, 4.0, 1980),
+            rec("work", "uniform", 1, 4.0, 1980), rec("work", "randn", 1, 4.4, 1980),
+            rec("only_uniform", "uniform", 1, 4.0, None)]
+        s = {x["impl"]: x for x in ab.summarize(recs)}
+        self.assertAlmostEqual(s["clocked"]["time_ratio"], 1.1)
+        self.assertAlmostEqual(s["clocked"]["clock_ratio"], 1800 / 1980)
+        self.assertAlmostEqual(s["clocked"]["fpc_ratio"], (4.0 * 1980) / (4.4 * 1800))  # 1.0: the clock explains it
+        self.assertAlmostEqual(s["clocked"]["fpc_ratio"], 1.0)
+        self.assertAlmostEqual(s["clocked"]["power_w_randn"], 690)
+        self.assertAlmostEqual(s["work"]["clock_ratio"], 1.0)
+        self.assertAlmostEqual(s["work"]["fpc_ratio"], 1 / 1.1)
+        self.assertIsNone(s["only_uniform"]["time_ratio"])
+        over = ab.overall(ab.summarize(recs))
+        self.assertAlmostEqual(over["clocked"][2], 1.0)
+        self.assertEqual(over["work"][3], 1)
+        text = ab.format_summary(ab.summarize(recs))
+        self.assertIn("SUMMARY clocked: time 1.100, clock 0.909, FLOP/cycle 1.000 over 1 cells", text)
+        self.assertIn("SUMMARY only_uniform: time -, clock -, FLOP/cycle - over 1 cells", text)
+
+    def test_records_csv(self):
+        import inputs_ab as ab
+        recs = [dict(round=1, cell="C", impl="sdpa_cudnn", inputs="randn", problem="C randn", time_ms=4.0,
+                     tflops=550.123456789, flop=2.2e12, t0=0.0, t1=1.0, device="GPU")]
+        ab.add_clocks(recs, [(0.5, 1800.0, 650.0, 50.0)], None, "nvidia-smi power.draw.instant")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ab.csv")
+            ab.write_records(path, recs)
+            ab.write_records(path, recs)  # appended: one header
+            rows = fp.read_csv(path)
+        self.assertEqual(len(rows), 2)
+        self.assertEqual(list(rows[0]), ab.COLUMNS)
+        self.assertEqual((rows[0]["clock_mhz"], rows[0]["tflops"], rows[0]["samples"]), ("1800", "550.123", "1/1"))
+
+
 class PtxasParse(unittest.TestCase):
     """ptxas.parse reads registers, spills, stack and static shared memory, with or without a stack frame."""
 

@@ -42,6 +42,11 @@ foreach(step IN LISTS FA_STEPS)
     add_cli_test(${step}.input_shape_mismatch 2
                  "--seq 64 does not match the --input files: .*at_q100_k100_d128_b1h2.q.npy' is \\[1, 2, 100, 128\\]"
                  ${exe} --input ${FA_DATA_DIR}/at_q100_k100_d128_b1h2 --seq 64)
+    # --inputs uniform|randn (how the random inputs are drawn): strict values, not beside --input files
+    add_cli_test(${step}.help_lists_inputs 0 "--inputs S +how the random Q, K, V" ${exe} --help)
+    add_cli_test(${step}.inputs_bad_value 2 "--inputs: 'normal' is not one of: uniform, randn" ${exe} --inputs normal)
+    add_cli_test(${step}.inputs_with_input 2 "--input conflicts with --inputs [(]--input reads the inputs from files[)]"
+                 ${exe} --inputs randn --input ${FA_DATA_DIR}/at_q100_k100_d128_b1h2)
   endif()
 endforeach()
 

@@ -37,6 +37,7 @@ struct Parsed {
   fa::Problem p;
   std::vector<fa::Problem> sweep;
   std::vector<int> seq_lens;  // --cache-lens
+  bool randn = false;         // --inputs randn
 };
 Parsed parse(const fa::StepInfo& s, std::vector<const char*> args) {
   fa::ArgParser parser("prog", "test");
@@ -48,6 +49,7 @@ Parsed parse(const fa::StepInfo& s, std::vector<const char*> args) {
   fa::kAttentionFamily.resolve(parser, out.p, o);
   out.sweep = fa::kAttentionFamily.sweep(s);
   out.seq_lens = o.seq_lens;
+  out.randn = o.randn;
   return out;
 }
 
@@ -82,6 +84,18 @@ TEST(AttentionFamily, SweepFollowsAnExplicitDtypeOrTheOneTypeSupported) {
   EXPECT_EQ(types(parse(step(fp32_only, nullptr), {"--dtype", "f16"}).sweep), std::vector<DType>(24, DType::F16));
   const auto bwd = parse(step(fp32_only, nullptr), {"--bwd"}).sweep;
   EXPECT_TRUE(bwd.front().backward && bwd.back().backward);
+}
+
+// --inputs randn reaches RunOptions (the --sweep's problems too: their inputs are drawn from it), and
+// leaves the problems themselves as they are.
+TEST(AttentionFamily, InputsRandnIsARunOptionAndTheSweepKeepsItsShapes) {
+  const fa::StepInfo lowp = step(lowp_only, f16_default);
+  EXPECT_FALSE(parse(lowp, {}).randn);
+  const Parsed randn = parse(lowp, {"--inputs", "randn", "--bwd"});
+  EXPECT_TRUE(randn.randn);
+  const Parsed plain = parse(lowp, {"--bwd"});
+  ASSERT_EQ(randn.sweep.size(), plain.sweep.size());
+  for (std::size_t i = 0; i < randn.sweep.size(); ++i) EXPECT_EQ(randn.sweep[i].describe(), plain.sweep[i].describe());
 }
 
 TEST(AttentionFamily, Fp32PreviousStepRunsTheFp32Problem) {

@@ -175,6 +175,29 @@ Resolved resolve(const fa::StepInfo& s, std::vector<const char*> args) {
 }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// --inputs uniform|randn: uniform unless given; any other value, a value missing, --inputs twice or beside
+// --input (files) is a usage error naming the flag; --help documents both values.
+TEST(StepFlags, InputsPicksUniformOrRandnStrictly) {
+  const fa::StepInfo s = attention_step({fa::DType::F32, fa::DType::F16}, true);
+  EXPECT_FALSE(resolve(s, {}).o.randn);
+  EXPECT_FALSE(resolve(s, {"--inputs", "uniform"}).o.randn);
+  const Resolved randn = resolve(s, {"--inputs=randn", "--seq", "64"});
+  EXPECT_EQ(randn.error, "");
+  EXPECT_TRUE(randn.o.randn);
+  EXPECT_EQ(randn.p.describe(), "B8 H32 S64 D64 f32");  // the shape's name is unchanged (the rows add " randn")
+  EXPECT_EQ(resolve(s, {"--inputs", "normal"}).error, "--inputs: 'normal' is not one of: uniform, randn");
+  EXPECT_EQ(resolve(s, {"--inputs", "Randn"}).error, "--inputs: 'Randn' is not one of: uniform, randn");
+  EXPECT_EQ(resolve(s, {"--inputs", ""}).error, "--inputs needs a value");
+  EXPECT_EQ(resolve(s, {"--inputs"}).error, "--inputs needs a value");
+  EXPECT_EQ(resolve(s, {"--inputs", "randn", "--inputs", "uniform"}).error, "--inputs given twice");
+  EXPECT_EQ(resolve(s, {"--inputs", "randn", "--input", "x"}).error,
+            "--input conflicts with --inputs (--input reads the inputs from files)");
+  const std::string help = step_help(s);
+  EXPECT_TRUE(contains(help, "--inputs S")) << help;
+  EXPECT_TRUE(contains(help, "standard normal")) << help;
+  EXPECT_TRUE(contains(help, "(uniform|randn)")) << help;
+}
+
 TEST(StepFlags, SeqConflictsWithSeqQAndSeqK) {
   const fa::StepInfo s = attention_step({fa::DType::F32}, false);
   EXPECT_EQ(resolve(s, {"--seq", "64", "--seq-q", "32"}).error,
@@ -275,19 +298,19 @@ TEST(StepMain, SweepConflictsWithShapeFlagsButNotDtypeOrBwd) {
   std::string err;
   EXPECT_EQ(run_step(s, {"--sweep", "--seq", "64"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err, "--sweep conflicts with --seq (--sweep runs the attention benchmark shapes")) << err;
-  EXPECT_TRUE(contains(err, "; of the shape flags it takes only --kv-heads, --bwd, --dtype)")) << err;
+  EXPECT_TRUE(contains(err, "; of the shape flags it takes only --kv-heads, --bwd, --dtype, --inputs)")) << err;
   EXPECT_EQ(run_step(attention_step({fa::DType::F32}, false), {"--causal", "--sweep"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err,
                        "--sweep conflicts with --causal (--sweep runs the attention benchmark shapes; of the "
-                       "shape flags it takes only --kv-heads, --dtype)"))
+                       "shape flags it takes only --kv-heads, --dtype, --inputs)"))
       << err;
   EXPECT_EQ(run_step(s, {"--input", "x", "--sweep"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err, "--sweep conflicts with --input")) << err;
   // --sweep --kv-heads N (the sweep's shapes with N K/V heads) is past the parser too.
   EXPECT_EQ(run_step(s, {"--sweep", "--kv-heads", "8"}, &err), fa::kExitUsage);
   EXPECT_FALSE(contains(err, "conflicts")) << err;
-  // --dtype and --bwd pick the sweep's variant: past the parser (the stand-in has no forward).
-  EXPECT_EQ(run_step(s, {"--sweep", "--dtype", "f16", "--bwd"}, &err), fa::kExitUsage);
+  // --dtype and --bwd pick the sweep's variant, --inputs its inputs: past the parser (the stand-in has no forward).
+  EXPECT_EQ(run_step(s, {"--sweep", "--dtype", "f16", "--bwd", "--inputs", "randn"}, &err), fa::kExitUsage);
   EXPECT_TRUE(contains(err, "has no attention forward")) << err;
   const fa::StepInfo m{"97_m", "m", fa::Family::Matmul};
   EXPECT_EQ(run_step(m, {"--sweep", "--layout", "nt"}, &err), fa::kExitUsage);

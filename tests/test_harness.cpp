@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <vector>
@@ -275,6 +276,106 @@ TEST(AttentionInputs, RoundedOffsetAndOneLargeRow) {
   double row1 = 0, row2 = 0;  // row 1 of head 0 is 20x larger
   for (int d = 0; d < a.head_dim; ++d) row1 += std::fabs(in.q[8 + d]), row2 += std::fabs(in.q[16 + d]);
   EXPECT_GT(row1, 5 * row2);
+}
+
+// --inputs randn: Q, K, V and dO standard normal (rounded to the type), drawn from the same seed
+// reproducibly and unlike the uniform inputs; Q, K, V the same with or without dO; row 1 of head 0
+// still 20x larger.
+TEST(AttentionInputs, RandnIsStandardNormalRoundedWithTheLargeRow) {
+  using fa::attention::InputDist;
+  const fa::AttnParams a = attn(4, 8, 64, 96, 64, false, DType::F16);
+  const fa::attention::Inputs in = fa::attention::make_inputs(a, true, 5, {}, InputDist::Randn),
+                              again = fa::attention::make_inputs(a, true, 5, {}, InputDist::Randn),
+                              no_dout = fa::attention::make_inputs(a, false, 5, {}, InputDist::Randn),
+                              uniform = fa::attention::make_inputs(a, true, 5);
+  EXPECT_EQ(in.q, again.q);
+  EXPECT_EQ(in.dout, again.dout);
+  EXPECT_EQ(no_dout.k, in.k);
+  EXPECT_NE(in.q, uniform.q);
+  EXPECT_STREQ(fa::attention::input_dist_name(InputDist::Randn), "randn");
+  EXPECT_STREQ(fa::attention::input_dist_name(InputDist::Uniform), "uniform");
+  const std::size_t skip = 2 * a.head_dim;  // Q: rows 0 and 1 of head 0 left out (row 1 is 20x)
+  for (const auto* t : {&in.q, &in.k, &in.v, &in.dout}) {
+    double sum = 0, sum2 = 0;
+    const std::size_t first = t == &in.q ? skip : 0;
+    for (std::size_t i = 0; i < t->size(); ++i) {
+      ASSERT_EQ(fa::round_to(DType::F16, (*t)[i]), (*t)[i]) << i;
+      if (i >= first) sum += (*t)[i], sum2 += double((*t)[i]) * (*t)[i];
+    }
+    const double n = double(t->size() - first), mean = sum / n;
+    EXPECT_NEAR(mean, 0.0, 0.02);  // n >= 131072: sampling error ~0.003
+    EXPECT_NEAR(std::sqrt(sum2 / n - mean * mean), 1.0, 0.02);
+  }
+  double row1 = 0, row2 = 0;
+  for (int d = 0; d < a.head_dim; ++d)
+    row1 += std::fabs(in.q[a.head_dim + d]), row2 += std::fabs(in.q[2 * a.head_dim + d]);
+  EXPECT_GT(row1, 5 * row2);
+}
+
+// The fp16/bf16 rule of --check (tolerance.h) with randn inputs: a CPU stand-in for a FlashAttention
+// forward (S and the online softmax in fp32, P rounded to the type for P·V, O accumulated in fp32 and
+// rounded once) passes the per-row bound of reference_rows on every row, as it does on uniform
+// inputs; the same stand-in with P off by 2^-7 (an error ~8 ulps of fp16, a fraction of bf16's)
+// fails it in f16. So randn needs no other tolerance: ref_lowp, the bound's measure, is drawn on the
+// same inputs and scales with them. The worst row's error over its bound is printed for both inputs.
+std::vector<double> flash_like_rows(const fa::AttnParams& a, const fa::attention::Inputs& in,
+                                    const std::vector<std::size_t>& rows, double p_error) {
+  const std::size_t D = a.head_dim;
+  std::vector<double> out;
+  std::vector<float> s(a.seq_k), o(D);
+  for (std::size_t r : rows) {
+    const std::size_t h = r / a.seq_q, i = r % a.seq_q;
+    const float* q = &in.q[r * D];
+    const std::size_t n = a.causal ? std::min<std::size_t>(i + 1, a.seq_k) : a.seq_k;
+    float m = -INFINITY, l = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const float* k = &in.k[(h * a.seq_k + j) * D];
+      float dot = 0;
+      for (std::size_t d = 0; d < D; ++d) dot += q[d] * k[d];
+      s[j] = dot * a.scale;
+      m = std::max(m, s[j]);
+    }
+    std::fill(o.begin(), o.end(), 0.f);
+    for (std::size_t j = 0; j < n; ++j) {
+      const float p = std::exp(s[j] - m);
+      l += p;
+      const float pl = float(fa::round_to(a.dtype, p * (1 + p_error)));  // P in the type for P·V
+      const float* v = &in.v[(h * a.seq_k + j) * D];
+      for (std::size_t d = 0; d < D; ++d) o[d] += pl * v[d];
+    }
+    for (std::size_t d = 0; d < D; ++d) out.push_back(fa::round_to(a.dtype, o[d] / l));
+  }
+  return out;
+}
+
+TEST(LowpTolerance, RandnInputsKeepTheRowRuleMeaningful) {
+  using fa::attention::InputDist;
+  for (DType t : {DType::F16, DType::BF16})
+    for (bool causal : {false, true})
+      for (InputDist dist : {InputDist::Uniform, InputDist::Randn}) {
+        const fa::AttnParams a = attn(1, 2, 300, 300, 64, causal, t);
+        const fa::attention::Inputs in = fa::attention::make_inputs(a, false, 17, {}, dist);
+        std::vector<std::size_t> rows(fa::attention::rows(a));
+        for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = i;
+        const fa::attention::RowRef ref = fa::attention::reference_rows(a, in, rows);
+        const std::vector<double> bound = fa::lowp_row_bounds(ref.o, ref.o_lowp, a.head_dim, t);
+        auto worst = [&](const std::vector<double>& o) {
+          double w = 0;  // the largest row error over its bound
+          for (std::size_t r = 0; r < rows.size(); ++r) {
+            double e = 0;
+            for (int d = 0; d < a.head_dim; ++d)
+              e = std::max(e, std::fabs(o[r * a.head_dim + d] - ref.o[r * a.head_dim + d]));
+            w = std::max(w, e / bound[r]);
+          }
+          return w;
+        };
+        const double good = worst(flash_like_rows(a, in, rows, 0)), bad = worst(flash_like_rows(a, in, rows, 0x1p-7));
+        const std::string what =
+            std::string(fa::dtype_name(t)) + (causal ? " causal " : " ") + fa::attention::input_dist_name(dist);
+        std::printf("  %-22s worst row error / bound: %.3f (P off by 2^-7: %.3f)\n", what.c_str(), good, bad);
+        EXPECT_LE(good, 1.0) << what;
+        if (t == DType::F16) EXPECT_GT(bad, 1.0) << what;
+      }
 }
 
 // Grouped-query attention: query head h of batch b reads K/V head b·KVH + h / (H / KVH). The fp64
@@ -661,6 +762,40 @@ TEST(Random, SeededFillIsReproducibleAndInRange) {
     mean += v;
   }
   EXPECT_NEAR(mean / a.size(), 0.5, 0.01);  // uniform on [-2, 3)
+}
+
+// fill_normal: over 3·2^20 draws (the threaded path) the mean is within 0.005 of 0 and the standard
+// deviation within 0.005 of 1 (the sampling errors are ~0.0006 and ~0.0004: ~8 and ~12 sigma of
+// margin), 68.27% of draws within one sd and 95.45% within two (to 0.3 points: ~10 sigma), both
+// signs and |x| > 4 occur; the same seed gives the same draws, another seed others, and element i
+// depends on (seed, i) alone (a short fill, one thread, is the prefix of the long one).
+TEST(Random, NormalFillIsStandardNormalAndReproducible) {
+  std::vector<float> a(3 << 20), b(3 << 20), c(3 << 20), head(1001);
+  fa::fill_normal(a, 42);
+  fa::fill_normal(b, 42);
+  fa::fill_normal(c, 43);
+  fa::fill_normal(head, 42);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_TRUE(std::equal(head.begin(), head.end(), a.begin()));
+  double sum = 0, sum2 = 0;
+  std::size_t within1 = 0, within2 = 0, beyond4 = 0, negative = 0;
+  for (float v : a) {
+    ASSERT_TRUE(std::isfinite(v));
+    sum += v, sum2 += double(v) * v;
+    within1 += std::fabs(v) < 1 ? 1 : 0, within2 += std::fabs(v) < 2 ? 1 : 0;
+    beyond4 += std::fabs(v) > 4 ? 1 : 0, negative += v < 0 ? 1 : 0;
+  }
+  const double n = double(a.size()), mean = sum / n, sd = std::sqrt(sum2 / n - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.005);
+  EXPECT_NEAR(sd, 1.0, 0.005);
+  EXPECT_NEAR(within1 / n, 0.6827, 0.003);
+  EXPECT_NEAR(within2 / n, 0.9545, 0.003);
+  EXPECT_NEAR(negative / n, 0.5, 0.003);
+  EXPECT_GT(beyond4, 0u);  // ~200 expected: a tail, not a clipped range
+  std::vector<float> scaled(1001);
+  fa::fill_normal(scaled, 42, 3.f, 2.f);  // mean + sd · the same standard draws
+  for (std::size_t i = 0; i < scaled.size(); ++i) ASSERT_NEAR(scaled[i], 3.f + 2.f * head[i], 1e-5f) << i;
 }
 
 TEST(Random, FreshSeedsDiffer) { EXPECT_NE(fa::fresh_seed(), fa::fresh_seed()); }
