@@ -3,7 +3,7 @@
 // copies (and ldmatrix) go through, and ex2.approx, the exponential of the softmax from step 10
 // on. Step 10 writes them out inline in its kernel.cu, where they are explained
 // (docs/10_swizzle_pipeline_forward.md draws the swizzle). Beside mma_sync.cuh (step 09); the
-// mbarrier, TMA and wgmma instructions of steps 17-18 get headers of their own here.
+// mbarrier, TMA and wgmma instructions of steps 17-19 get headers of their own here.
 //
 // Namespace fa::ptx: one-to-one wrappers, `__device__ __forceinline__`, no policy. A step takes
 // them in with `using namespace fa::ptx;` inside its own namespace.

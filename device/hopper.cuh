@@ -20,7 +20,7 @@
 //   wgmma_ss<N, T>(d, desc_a, desc_b, accumulate)      D[64, N] (+)= A·B, A and B K-major in smem
 //   wgmma_rs<N, T>(d, a, desc_b, accumulate)           D[64, N] (+)= A·B, A in registers, B MN-major
 //
-// What step 18 adds (warp specialisation):
+// What steps 18-19 add (warp specialisation; 19: the named barriers of ping-pong):
 //   mbarrier_arrive(bar)                 one plain arrival: a consumer hands a slot back
 //   named_barrier_sync(id, n), named_barrier_arrive(id, n)   bar.sync / bar.arrive on barrier id 1-15
 //   setmaxnreg_dec<N>(), setmaxnreg_inc<N>()                 shrink / grow this warpgroup's registers
@@ -171,7 +171,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a
     asm volatile(FA_WGMMA_SS("m64n128k16", "f16", FA_WGMMA_P64, "%64", "%65", "%66") : FA_WGMMA_D64 : FA_WGMMA_AB);
   else if constexpr (N == 128)
     asm volatile(FA_WGMMA_SS("m64n128k16", "bf16", FA_WGMMA_P64, "%64", "%65", "%66") : FA_WGMMA_D64 : FA_WGMMA_AB);
-  else if constexpr (kF16)  // step 18's wide key tile at d 128
+  else if constexpr (kF16)  // the 176-key tile that step 18 once had (docs/history/19_hopper_pingpong_overlap.md)
     asm volatile(FA_WGMMA_SS("m64n176k16", "f16", FA_WGMMA_P88, "%88", "%89", "%90") : FA_WGMMA_D88 : FA_WGMMA_AB);
   else
     asm volatile(FA_WGMMA_SS("m64n176k16", "bf16", FA_WGMMA_P88, "%88", "%89", "%90") : FA_WGMMA_D88 : FA_WGMMA_AB);
@@ -208,7 +208,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t 
 #undef FA_WGMMA_RS
 }
 
-// ---- named barriers and register reallocation (step 18) -----------------------------------------------
+// ---- named barriers and register reallocation (steps 18-19) --------------------------------------------
 // A block has 16 hardware barriers; __syncthreads is barrier 0 over every thread. bar.sync id, n
 // waits until n threads (a multiple of 32) have reached barrier id through bar.sync or bar.arrive;
 // bar.arrive counts this thread and goes on without waiting.

@@ -2,7 +2,7 @@
 // instruction, for the steps after it to include (10, 11, ...). Step 09 writes them out inline
 // in its kernel.cu, where they are explained; docs/09_tensor_core_forward.md draws the fragments.
 // Later headers of the same kind sit beside this one (cp_async.cuh: step 10; the mbarrier, TMA
-// and wgmma instructions of steps 17-18).
+// and wgmma instructions of steps 17-19).
 //
 // Namespace fa::ptx: one-to-one wrappers, `__device__ __forceinline__`, no policy. A step takes
 // them in with `using namespace fa::ptx;` inside its own namespace.

@@ -153,7 +153,7 @@ def step_exes(build, only):
     return [e for e in exes if not only or os.path.basename(e)[:2] in only]
 
 
-# An ablation variant ("no-...": the step with one technique switched off, step 18) is timed on these
+# An ablation variant ("no-...": the step with one technique switched off, steps 18 and 19) is timed on these
 # cells only, fp16, not on the whole sweep: FA2 shapes at a short and a long sequence, each head_dim,
 # causal and not. The default variant's sweep rows hold the same cells.
 ABLATION_SEQS = (2048, 8192)

@@ -493,9 +493,15 @@ BLOCKS = {
                                           "results:tc_bwd": lambda: tc_bwd_table("16_deterministic_backward", "deterministic",
                                                                                  "step 15", other_vs_sdpa=True)},
     "docs/17_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
-    "docs/18_hopper_warp_specialized.md": {"results:hopper_ws": lambda: hopper_ws_table(),
-                                           "results:hopper_ablation": lambda: hopper_ablation_table(),
-                                           "results:consumer_tiles": lambda: consumer_tiles_table(),
+    "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
+                                           "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
+                                           "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
+    "docs/19_hopper_pingpong_overlap.md": {"results:bought:19": lambda: bought_table("19"),
+                                           "results:hopper_ws": lambda: hopper_ws_table(HOPPER_PP),
+                                           "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_PP),
+                                           "results:hopper_ablation_before_split": lambda: hopper_ablation_table(
+                                               HOPPER_WS, os.path.join(BEFORE_SPLIT, "before_split_bench.csv"),
+                                               WS_VARIANTS_BEFORE_SPLIT),
                                            "results:gqa": lambda: gqa_table()},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
@@ -706,7 +712,7 @@ def tc_times(gqa=False, kv=None):
     "<step> prev" each step's previous step, timed interleaved with it (prev_time_ms). With `gqa`: the
     grouped-query rows (fewer K/V heads than query heads) instead, and the K/V heads of each d into `kv`."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
-    steps = TC_FWD + (HOPPER_FWD, HOPPER_WS)
+    steps = TC_FWD + (HOPPER_FWD, HOPPER_WS, HOPPER_PP)
     out = {st: {} for st in steps + tuple(st + " prev" for st in steps) + ("sdpa_flash", "sdpa_cudnn")}
     for r in (read_csv(path) if os.path.exists(path) else []):
         p = split_problem(r["problem"], gqa=gqa)
@@ -804,7 +810,7 @@ def tc_vs_sdpa_table(steps=TC_FWD):
     return "\n\n".join(parts)
 
 
-def tc_climb_table(steps=TC_FWD + ("17_hopper_forward", "18_hopper_warp_specialized")):
+def tc_climb_table(steps=TC_FWD + ("17_hopper_forward", "18_hopper_warp_specialized", "19_hopper_pingpong_overlap")):
     """Per step and dtype, over the target's cells (seq >= 1024): the ratio to SDPA flash and cuDNN,
     min / median / max, and how many cells reach 1.0× flash."""
     times = tc_times()
@@ -913,15 +919,20 @@ def hopper_fwd_table():
 
 
 HOPPER_WS = "18_hopper_warp_specialized"
+HOPPER_PP = "19_hopper_pingpong_overlap"  # the last forward step: it carries the targets, the headline, GQA
+HOPPER_PREV = {HOPPER_WS: HOPPER_FWD, HOPPER_PP: HOPPER_WS}
+# Step 18 as it was before the split (steps 18 and 19 in one kernel, with three refinements since removed): its
+# measurements, frozen, for doc 19 and docs/history/19_hopper_pingpong_overlap.md.
+BEFORE_SPLIT = os.path.join(ROOT, "profiles", "h100", HOPPER_PP, "history")
 WS_TARGET_CUDNN_MEDIAN, WS_TARGET_CUDNN_MIN, WS_TARGET_CUDNN_MIN_SEQ = 1.0, 0.9, 2048
 WS_TARGET_TFLOPS, WS_TARGET_TFLOPS_D, WS_TARGET_TFLOPS_MIN_SEQ = 600.0, 128, 8192
 
 
 def ws_target_figures(times):
-    """Step 18's three targets from tc_times()' output: (cells with seq >= TARGET_MIN_SEQ, their sorted ratios
+    """Step 19's three targets (the last forward step's; step 18's before the split) from tc_times()' output: (cells with seq >= TARGET_MIN_SEQ, their sorted ratios
     to cuDNN; the cells with seq >= WS_TARGET_CUDNN_MIN_SEQ, their (ratio, cell) sorted; the d 128 not causal
     cells of the TFLOP/s target, their (TFLOP/s, cell) sorted)."""
-    mine, cudnn = times[HOPPER_WS], times["sdpa_cudnn"]
+    mine, cudnn = times[HOPPER_PP], times["sdpa_cudnn"]
     cells = [c for c in tc_cells() if c[3] >= TARGET_MIN_SEQ]
     rc = sorted(cudnn[c] / mine[c] for c in cells if c in cudnn and c in mine)
     long_cells = [c for c in cells if c[3] >= WS_TARGET_CUDNN_MIN_SEQ]
@@ -931,16 +942,17 @@ def ws_target_figures(times):
     return cells, rc, long_cells, low, big, rates
 
 
-def hopper_ws_table():
-    """Step 18 on the FA2 forward shapes: TFLOP/s and its ratios to step 17 (interleaved in the same
-    process), SDPA flash and SDPA cuDNN per cell, then the step's three targets (docs/conventions.md):
-    >= 1.0× cuDNN at the median (seq >= 1024), >= 0.9× cuDNN in every cell with seq >= 2048, and
-    >= 600 TFLOP/s at head_dim 128, not causal, seq >= 8192."""
+def hopper_ws_table(step=HOPPER_PP):
+    """Step 18 or 19 on the FA2 forward shapes: TFLOP/s and its ratios to its PREV (interleaved in the same
+    process), SDPA flash and SDPA cuDNN per cell; for step 19, the last forward step, then the three targets
+    (docs/conventions.md): >= 1.0× cuDNN at the median (seq >= 1024), >= 0.9× cuDNN in every cell with
+    seq >= 2048, and >= 600 TFLOP/s at head_dim 128, not causal, seq >= 8192."""
     times = tc_times()
     flash, cudnn = times["sdpa_flash"], times["sdpa_cudnn"]
-    mine, prev = times[HOPPER_WS], times[HOPPER_WS + " prev"]
+    mine, prev = times[step], times[step + " prev"]
+    nn, pn = step[:2], HOPPER_PREV[step][:2]
     if not mine:
-        return "Not measured yet (no step 18 rows in `bench.csv`).\n\n" + tc_source()
+        return f"Not measured yet (no step {nn} rows in `bench.csv`).\n\n" + tc_source()
     body = [[dt, str(d), "yes" if causal else "no", str(seq), f"{tc_rate(c, mine[c]):.1f}", ratio_text(prev.get(c), mine[c]),
              ratio_text(flash.get(c), mine[c]), ratio_text(cudnn.get(c), mine[c])]
             for c in tc_cells() if c in mine for dt, d, causal, seq in [c]]
@@ -966,29 +978,30 @@ def hopper_ws_table():
         [f"TFLOP/s at d {WS_TARGET_TFLOPS_D}, not causal, seq ≥ {WS_TARGET_TFLOPS_MIN_SEQ}",
          f"≥ {WS_TARGET_TFLOPS:.0f}", f"lowest {rates[0][0]:.0f} ({where(rates[0][1])})" if rates else "-",
          verdict(bool(rates) and rates[0][0] >= WS_TARGET_TFLOPS, len(rates), len(big))]]
-    table = md_table(["dtype", "d", "causal", "seq", "18 TFLOP/s", "× step 17", "× SDPA-FA2", "× SDPA-cuDNN"], body)
+    table = md_table(["dtype", "d", "causal", "seq", f"{nn} TFLOP/s", f"× step {pn}", "× SDPA-FA2", "× SDPA-cuDNN"], body)
     sums = md_table([f"ratio (seq ≥ {TARGET_MIN_SEQ})", "cells", "min", "median", "max"],
-                    [["× step 17"] + spread(prev), ["× SDPA-FA2"] + spread(flash), ["× SDPA-cuDNN"] + spread(cudnn)])
-    return table + "\n\n" + sums + "\n\n" + md_table(["target", "goal", "measured", "verdict"], targets) + \
+                    [[f"× step {pn}"] + spread(prev), ["× SDPA-FA2"] + spread(flash), ["× SDPA-cuDNN"] + spread(cudnn)])
+    goals = "\n\n" + md_table(["target", "goal", "measured", "verdict"], targets) if step == HOPPER_PP else ""
+    return table + "\n\n" + sums + goals + \
         "\n\nForward, fp16/bf16 inputs with fp32 accumulation, FlashAttention-2 benchmark shapes (batch·seq = 16384, " \
         "heads = 2048/d); TFLOP/s by the FlashAttention convention (4·B·H·S²·d, halved when causal). \"× y\" is y's " \
-        "time over step 18's (above 1.00× step 18 is faster): step 17 timed interleaved in the same process, SDPA's " \
-        "FlashAttention-2 and cuDNN backends in the same `profiles/bench.py` run.\n\n" + tc_source()
+        f"time over step {nn}'s (above 1.00× step {nn} is faster): step {pn} timed interleaved in the same process, " \
+        "SDPA's FlashAttention-2 and cuDNN backends in the same `profiles/bench.py` run.\n\n" + tc_source()
 
 
-GQA_STEPS = ("11_tuned_forward", HOPPER_FWD, HOPPER_WS)  # the forward steps that run grouped-query attention
+GQA_STEPS = ("11_tuned_forward", HOPPER_FWD, HOPPER_WS, HOPPER_PP)  # the forward steps that run grouped-query attention
 GQA_TARGET_CUDNN_MEDIAN = 1.0
 
 
 def gqa_table():
     """Grouped-query attention on the FA2 forward shapes: per cell the TFLOP/s of steps 11, 17 and 18 and
-    SDPA's two backends, step 18's ratio to each backend, and the target: >= 1.0x SDPA-cuDNN's GQA at the
+    SDPA's two backends, step 19's ratio to each backend, and the target: >= 1.0x SDPA-cuDNN's GQA at the
     median (seq >= TARGET_MIN_SEQ)."""
     kv = {}
     times = tc_times(gqa=True, kv=kv)
-    mine, flash, cudnn = times[HOPPER_WS], times["sdpa_flash"], times["sdpa_cudnn"]
+    mine, flash, cudnn = times[HOPPER_PP], times["sdpa_flash"], times["sdpa_cudnn"]
     if not mine:
-        return "Not measured yet (no grouped-query rows of step 18 in `bench.csv`).\n\n" + tc_source()
+        return "Not measured yet (no grouped-query rows of step 19 in `bench.csv`).\n\n" + tc_source()
     rate = lambda st, c: f"{tc_rate(c, times[st][c]):.1f}" if c in times[st] else "-"  # noqa: E731
     body = [[dt, str(d), "yes" if causal else "no", str(seq)] + [rate(st, c) for st in GQA_STEPS + ("sdpa_flash", "sdpa_cudnn")] +
             [ratio_text(flash.get(c), mine[c]), ratio_text(cudnn.get(c), mine[c])]
@@ -999,26 +1012,26 @@ def gqa_table():
         r = sorted(base[c] / mine[c] for c in cells if c in base and c in mine)
         return [str(len(r)), f"{r[0]:.2f}×", f"{median(r):.2f}×", f"{r[-1]:.2f}×"] if r else ["0", "-", "-", "-"]
 
-    mha = tc_times()[HOPPER_WS]  # the same cells with as many K/V heads as query heads
+    mha = tc_times()[HOPPER_PP]  # the same cells with as many K/V heads as query heads
     rc = sorted(cudnn[c] / mine[c] for c in cells if c in cudnn and c in mine)
     ok = bool(rc) and median(rc) >= GQA_TARGET_CUDNN_MEDIAN
     verdict = "not measured" if not rc else ("**met**" if ok and len(rc) == len(cells) else "**missed**" if not ok
                                                else f"incomplete ({len(rc)} of {len(cells)} cells)")
     groups = ", ".join(f"d {d}: {2048 // d} query heads, {k} K/V heads" for d, k in sorted(kv.items()))
-    header = ["dtype", "d", "causal", "seq", "11 TFLOP/s", "17 TFLOP/s", "18 TFLOP/s", "SDPA-FA2 TFLOP/s",
-              "SDPA-cuDNN TFLOP/s", "18 × SDPA-FA2", "18 × SDPA-cuDNN"]
+    header = ["dtype", "d", "causal", "seq", "11 TFLOP/s", "17 TFLOP/s", "18 TFLOP/s", "19 TFLOP/s", "SDPA-FA2 TFLOP/s",
+              "SDPA-cuDNN TFLOP/s", "19 × SDPA-FA2", "19 × SDPA-cuDNN"]
     return md_table(header, body) + "\n\n" + \
-        md_table([f"step 18, ratio (seq ≥ {TARGET_MIN_SEQ})", "cells", "min", "median", "max"],
+        md_table([f"step 19, ratio (seq ≥ {TARGET_MIN_SEQ})", "cells", "min", "median", "max"],
                  [["× SDPA-FA2"] + spread(flash), ["× SDPA-cuDNN"] + spread(cudnn),
-                  ["× step 18 on MHA (its own run)"] + spread(mha)]) + "\n\n" + \
+                  ["× step 19 on MHA (its own run)"] + spread(mha)]) + "\n\n" + \
         md_table(["target", "goal", "measured", "verdict"],
                  [[f"median × SDPA-cuDNN (GQA), seq ≥ {TARGET_MIN_SEQ}", f"≥ {GQA_TARGET_CUDNN_MEDIAN:.2f}×",
                    f"{median(rc):.2f}× over {len(rc)} cells" if rc else "-", verdict]]) + \
         f"\n\nGrouped-query forward ({groups}), fp16/bf16 inputs with fp32 accumulation, FlashAttention-2 " \
         "benchmark shapes (batch·seq = 16384); TFLOP/s by the FlashAttention convention (4·B·H·S²·d over the query " \
         "heads, halved when causal: GQA does the same arithmetic as MHA and reads fewer K/V bytes). \"× y\" is y's " \
-        "time over step 18's; SDPA (enable_gqa=True) in the same `profiles/bench.py` run. \"× step 18 on MHA\": " \
-        "step 18's time on the MHA shape of the cell over its time here, the MHA rows coming from the run of the " \
+        "time over step 19's; SDPA (enable_gqa=True) in the same `profiles/bench.py` run. \"× step 19 on MHA\": " \
+        "step 19's time on the MHA shape of the cell over its time here, the MHA rows coming from the run of the " \
         "tables above (another run, so the ratio carries the run-to-run variation too).\n\n" + tc_source()
 
 
@@ -1094,41 +1107,59 @@ def decode_table():
 # Asynchrony and Low-precision", the ablation table: head_dim 128, seq 8k, FP16, their H100 SXM5): quoted, not measured.
 FA3_ABLATION = (("FlashAttention-3", 661), ("no GEMM-softmax pipelining, warp-specialised", 582),
                 ("GEMM-softmax pipelining, no warp specialisation", 570))
-WS_VARIANTS = (("full", "nothing: the step as it is"), ("no-pingpong", "ping-pong between the consumers"),
-               ("no-overlap", "S of the next tile issued before the softmax (intra-warpgroup)"),
-               ("no-overlaps", "both overlaps (warp specialisation, setmaxnreg and persistence kept)"),
-               ("no-persistent", "the persistent grid (one block per tile, the hardware schedules)"),
-               ("no-setmaxnreg", "the register reallocation (every thread capped at the launch's share)"),
-               ("no-rescale-skip", "skipping O's rescale when no row max moved (d 64 only: the same kernel at d 128)"),
-               ("no-wide-tile", "176-key tiles at d 128 not causal (128 keys instead; elsewhere the same kernel)"),
-               ("no-masked-skip", "a consumer skipping the key tiles wholly masked for its rows (causal: past its "
-                                  "last key; any: rows past seq_q)"))
+WS_VARIANTS = {  # per step: its variants (StepInfo::variants, in order) and what each removes
+    HOPPER_WS: (("full", "nothing: the step as it is"),
+                ("no-persistent", "the persistent grid (one block per tile, the hardware schedules)"),
+                ("no-setmaxnreg", "the register reallocation (every thread capped at the launch's share)")),
+    HOPPER_PP: (("full", "nothing: the step as it is"), ("no-pingpong", "ping-pong between the consumers"),
+                ("no-overlap", "S of the next tile issued before the softmax (intra-warpgroup)"),
+                ("no-overlaps", "both overlaps (step 18's consumer loop, in step 19's code)"))}
+# The variants of step 18 before the split (one kernel with steps 18 and 19's ideas and three refinements since removed).
+WS_VARIANTS_BEFORE_SPLIT = (
+    ("full", "nothing: the combined kernel as it was"), ("no-pingpong", "ping-pong between the consumers"),
+    ("no-overlap", "S of the next tile issued before the softmax (intra-warpgroup)"),
+    ("no-overlaps", "both overlaps (warp specialisation, setmaxnreg and persistence kept)"),
+    ("no-persistent", "the persistent grid (one block per tile, the hardware schedules)"),
+    ("no-setmaxnreg", "the register reallocation (every thread capped at the launch's share)"),
+    ("no-rescale-skip", "skipping O's rescale when no row max moved (d 64 only: the same kernel at d 128)"),
+    ("no-wide-tile", "176-key tiles at d 128 not causal (128 keys instead; elsewhere the same kernel)"),
+    ("no-masked-skip", "a consumer skipping the key tiles wholly masked for its rows (causal: past its "
+                       "last key; any: rows past seq_q)"))
 
 
-def hopper_ablation_table():
-    """Step 18 with each technique switched off (its "no-..." variants, profiles/bench.py ABLATION_SEQS), beside
-    the full step (its sweep rows) and step 17 (no warp specialisation at all): fp16 TFLOP/s per cell."""
-    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+def hopper_ablation_table(step=HOPPER_PP, path=None, variants=None):
+    """Step 18 or 19 with each of its techniques switched off (its "no-..." variants, profiles/bench.py
+    ABLATION_SEQS), beside the full step (its sweep rows) and its PREV's sweep rows (step 17 for step 18; steps 18
+    and 17 for step 19, with FA3's published ablation): fp16 TFLOP/s per cell. path, variants: another CSV and
+    variant list (the rows of step 18 before the split, frozen; no PREV rows there)."""
+    frozen = path is not None
+    path = path or BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    variants = variants or WS_VARIANTS[step]
+    nn = step[:2]
+    bases = () if frozen else ((HOPPER_WS, HOPPER_FWD) if step == HOPPER_PP else (HOPPER_FWD,))
     got = {}
     for r in (read_csv(path) if os.path.exists(path) else []):
         m = re.match(r"^(.*) \[([\w-]+)\]$", r["problem"])
         problem, variant = (m.group(1), m.group(2)) if m else (r["problem"], "full")
         p, t = split_problem(problem), fp_float(r["time_ms"])
-        if r["step"] not in (HOPPER_WS, HOPPER_FWD) or not p or p["mode"] != "fwd" or p["dtype"] != "f16" or not t:
+        if r["step"] not in (step,) + bases or not p or p["mode"] != "fwd" or p["dtype"] != "f16" or not t:
             continue
         if t <= 0 or p["batch"] * p["seq"] != 16384 or p["heads"] * p["d"] != 2048 or p["seq"] != p["seq_k"]:
             continue
-        name = variant if r["step"] == HOPPER_WS else "step 17"
+        if r["step"] != step and variant != "full":
+            continue
+        name = variant if r["step"] == step else f"step {r['step'][:2]}"
         got.setdefault(name, {}).setdefault((p["d"], p["causal"], p["seq"]), t)
     cells = [(d, causal, s) for d in TC_DIMS for causal in (False, True) for s in (2048, 8192)]
-    if not any(k != "full" and k != "step 17" for k in got):
-        return "Not measured yet (no rows of step 18's \"no-...\" variants in `bench.csv`).\n\n" + tc_source()
+    source = source_line([os.path.relpath(path, gpu_dir())]) if frozen else tc_source()
+    if not any(k != "full" and not k.startswith("step ") for k in got):
+        return f"Not measured yet (no rows of step {nn}'s \"no-...\" variants in `bench.csv`).\n\n" + source
     full = got.get("full", {})
     rate = lambda c, t: tc_rate(("f16",) + c, t)  # noqa: E731
 
     def line(name, what):
         mine = got.get(name, {})
-        out = [f"`{name}`" if name != "step 17" else "step 17", what]
+        out = [f"`{name}`" if not name.startswith("step ") else name, what]
         for c in cells:
             if c not in mine:
                 out.append("-")
@@ -1137,32 +1168,42 @@ def hopper_ablation_table():
             out.append(f"{rate(c, mine[c]):.0f}{share}")
         return out
 
-    body = [line(n, w) for n, w in WS_VARIANTS] + [line("step 17", "warp specialisation and everything after it")]
+    body = [line(n, w) for n, w in variants]
+    if step == HOPPER_PP and not frozen:
+        body.append(line("step 18", "both overlaps (step 18's own kernel, its sweep rows)"))
+    if not frozen:
+        body.append(line("step 17", "warp specialisation and everything after it"))
     table = md_table(["variant", "removed"] + [f"d{d}{' causal' if causal else ''} {s}" for d, causal, s in cells],
                      body)
+    text = table + "\n\nfp16 forward, FlashAttention-2 benchmark shapes (batch·seq = 16384, heads = 2048/d), TFLOP/s by " \
+        "the FlashAttention convention. Each variant switches one technique off (`--variant`); in brackets, how much " \
+        "faster the full step is than the variant (its time over the full step's, minus 1). "
+    if frozen:
+        return text + "The full kernel's numbers are its sweep rows, the variants' from `--bench` on the same cells, " \
+            "all in one `profiles/bench.py` run of step 18 as it was before the split (frozen).\n\n" + source
+    text += f"The full step's and its predecessors' numbers are their sweep rows, the variants' from `--bench` on the " \
+        "same cells, all in one `profiles/bench.py` run."
+    if step != HOPPER_PP:
+        return text + "\n\n" + source
     ours = {"full": full.get((128, False, 8192)), "no-overlap": got.get("no-overlap", {}).get((128, False, 8192)),
             "step 17": got.get("step 17", {}).get((128, False, 8192))}
     fa3 = md_table(["FA3 (published)", "TFLOP/s", "closest here", "TFLOP/s here"],
                    [[n, str(v), k, f"{rate((128, False, 8192), ours[k]):.0f}" if ours[k] else "-"]
                     for (n, v), k in zip(FA3_ABLATION, ("full", "no-overlap", "step 17"))])
-    return table + "\n\n" + fa3 + "\n\nfp16 forward, FlashAttention-2 benchmark shapes (batch·seq = 16384, heads = " \
-        "2048/d), TFLOP/s by the FlashAttention convention. Each variant switches one technique off (`--variant`); " \
-        "in brackets, how much faster the full step is than the variant (its time over the full step's, minus 1). " \
-        "The full step's and step 17's numbers are their sweep rows, the variants' from `--bench` on the same cells, " \
-        "all in one `profiles/bench.py` run. FA3's numbers are quoted from its paper's ablation (head_dim 128, seq " \
-        "8k, FP16, on their H100): \"closest here\" is the variant that removes the same thing, except that step 17 " \
-        "removes the pipelining as well as the warp specialisation.\n\n" + tc_source()
+    return text + "\n\n" + fa3 + "\n\nFA3's numbers are quoted from its paper's ablation (head_dim 128, seq 8k, " \
+        "FP16, on their H100): \"closest here\" is the variant that removes the same thing, except that step 17 " \
+        "removes the pipelining as well as the warp specialisation.\n\n" + source
 
 
 def headline_block():
     """README's headline: where the series ends against both SDPA backends, from bench.csv: the last forward
-    step (18) and the last backward step (16), median (min-max) of SDPA's time over the step's, seq >= 1024."""
+    step (19) and the last backward step (16), median (min-max) of SDPA's time over the step's, seq >= 1024."""
     def spread(r):
         r = sorted(r)
         return f"{median(r):.2f}× ({r[0]:.2f}-{r[-1]:.2f}×, {len(r)} cells)" if r else "not measured"
 
     times = tc_times()
-    fwd = {c: t for c, t in times[HOPPER_WS].items() if c[3] >= TARGET_MIN_SEQ}
+    fwd = {c: t for c, t in times[HOPPER_PP].items() if c[3] >= TARGET_MIN_SEQ}
     bwd = {c: v for c, v in bwd_cells(TC_BWD[-1]).items() if c[3] >= TARGET_MIN_SEQ and ("bwd", "") in v}
     f_flash = [times["sdpa_flash"][c] / t for c, t in fwd.items() if c in times["sdpa_flash"]]
     f_cudnn = [times["sdpa_cudnn"][c] / t for c, t in fwd.items() if c in times["sdpa_cudnn"]]
@@ -1172,7 +1213,7 @@ def headline_block():
             f"FlashAttention-2 benchmark cells with seq ≥ {TARGET_MIN_SEQ}, fp16 and bf16, head_dim 64 and 128, causal "
             f"and not; above 1.00× the step is faster):\n\n" +
             md_table(["", "× SDPA FlashAttention-2", "× SDPA cuDNN"],
-                     [[f"forward, step 18 ({HOPPER_WS})", spread(f_flash), spread(f_cudnn)],
+                     [[f"forward, step 19 ({HOPPER_PP})", spread(f_flash), spread(f_cudnn)],
                       [f"backward, step 16 ({TC_BWD[-1]})", spread(b_flash), spread(b_cudnn)]]) +
             "\n\n" + tc_source())
 
@@ -1356,47 +1397,6 @@ def causal_order_table(seqs=(1024, 2048, 4096, 8192, 16384), sms=BWD_SMS):
         "order. The perfect split is the total work over the SMs. A model, not a measurement: the masked tiles, " \
         "K and V loads and the epilogue are not in it.\n\n*Generated by `profiles/results.py` (list scheduling; " \
         "no measured input).*"
-
-
-def consumer_tiles(seq, d, causal, skip_masked=True, skip_rows=True):
-    """Step 18 at seq_q = seq_k = seq: (consumer tiles computed, of them for rows past seq_q). A query block of
-    64·C rows (C = 3 consumers at d 64, 2 at d 128) walks 128-key tiles (176 at d 128 not causal), to the
-    block's diagonal when causal; each consumer computes the tiles its rows see (skip_masked: causal, up to
-    its last row's key; skip_rows: none when its rows all lie past seq_q) and every one of them otherwise."""
-    consumers = 3 if d == 64 else 2
-    block_m, block_n = 64 * consumers, 176 if d == 128 and not causal else 128
-    total = past = 0
-    for m0 in range(0, seq, block_m):
-        n_tiles = -(-(min(seq, m0 + block_m) if causal else seq) // block_n)
-        for cg in range(consumers):
-            first = m0 + 64 * cg
-            seen = -(-min(first + 64, seq) // block_n)
-            own = 0 if skip_rows and first >= seq else max(1, min(n_tiles, seen)) if causal and skip_masked \
-                else n_tiles
-            total += own
-            past += own if first >= seq else 0
-    return total, past
-
-
-def consumer_tiles_table(seqs=(1024, 2048, 4096, 8192, 16384)):
-    """Per head_dim, causal and seq at seq_q = seq_k: the share of step 18's consumer tiles that are wholly masked
-    for their consumer (past its rows' last key, or for rows past seq_q), computed anyway without the skip."""
-    body = []
-    for d in (64, 128):
-        for causal in (False, True):
-            row = [str(d), "yes" if causal else "no"]
-            for seq in seqs:
-                every, _ = consumer_tiles(seq, d, causal, skip_masked=False, skip_rows=False)
-                computed, _ = consumer_tiles(seq, d, causal)
-                rows_only, _ = consumer_tiles(seq, d, causal, skip_masked=False)
-                row.append(f"{100 * (every - computed) / every:.1f}% ({100 * (every - rows_only) / every:.1f}%)")
-            body.append(row)
-    return md_table(["d", "causal"] + [f"seq {s}" for s in seqs], body) + \
-        "\n\nShare of the consumer tiles (a consumer's 64 rows against one K/V tile) that are wholly masked for " \
-        "their consumer, at seq_q = seq_k: past its rows' last key (causal) or every tile of a consumer whose rows " \
-        "all lie past seq_q; in brackets, the second kind alone. Query blocks of 192 rows at d 64 (three " \
-        "consumers) and 128 at d 128, K/V tiles of 128 keys (176 at d 128 not causal). A count, not a " \
-        "measurement.\n\n*Generated by `profiles/results.py` (no measured input).*"
 
 
 # ---- ptxas's resource report (profiles/ptxas.py) ------------------------------------------------

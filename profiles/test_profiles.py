@@ -458,13 +458,13 @@ class TensorCoreTables(unittest.TestCase):
 
     def test_gqa_table_reads_only_grouped_rows(self):
         gqa = [dict(r, problem=r["problem"].replace(" S", " KV8 S", 1)) for r in
-               self.sweep("18_hopper_warp_specialized", 1.0) + self.sweep("sdpa_cudnn", 1.25)]
-        self.write(self.sweep("18_hopper_warp_specialized", 9.0) + gqa)  # the MHA rows must not count
+               self.sweep("19_hopper_pingpong_overlap", 1.0) + self.sweep("sdpa_cudnn", 1.25)]
+        self.write(self.sweep("19_hopper_pingpong_overlap", 9.0) + gqa)  # the MHA rows must not count
         table = self.results.gqa_table()
         self.assertIn("| median × SDPA-cuDNN (GQA), seq ≥ 1024 | ≥ 1.00× | 1.25× over 40 cells | **met** |", table)
         self.assertIn("d 64: 32 query heads, 8 K/V heads", table)
         self.assertNotIn("| 9", table.split("\n\n")[0])  # the per-cell rows: GQA only
-        self.assertIn("| × step 18 on MHA (its own run) | 40 | 9.00× | 9.00× | 9.00× |", table)
+        self.assertIn("| × step 19 on MHA (its own run) | 40 | 9.00× | 9.00× | 9.00× |", table)
 
     def test_decode_table(self):
         shape = "B1 H32 KV8 Sq1 Sk131072 D128 cache f16"  # 537 MB of K/V: above the L2
@@ -543,43 +543,61 @@ class TensorCoreTables(unittest.TestCase):
         self.assertIn("| 17_hopper_forward | f16 | 0 of 20 | not measured yet |", self.results.tc_climb_table())
 
     def test_warp_specialized_table(self):
-        # step 18 at 0.5 ms, step 17 (its interleaved prev) at 0.6 ms; cuDNN at 0.55 ms (1.10×) but 0.4 ms (0.80×) in
+        # step 19 at 0.5 ms, step 18 (its interleaved prev) at 0.6 ms; cuDNN at 0.55 ms (1.10×) but 0.4 ms (0.80×) in
         # one seq-2048 cell: median met, the every-cell target missed there
-        rows = self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.55) + self.sweep(self.results.HOPPER_WS, 0.5)
+        rows = self.sweep("sdpa_flash", 1.0) + self.sweep("sdpa_cudnn", 0.55) + self.sweep(self.results.HOPPER_PP, 0.5)
         for r in rows:
-            if r["step"] == self.results.HOPPER_WS:
-                r["prev_step"], r["prev_time_ms"] = "17_hopper_forward", "0.6"
+            if r["step"] == self.results.HOPPER_PP:
+                r["prev_step"], r["prev_time_ms"] = self.results.HOPPER_WS, "0.6"
             if r["step"] == "sdpa_cudnn" and r["problem"] == "B8 H32 S2048 D64 causal bf16":
                 r["time_ms"] = "0.4"
         self.write(rows)
         table = self.results.hopper_ws_table()
         self.assertIn("| f16 | 64 | no | 512 | 137.4 | 1.20× | 2.00× | 1.10× |", table)
-        self.assertIn("| × step 17 | 40 | 1.20× | 1.20× | 1.20× |", table)
+        self.assertIn("| × step 18 | 40 | 1.20× | 1.20× | 1.20× |", table)
         self.assertIn("| median × SDPA-cuDNN, seq ≥ 1024 | ≥ 1.00× | 1.10× over 40 cells | **met** |", table)
         self.assertIn("lowest 0.80× (bf16 d64 causal seq 2048); 1 of 32 below | **missed** |", table)
         # 4·16384·8192·2048 FLOP in 0.5 ms: 2199 TFLOP/s at d128 not causal seq 8192 (twice at 16384)
         self.assertIn("| ≥ 600 | lowest 2199 (bf16 d128 not causal seq 8192) | **met** |", table)
+        # step 18's table: the same shape against step 17, without the targets (step 19 carries them)
+        self.assertIn("Not measured yet (no step 18 rows", self.results.hopper_ws_table(self.results.HOPPER_WS))
+        self.write(rows + [dict(r, step=self.results.HOPPER_WS, prev_step="17_hopper_forward")
+                           for r in rows if r["step"] == self.results.HOPPER_PP])
+        table = self.results.hopper_ws_table(self.results.HOPPER_WS)
+        self.assertIn("| × step 17 | 40 | 1.20× | 1.20× | 1.20× |", table)
+        self.assertNotIn("| target |", table)
         self.write(self.sweep("sdpa_cudnn", 0.3))
-        self.assertIn("Not measured yet (no step 18 rows", self.results.hopper_ws_table())
+        self.assertIn("Not measured yet (no step 19 rows", self.results.hopper_ws_table())
 
     def test_ablation_table(self):
-        rows = self.sweep(self.results.HOPPER_WS, 0.5) + self.sweep("17_hopper_forward", 1.0)
+        pp, ws = self.results.HOPPER_PP, self.results.HOPPER_WS
+        rows = self.sweep(pp, 0.5) + self.sweep(ws, 0.8) + self.sweep("17_hopper_forward", 1.0)
         self.write(rows)
-        self.assertIn("Not measured yet (no rows of step 18's", self.results.hopper_ablation_table())
-        rows.append(bench_row(self.results.HOPPER_WS, "B2 H16 S8192 D128 f16 [no-pingpong]", 0.55))
-        rows.append(bench_row(self.results.HOPPER_WS, "B2 H16 S8192 D128 bf16 [no-overlap]", 0.1))  # bf16: not used
+        self.assertIn("Not measured yet (no rows of step 19's", self.results.hopper_ablation_table())
+        rows.append(bench_row(pp, "B2 H16 S8192 D128 f16 [no-pingpong]", 0.55))
+        rows.append(bench_row(pp, "B2 H16 S8192 D128 bf16 [no-overlap]", 0.1))  # bf16: not used
+        rows.append(bench_row(ws, "B2 H16 S8192 D128 f16 [no-setmaxnreg]", 1.6))  # step 18's: not in step 19's table
         self.write(rows)
         table = self.results.hopper_ablation_table()
         # full at d128 seq 8192: 2199 TFLOP/s; no-pingpong 0.55 ms: 1999, the full step 10% faster; step 17 at 1.0 ms
         self.assertIn("| `no-pingpong` | ping-pong between the consumers | - | - | - | - | - | 1999 (+10%) | - | - |",
                       table)
+        self.assertIn("| step 18 | both overlaps (step 18's own kernel, its sweep rows) | 344 (+60%) |", table)
         self.assertIn("| step 17 | warp specialisation and everything after it | 275 (+100%) |", table)
         self.assertIn("| `full` | nothing: the step as it is | ", table)
         self.assertIn("| `no-overlap` | S of the next tile issued before the softmax (intra-warpgroup) | - | - | - | -"
                       " | - | - | - | - |", table)
+        self.assertNotIn("no-setmaxnreg", table)
         self.assertIn("| FlashAttention-3 | 661 | full | 2199 |", table)
         self.assertIn("| no GEMM-softmax pipelining, warp-specialised | 582 | no-overlap | - |", table)
         self.assertIn("| GEMM-softmax pipelining, no warp specialisation | 570 | step 17 | 1100 |", table)
+        # step 18's own table: its variants against step 17, no FA3 comparison
+        table = self.results.hopper_ablation_table(ws)
+        self.assertIn("| `no-setmaxnreg` | the register reallocation (every thread capped at the launch's share) | - | - "
+                      "| - | - | - | 687 (+100%) | - | - |", table)
+        self.assertIn("| step 17 | warp specialisation and everything after it | 275 (+25%) |", table)
+        self.assertNotIn("no-pingpong", table)
+        self.assertNotIn("FlashAttention-3", table)
 
     def test_met_and_incomplete(self):
         base = self.sweep("sdpa_flash", 1.0)
@@ -776,31 +794,6 @@ class CausalOrder(unittest.TestCase):
         table = self.r.causal_order_table(seqs=(8192,))
         self.assertIn("| 128 | 8192 | 32 | 2048 | 128 … 2 |", table)
         self.assertIn("| 64 | 8192 | 64 | 4096 | 64 … 1 |", table)
-
-
-class ConsumerTiles(unittest.TestCase):
-    """results.py's count of step 18's consumer tiles: the causal masked tiles and the rows past seq_q."""
-
-    def setUp(self):
-        import results
-        self.r = results
-
-    def test_counts(self):
-        # d 64, seq 256, not causal: query blocks of 192 rows at 0 and 192, 2 tiles each; the second block's
-        # consumers at rows 256 and 320 lie past seq_q
-        self.assertEqual(self.r.consumer_tiles(256, 64, False, skip_rows=False), (12, 4))
-        self.assertEqual(self.r.consumer_tiles(256, 64, False), (8, 0))
-        # causal: block 0 walks 2 tiles (its consumers see 1, 1 and 2 of them), block 1 walks 2 (rows 192-255: 2)
-        self.assertEqual(self.r.consumer_tiles(256, 64, True, skip_masked=False, skip_rows=False), (12, 4))
-        self.assertEqual(self.r.consumer_tiles(256, 64, True, skip_rows=False), (10, 4))
-        self.assertEqual(self.r.consumer_tiles(256, 64, True), (6, 0))
-        # d 128: blocks of 128 rows divide 256; nothing to skip
-        self.assertEqual(self.r.consumer_tiles(256, 128, True, skip_masked=False), self.r.consumer_tiles(256, 128, True))
-
-    def test_table(self):
-        table = self.r.consumer_tiles_table(seqs=(1024,))
-        self.assertIn("| 64 | no | 11.1% (11.1%) |", table)
-        self.assertIn("| 128 | yes | 0.0% (0.0%) |", table)
 
 
 class BwdWaves(unittest.TestCase):

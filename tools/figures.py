@@ -349,12 +349,12 @@ def wgmma_operand():
     return fig
 
 
-# ---- step 18: ping-pong -----------------------------------------------------------------------------------------
+# ---- step 19: ping-pong -----------------------------------------------------------------------------------------
 def pingpong_timeline():
     fig = new_figure(8.6, 3.0)
     ax = fig.add_axes([0.13, 0.24, 0.85, 0.6])
     # Schematic durations: a consumer's pair of products (S_j = Q·K_jᵀ and P_{j-1}·V_{j-1}, issued in one turn), then
-    # the softmax of S_j, which the compiled code starts only once both products are done (doc 18, "What ptxas made
+    # the softmax of S_j, which the compiled code starts only once both products are done (doc 19, "What ptxas made
     # of it"). Ideal: no hand-over cost and no latency, so the drawn pipe has no gap; the measured one has (ncu).
     gemm, soft = 2.0, 1.6
     gemm_colors = [COLORS["full"], "#2f5f9e"]  # consumer 0's GEMMs, consumer 1's: in its row and on the pipe
@@ -380,9 +380,9 @@ def pingpong_timeline():
                ["consumer 0's GEMMs (wgmma)", "consumer 1's GEMMs (wgmma)",
                 "softmax of S_j (after its own pair, under the other's)"],
                loc="lower center", ncol=3, fontsize=7, frameon=False, bbox_to_anchor=(0.55, 0.0))
-    ax.set_title("Step 18's ping-pong: a named barrier passes the turn, so one consumer's softmax runs under the "
+    ax.set_title("Step 19's ping-pong: a named barrier passes the turn, so one consumer's softmax runs under the "
                  "other's GEMMs\n(schematic, ideal durations: the measured tensor pipe is not busy all the time, "
-                 "doc 18's profile evidence)", fontsize=8)
+                 "doc 19's profile evidence)", fontsize=8)
     return fig
 
 
@@ -736,7 +736,8 @@ def warp_tile_intensity():
 CLIMB_SHAPE = "B4 H16 S4096 D128"  # the FA2 shape at seq 4096, head_dim 128, not causal
 # The forward ladder (the backward steps run these steps' forwards); 04's rows carry " fwd" (it has a backward).
 CLIMB_STEPS = ("04_naive_attention", "05_flash_forward", "06_causal_stages", "09_tensor_core_forward",
-               "10_swizzle_pipeline_forward", "11_tuned_forward", "17_hopper_forward", "18_hopper_warp_specialized")
+               "10_swizzle_pipeline_forward", "11_tuned_forward", "17_hopper_forward", "18_hopper_warp_specialized",
+               "19_hopper_pingpong_overlap")
 
 
 def climb():

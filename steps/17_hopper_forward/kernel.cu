@@ -17,7 +17,7 @@
 //      the registers the softmax left it in and V from shared memory. The tensor cores run
 //      asynchronously: fence, issue, commit, wait.
 //
-// What it does not do yet (step 18): specialise warps (here every warp computes and thread 0 also
+// What it does not do yet (steps 18-19): specialise warps (here every warp computes and thread 0 also
 // issues the copies), overlap one warpgroup's softmax with another's products, or persist.
 //
 // Block: WARPGROUPS = 2 warpgroups, BLOCK_M = 128 query rows; K/V tiles of BLOCK_N = 128 keys in

@@ -1,36 +1,32 @@
 // =============================================================================================
 // FlashAttention from scratch, step by step, in CUDA C++
 // Step 18: the warp-specialised Hopper forward: a producer warpgroup that only copies, consumer
-//          warpgroups that only compute, their GEMMs in ping-pong, a persistent grid
+//          warpgroups that only compute, a persistent grid
 //
-// What changes since step 17: the math and the instructions (TMA, mbarriers, wgmma) are step 17's;
-// what changes is who issues them and when, so that the tensor cores never wait for the softmax.
+// What changes since step 17: the math and the instructions (TMA, mbarriers, wgmma) are step 17's,
+// and so is a consumer's order of work (S_j, its softmax, then P_j·V_j, each product waited for at
+// once); what changes is who issues the copies, who waits for whom, and how long a block lives.
 //
 //   1. Warp specialisation. Warpgroup 0 is the producer: one of its threads issues every TMA copy,
 //      running ahead through a ring of K and V slots; the other warpgroups are consumers (64 query
 //      rows each). Full barriers say "the copy landed", empty barriers say "every consumer warp is
 //      done with the slot": no __syncthreads in the loop, and K is handed back before V.
 //   2. setmaxnreg. The producer needs ~24 registers, the consumers all they can get: the producer
-//      gives its registers back (dec 24) and the consumers take them (inc 240; 160 at d 64).
-//   3. Ping-pong (PINGPONG). Two named barriers pass a token: a consumer issues its GEMMs only when
-//      it holds it, then hands it over, so one warpgroup's softmax runs under the other's GEMMs.
-//   4. Intra-warpgroup overlap (OVERLAP). S_j = Q·K_jᵀ is issued together with O += P_{j-1}·V_{j-1}
-//      and the softmax of tile j is written to run while the second one is still on the tensor
-//      cores: two score tiles (s being computed, p being read). ptxas reuses p's registers in the
-//      softmax and so waits for the second product first (doc 18, "What ptxas made of it").
-//   5. Persistence. The grid is one block per SM; a block takes its next tile (query block, head)
+//      gives its registers back (dec 24; 32 at d 64) and the consumers take them (inc 240; 160).
+//   3. Persistence. The grid is one block per SM; a block takes its next tile (query block, head)
 //      from a counter in global memory, in a fixed order (causal: the heaviest query blocks first, in
 //      groups of heads whose K/V fit in L2), and the producer loads the next tile's Q and K/V while
 //      the consumers write this tile's O.
-//   6. At d 64 (three consumers, whose own loops rather than the tensor pipe set the pace), the
-//      rescale of O is skipped when no row max of the warp moved.
+//
+// What it does not do yet (step 19): overlap one consumer's softmax with another's products
+// (ping-pong), or a consumer's softmax with its own next product.
 //
 // Block: a producer and CONSUMERS warpgroups of 64 query rows (d 128: 2, 384 threads, BLOCK_M = 128;
-// d 64: 3, 512 threads, BLOCK_M = 192); K/V tiles of BLOCK_N = 128 keys (d 128 not causal: 176) in a
-// ring of STAGES = 2. One consumer, per K/V tile j (with OVERLAP):
-//   wait k_full[j]   take the token   S_j = Q·K_jᵀ (D/16 wgmma), O += P_{j-1}·V_{j-1} (BLOCK_N/16)   pass it
-//   wait S_j (wgmma_wait<1>)   hand K_j back     softmax of S_j                  [64, BLOCK_N] scores
-//   wait O   (wgmma_wait<0>)   hand V_{j-1} back rescale O, pack P_j              [64, D]   accumulator
+// d 64: 3, 512 threads, BLOCK_M = 192); K/V tiles of BLOCK_N = 128 keys in a ring of STAGES = 2.
+// One consumer, per K/V tile j:
+//   wait k_full[j]   S_j = Q·K_jᵀ (D/16 wgmma), wait    hand K_j back    [64, BLOCK_N] scores
+//   softmax of S_j, rescale O, pack P_j
+//   wait v_full[j]   O += P_j·V_j (BLOCK_N/16 wgmma), wait   hand V_j back   [64, D] accumulator
 //
 // Build + run:  cmake --build build --target 18_hopper_warp_specialized && build/bin/18_hopper_warp_specialized
 // Read with:    docs/18_hopper_warp_specialized.md
@@ -60,36 +56,24 @@ const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 constexpr int kWarp = 32, kWarpgroup = 128;
 constexpr int kBox = 64;  // dims per TMA box: 64 16-bit elements = 128 bytes, one swizzle row
 
-// The techniques as switches, so that doc 18's ablation can remove each one (StepInfo::variants).
-template <int D_, bool PINGPONG_ = true, bool OVERLAP_ = true, bool MAXNREG_ = true, bool SKIP_ = D_ == 64,
-          int BLOCK_N_ = 128, bool MASKED_SKIP_ = true>
+// setmaxnreg as a switch, so that doc 18's ablation can remove it (StepInfo::variants).
+template <int D_, bool MAXNREG_ = true>
 struct Config {
   // d 64: three consumers (192 query rows): the products are half as long, so a third warpgroup's
   // softmax is needed to keep the tensor cores busy (doc 18).
   static constexpr int D = D_, CONSUMERS = D == 64 ? 3 : 2, THREADS = (CONSUMERS + 1) * kWarpgroup;
-  // Keys per K/V tile: 128, or 176 at d 128 not causal (FA3's choice there): a query block then walks
-  // 27% fewer tiles, each turn, wait and row reduction paid fewer times, for 36 more registers (s, p).
-  static constexpr int BLOCK_M = 64 * CONSUMERS, BLOCK_N = BLOCK_N_, STAGES = 2;
-  static constexpr bool PINGPONG = PINGPONG_, OVERLAP = OVERLAP_, MAXNREG = MAXNREG_;
-  // d 64 only: skip the rescale of O when no row max of the warp moved (measured +1-3% at d 64, −1%
-  // at d 128, where the tensor pipe rather than the consumer's own loop is the bound; doc 18).
-  static constexpr bool SKIP_RESCALE = SKIP_;
-  // A consumer computes nothing on the key tiles wholly masked for its rows, and still waits for,
-  // hands back and takes its turn on each of them. Causal: the tiles past its rows' last visible key
-  // (not past the block's later rows'). Causal or not: every tile, for a consumer whose rows all lie
-  // past seq_q (the last query block's ragged end; at BLOCK_M = 192 one or two of the three consumers
-  // of every head's last block when seq_q is a power of two).
-  static constexpr bool MASKED_SKIP = MASKED_SKIP_;
+  static constexpr int BLOCK_M = 64 * CONSUMERS, BLOCK_N = 128, STAGES = 2;
+  static constexpr bool MAXNREG = MAXNREG_;
   // 65536 registers / THREADS at launch (d 128: 170, ptxas caps at 168; d 64: 128); then the producer
-  // keeps 24 and the consumers share the rest: 128·24 + 256·240 = 64512, 128·24 + 384·160 = 64512.
-  static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = D == 64 ? 160 : 240;
+  // keeps 24 or 32 and the consumers share the rest: 128·24 + 256·240 = 64512 = 384·168 (d 128),
+  // 128·32 + 384·160 = 65536 = 512·128 (d 64; at 24 the producer would spill, doc 18).
+  static constexpr int PRODUCER_REGS = D == 64 ? 32 : 24, CONSUMER_REGS = D == 64 ? 160 : 240;
   static constexpr int HALVES = D / kBox;  // boxes per row of a tile: [HALVES][rows][64]
   static constexpr int Q_BYTES = BLOCK_M * D * 2, KV_BYTES = BLOCK_N * D * 2;
   static constexpr int CONSUMER_WARPS = CONSUMERS * kWarpgroup / kWarp;  // arrivals on an empty barrier
   // Q, then K[STAGES], V[STAGES], then the barriers; 1024 more for aligning the start.
   static constexpr int SMEM_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + 8 * (2 + 4 * STAGES) + 16 + 1024;
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
-  static_assert(BLOCK_N == 128 || (BLOCK_N == 176 && D == 128), "key tiles of 128, or 176 at d 128");
   static_assert(SMEM_BYTES <= 227 * 1024, "an sm_90 block's shared memory");
 };
 
@@ -165,44 +149,6 @@ __device__ __forceinline__ void produce(const CUtensorMap& tm_q, const CUtensorM
   }
 }
 
-// ---- a consumer's online softmax ----------------------------------------------------------------------
-// Step 17's mask and online softmax on s, the [64, BLOCK_N] scores of key tile j; a thread holds rows
-// m0 + r0 and m0 + r0 + 8 of the head: register i is row m0 + r0 + 8·(i/2 % 2), key j·BLOCK_N + 8·(i/4) +
-// 2·q4 + i % 2. masked: the tile reaches the diagonal or the ragged end of the keys (step 17's tiles from
-// n_full on). s becomes P (unnormalised), m and l the two rows' running max and sum, alpha the factor
-// their rows of O must be rescaled by. O itself is not touched: it may still be on the tensor cores.
-template <class C>
-__device__ __forceinline__ void online_softmax(float (&s)[C::BLOCK_N / 2], float (&m)[2], float (&l)[2],
-                                               float (&alpha)[2], int j, bool masked, int m0, int r0, int q4, int seq_k,
-                                               bool causal, float sl2) {
-  constexpr int BLOCK_N = C::BLOCK_N;
-  if (masked) {
-#pragma unroll
-    for (int k = 0; k < BLOCK_N / 2; ++k) {
-      const int row = m0 + r0 + 8 * (k / 2 % 2), key = j * BLOCK_N + 8 * (k / 4) + 2 * q4 + k % 2;
-      if (key >= (causal ? min(row + 1, seq_k) : seq_k)) s[k] = -INFINITY;
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < BLOCK_N / 8; ++k) tile_max = fmaxf(tile_max, fmaxf(s[4 * k + 2 * h], s[4 * k + 2 * h + 1]));
-    const float m_new = fmaxf(m[h], quad_max(tile_max));
-    alpha[h] = exp2_approx((m[h] - safe_shift(m_new)) * sl2);
-    m[h] = m_new;
-    const float shift = safe_shift(m_new) * sl2;
-    float sum = 0.f;
-#pragma unroll
-    for (int k = 0; k < BLOCK_N / 8; ++k) {
-      s[4 * k + 2 * h] = exp2_approx(fmaf(s[4 * k + 2 * h], sl2, -shift));
-      s[4 * k + 2 * h + 1] = exp2_approx(fmaf(s[4 * k + 2 * h + 1], sl2, -shift));
-      sum += s[4 * k + 2 * h] + s[4 * k + 2 * h + 1];
-    }
-    l[h] = l[h] * alpha[h] + sum;
-  }
-}
-
 // Step 17's epilogue, defined below the kernel (where step 17 has it): O and LSE of a consumer's rows.
 template <class T, class C>
 __device__ __forceinline__ void store_o(const float (&acc)[C::D / 2], const float (&m)[2], const float (&l)[2], T* o,
@@ -267,28 +213,29 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
   // q_empty instead takes one arrival per thread: besides Q (read by wgmma) it releases tile_slot,
   // which every thread read with an ordinary load, and an arrival releases only its own thread's
   // accesses (compute-sanitizer's racecheck flags lane 0 arriving for the warp).
-  // Ping-pong: barrier 1 + cg is "consumer cg's turn"; 256 threads meet there: its own 128 (sync)
-  // and the previous consumer's 128 (arrive, when it hands the turn on). A ring: 0, 1, (2,) 0, ...
-  auto take_turn = [&] {
-    if constexpr (C::PINGPONG) named_barrier_sync(1 + cg, 2 * kWarpgroup);
-  };
-  auto pass_turn = [&] {
-    if constexpr (C::PINGPONG) named_barrier_arrive(1 + (cg + 1) % C::CONSUMERS, 2 * kWarpgroup);
-  };
-  if (cg == C::CONSUMERS - 1) pass_turn();  // consumer 0 goes first
 
+  // The descriptors' start addresses (bytes in shared memory), per operand:
+  //   Q: this warpgroup's 64 rows of box h, k-step kk within it at + 32·kk
+  //   K: slot s, box h, all BLOCK_N rows;   V: slot s, keys 16·kk.. at + 2048·kk, boxes LBO apart
   const std::uint32_t q_addr = smem_addr(Qs) + cg * 64 * 128, k_addr = smem_addr(Ks), v_addr = smem_addr(Vs);
   constexpr std::uint32_t kSbo = 8 * 128;         // 8 rows of 128 bytes: one swizzle period
   constexpr std::uint32_t kVLbo = BLOCK_N * 128;  // V: from dims 0-63 to dims 64-127 of the same keys
 
-  float acc[D / 2];      // [64, D] unnormalised O: register i = row r0 + 8·(i/2 % 2), col 8·(i/4) + 2·q4 + i % 2
-  float s[BLOCK_N / 2];  // [64, BLOCK_N] scores of tile j, the same layout
-  std::uint32_t p[BLOCK_N / 16][4];  // P of tile j − 1 (OVERLAP) or j, packed as wgmma's A registers
+  float acc[D / 2];  // [64, D] this warpgroup's unnormalised O: register i = row r0 + 8·(i/2 % 2), col 8·(i/4) + 2·q4 + i % 2
+  float m[2], l[2];  // rows r0, r0 + 8: running max (raw), partial sum; both reset per tile below
+  float s[BLOCK_N / 2];  // [64, BLOCK_N] scores, the same layout as acc
 #pragma unroll
   for (int i = 0; i < BLOCK_N / 2; ++i) s[i] = 0.f;
 
-  // S = Q·Kᵀ from slot `slot` (step 17), committed as one group.
-  auto issue_s = [&](int slot) {
+  // The tile being computed (set by the loop below): its first query row, K/V tiles, and it, the K/V
+  // tiles this block took before it (the producer's counter: slot (it + t) % STAGES).
+  int m0 = 0, n_tiles = 0, it = 0;
+  auto attend = [&](int t, auto masked) {
+    const int n0 = t * BLOCK_N, slot = (it + t) % STAGES, parity = (it + t) / STAGES & 1;
+    mbarrier_wait(&k_full[slot], parity);  // K_t has landed in the slot
+
+    // S = Q·Kᵀ: D/16 wgmma into one accumulator, the first overwriting it (accumulate = 0). The
+    // fence orders the softmax's reads of s (last tile) before the tensor cores write it.
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -297,135 +244,82 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
       wgmma_ss<BLOCK_N, T>(s, smem_desc(a, 16, kSbo), smem_desc(b, 16, kSbo), kk > 0);
     }
     wgmma_commit();
-  };
-  // O += P·V from slot `slot` (step 17), committed as one group.
-  auto issue_pv = [&](int slot) {
+    wgmma_wait<0>();
+    hand_back(&k_empty[slot]);  // K goes back now: the producer refills it while this tile's softmax runs
+    if (t == n_tiles - 1) mbarrier_arrive(q_empty);  // Q's last read: the producer may load the next tile's
+
+    // Mask the diagonal tiles only (step 10). Register i: row r0 + 8·(i/2 % 2), key n0 + 8·(i/4) + 2·q4 + i % 2.
+    if constexpr (decltype(masked)::value) {
+#pragma unroll
+      for (int i = 0; i < BLOCK_N / 2; ++i) {
+        const int row = m0 + r0 + 8 * (i / 2 % 2), key = n0 + 8 * (i / 4) + 2 * q4 + i % 2;
+        if (key >= (causal ? min(row + 1, seq_k) : seq_k)) s[i] = -INFINITY;
+      }
+    }
+
+    // The online softmax of step 11 on the wgmma layout: a row's BLOCK_N scores are spread over
+    // the 4 lanes of its quad, BLOCK_N/8 pairs each (registers 4j + 2h + e of row r0 + 8h).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < BLOCK_N / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      const float m_new = fmaxf(m[h], quad_max(tile_max));
+      const float alpha = exp2_approx((m[h] - safe_shift(m_new)) * sl2);
+      m[h] = m_new;
+      const float shift = safe_shift(m_new) * sl2;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < BLOCK_N / 8; ++j) {
+        s[4 * j + 2 * h] = exp2_approx(fmaf(s[4 * j + 2 * h], sl2, -shift));
+        s[4 * j + 2 * h + 1] = exp2_approx(fmaf(s[4 * j + 2 * h + 1], sl2, -shift));
+        sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+      }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) acc[4 * j + 2 * h] *= alpha, acc[4 * j + 2 * h + 1] *= alpha;
+    }
+
+    // O += P·V. P's k-step kk (keys 16kk..16kk+15) is S's column blocks 2kk and 2kk+1: packed in
+    // order, they are exactly wgmma's A registers (no shuffle: doc 17). The fence orders the
+    // packing and the rescale of acc before the tensor cores read and write them.
+    std::uint32_t p[BLOCK_N / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) p[kk][j] = pack<T>(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
+    mbarrier_wait(&v_full[slot], parity);  // V_t has landed
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk)
       wgmma_rs<D, T>(acc, p[kk], smem_desc(v_addr + slot * C::KV_BYTES + kk * 16 * 128, kVLbo, kSbo), 1);
     wgmma_commit();
+    wgmma_wait<0>();
+    hand_back(&v_empty[slot]);  // this warp is done with the slot's V: no __syncthreads
   };
 
-  for (int it = 0, c = 0;; ++c) {
+  for (int c = 0;; ++c) {
     mbarrier_wait(q_full, c & 1);  // Q has landed, or the producer has said there is no tile left
-    const int i = *tile_slot;
+    // Broadcast from lane 0, so that ptxas knows that what follows from it is warp-uniform: the wgmma
+    // are in loops it bounds, and a wgmma under a branch it cannot prove uniform gets serialised
+    // (warning C7518). Every thread still reads tile_slot (its q_empty arrival releases the read).
+    const int i = __shfl_sync(~0u, *tile_slot, 0);
     if (i < 0) break;
     const Tile w = tile_at(i, n_qb, bh_count, group, causal);
-    const int m0 = w.qb * BLOCK_M, n_tiles = kv_tiles<C>(m0, seq_q, seq_k, causal);
-    const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;  // tiles before these need no mask
-    // The tiles this consumer's rows see; the others are wholly masked for it. Causal: up to its last
-    // row's key (at BLOCK_M = 192 and 128-key tiles, one of every three consumer tiles on the diagonal
-    // is masked for it). Rows all past seq_q (the ragged end of a last query block): none. Broadcast
-    // from lane 0 so that ptxas knows it is warp-uniform: the wgmma below are in loops it bounds.
-    const int seen = (min(min(m0 + 64 * cg + 64, seq_q), seq_k) + BLOCK_N - 1) / BLOCK_N;
-    const int sees = !C::MASKED_SKIP         ? n_tiles
-                     : m0 + 64 * cg >= seq_q ? 0
-                     : causal                ? max(1, min(n_tiles, seen))
-                                             : n_tiles;
-    const int own = __shfl_sync(~0u, sees, 0);
+    m0 = w.qb * BLOCK_M, n_tiles = kv_tiles<C>(m0, seq_q, seq_k, causal);
+    const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;  // the stages of step 06
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) acc[k] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];  // rows r0, r0 + 8 (step 17)
-
-    auto softmax = [&](int j) { online_softmax<C>(s, m, l, alpha, j, j >= n_full, m0, r0, q4, seq_k, causal, sl2); };
-    auto rescale = [&] {  // O's rows by alpha
-      // alpha = 1 for every row of the warp (no max moved: most tiles once a row has seen a few
-      // hundred keys): the multiply would change nothing. The vote keeps the branch warp-uniform.
-      if constexpr (C::SKIP_RESCALE)
-        if (!__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) return;
-#pragma unroll
-      for (int k = 0; k < D / 8; ++k)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[4 * k + e] *= alpha[e / 2];
-    };
-    auto pack_p = [&] {  // P of s into wgmma's A registers (step 17)
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) p[kk][e] = pack<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
-    };
-
-    if (own == 0) {
-      mbarrier_arrive(q_empty);  // rows past seq_q: Q is never read
-    } else if constexpr (C::OVERLAP) {
-      // Tile 0: S only. Then per tile j: S_j and P_{j-1}·V_{j-1} in one turn, S_j's softmax under
-      // the second. Last: P_{n-1}·V_{n-1} alone. (Peeled rather than guarded by ifs: a wgmma under
-      // a branch ptxas cannot prove uniform gets serialised, warning C7518.)
-      auto slot = [&](int j) { return (it + j) % STAGES; };
-      auto parity = [&](int j) { return (it + j) / STAGES & 1; };
-      mbarrier_wait(&k_full[slot(0)], parity(0));
-      take_turn();
-      issue_s(slot(0));
-      pass_turn();
-      wgmma_wait<0>();
-      hand_back(&k_empty[slot(0)]);
-      if (own == 1) mbarrier_arrive(q_empty);  // the producer may load the next tile's Q
-      softmax(0);
-      pack_p();
-      for (int j = 1; j < own; ++j) {
-        mbarrier_wait(&k_full[slot(j)], parity(j));
-        mbarrier_wait(&v_full[slot(j - 1)], parity(j - 1));
-        take_turn();
-        issue_s(slot(j));
-        issue_pv(slot(j - 1));
-        pass_turn();
-        wgmma_wait<1>();  // S_j has landed; P_{j-1}·V_{j-1} may still be running
-        hand_back(&k_empty[slot(j)]);
-        if (j == own - 1) mbarrier_arrive(q_empty);
-        softmax(j);
-        wgmma_wait<0>();  // O += P_{j-1}·V_{j-1} has landed: O may be rescaled, p overwritten
-        hand_back(&v_empty[slot(j - 1)]);
-        rescale();
-        pack_p();
-      }
-      mbarrier_wait(&v_full[slot(own - 1)], parity(own - 1));
-      take_turn();
-      issue_pv(slot(own - 1));
-      pass_turn();
-      wgmma_wait<0>();
-      hand_back(&v_empty[slot(own - 1)]);
-    } else {
-      // Step 17's order: S_j, its softmax, then P_j·V_j, each product waited for at once.
-      for (int j = 0; j < own; ++j) {
-        const int slot = (it + j) % STAGES, parity = (it + j) / STAGES & 1;
-        mbarrier_wait(&k_full[slot], parity);
-        take_turn();
-        issue_s(slot);
-        pass_turn();
-        wgmma_wait<0>();
-        hand_back(&k_empty[slot]);
-        if (j == own - 1) mbarrier_arrive(q_empty);
-        softmax(j);
-        rescale();
-        pack_p();
-        mbarrier_wait(&v_full[slot], parity);
-        take_turn();
-        issue_pv(slot);
-        pass_turn();
-        wgmma_wait<0>();
-        hand_back(&v_empty[slot]);
-      }
-    }
-    // The tiles wholly masked for this consumer: each waited for (a slot is handed back only after its
-    // copy has landed, so that no arrival runs ahead of the producer's phase), handed back, and its
-    // turns taken and passed on (one per tile with OVERLAP, two without), as the other consumers do.
-    for (int j = own; j < n_tiles; ++j) {
-      const int slot = (it + j) % STAGES, parity = (it + j) / STAGES & 1;
-      mbarrier_wait(&k_full[slot], parity);
-      mbarrier_wait(&v_full[slot], parity);
-#pragma unroll
-      for (int t = 0; t < (C::OVERLAP ? 1 : 2); ++t) take_turn(), pass_turn();
-      hand_back(&k_empty[slot]);
-      hand_back(&v_empty[slot]);
-    }
-    if (C::OVERLAP && own == 0) take_turn(), pass_turn();  // and the turn of the pipeline's last P·V
+    m[0] = m[1] = -INFINITY, l[0] = l[1] = 0.f;
+    if (n_tiles == 0) mbarrier_arrive(q_empty);  // no key at all (seq_k = 0): Q is never read
+    int t = 0;
+    for (; t < n_full; ++t) attend(t, std::false_type{});  // no mask
+    for (; t < n_tiles; ++t) attend(t, std::true_type{});  // the diagonal and the ragged end of the keys
     it += n_tiles;
 
     // Step 17's epilogue, while the producer is already loading the next tile's Q and K/V.
     store_o<T, C>(acc, m, l, o, lse, seq_q, head_dim, scale, w.bh, m0, r0, q4);
   }
-  if (cg == 0) take_turn();  // consume the last consumer's last hand-over: no arrival left pending at exit
 }
 
 // The epilogue (store_o, declared above): step 17's, unchanged. O = acc / l, LSE = m·scale + log l,
@@ -457,10 +351,7 @@ __device__ __forceinline__ void store_o(const float (&acc)[C::D / 2], const floa
 
 // ---- launcher --------------------------------------------------------------------------------------------
 // The variants (StepInfo::variants, in this order): the full step, then each technique removed.
-enum Variant {
-  kFull, kNoPingPong, kNoOverlap, kNoOverlaps, kNoPersistent, kNoSetmaxnreg, kNoRescaleSkip, kNoWideTile, kNoMaskedSkip,
-  kVariants
-};
+enum Variant { kFull, kNoPersistent, kNoSetmaxnreg, kVariants };
 
 template <class T, class C>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream, bool persistent) {
@@ -496,44 +387,29 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream, bool persistent) {
   FA_CHECK_LAUNCH();
 }
 
-template <class T, int D, int N>  // N: keys per K/V tile
+template <class T, int D>
 void launch_variant(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  constexpr bool S = D == 64;  // the rescale skip's default
   switch (a.p.variant) {
-    case kFull: return launch<T, Config<D, true, true, true, S, N>>(a, stream, true);
-    case kNoPingPong: return launch<T, Config<D, false, true, true, S, N>>(a, stream, true);
-    case kNoOverlap: return launch<T, Config<D, true, false, true, S, N>>(a, stream, true);
-    case kNoOverlaps: return launch<T, Config<D, false, false, true, S, N>>(a, stream, true);
-    case kNoPersistent: return launch<T, Config<D, true, true, true, S, N>>(a, stream, false);
-    case kNoSetmaxnreg: return launch<T, Config<D, true, true, false, S, N>>(a, stream, true);
-    case kNoRescaleSkip: return launch<T, Config<D, true, true, true, false, N>>(a, stream, true);
-    case kNoWideTile: return launch<T, Config<D>>(a, stream, true);  // the full step with 128-key tiles
-    case kNoMaskedSkip: return launch<T, Config<D, true, true, true, S, N, false>>(a, stream, true);
+    case kFull: return launch<T, Config<D>>(a, stream, true);
+    case kNoPersistent: return launch<T, Config<D>>(a, stream, false);
+    case kNoSetmaxnreg: return launch<T, Config<D, false>>(a, stream, true);
   }
   throw fa::UsageError(std::string(info().name) + ": no variant " + std::to_string(a.p.variant));
-}
-// d 128 not causal: 176-key tiles (Config). Causal keeps 128, as FA3 does: a wider tile would make
-// the masked share of the diagonal tiles larger.
-template <class T, int D>
-void launch_tiles(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  if constexpr (D == 128)
-    if (!a.p.causal) return launch_variant<T, D, 176>(a, stream);
-  launch_variant<T, D, 128>(a, stream);
 }
 
 void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o}, "Q, K, V and O");
   const bool f16 = a.p.dtype == fa::DType::F16;
   if (a.p.head_dim <= 64)
-    f16 ? launch_tiles<__half, 64>(a, stream) : launch_tiles<__nv_bfloat16, 64>(a, stream);
+    f16 ? launch_variant<__half, 64>(a, stream) : launch_variant<__nv_bfloat16, 64>(a, stream);
   else
-    f16 ? launch_tiles<__half, 128>(a, stream) : launch_tiles<__nv_bfloat16, 128>(a, stream);
+    f16 ? launch_variant<__half, 128>(a, stream) : launch_variant<__nv_bfloat16, 128>(a, stream);
 }
 
 const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {
     fa::StepInfo s{"18_hopper_warp_specialized",
-                   "the warp-specialised Hopper forward: producer/consumer warpgroups, ping-pong, persistent (sm_90a)",
+                   "the warp-specialised Hopper forward: producer/consumer warpgroups, setmaxnreg, persistent (sm_90a)",
                    fa::Family::Attention};
     s.attn_fwd = forward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
@@ -541,8 +417,7 @@ const fa::StepInfo& info() {
     s.attn_rule.gqa = true;             // grouped-query attention (step 11)
     s.fwd_workspace_bytes = [](const fa::AttnParams&) -> std::size_t { return 16; };
     s.workspace_note = "the persistent grid's tile counter (an int, in 16 bytes)";
-    s.variants = {"full",          "no-pingpong",   "no-overlap",      "no-overlaps",
-                  "no-persistent", "no-setmaxnreg", "no-rescale-skip", "no-wide-tile", "no-masked-skip"};
+    s.variants = {"full", "no-persistent", "no-setmaxnreg"};
     s.needs_cc = 90;
     return s;
   }();
