@@ -85,7 +85,7 @@ gqa() {
   local gpu base
   gpu=$(python3 profiles/fa_profiles.py slug "$(head -1 "$OUT/env.txt" | cut -d, -f1)")
   base=$OUT/bench.csv && [[ -s $base ]] || base=profiles/$gpu/bench.csv
-  python3 profiles/bench.py --steps 11,17,18 --gqa-only --merge "$base" --out "$OUT/bench.csv.gqa" --no-plot \
+  python3 profiles/bench.py --steps 11,17,18,19 --gqa-only --merge "$base" --out "$OUT/bench.csv.gqa" --no-plot \
     --no-render >> "$OUT/run.log" 2>&1 && mv "$OUT/bench.csv.gqa" "$OUT/bench.csv"
 }
 # shellcheck disable=SC2086

@@ -4,10 +4,10 @@ inputs in interleaved rounds, with the GPU's SM clock and power sampled while ea
 
     python3 profiles/inputs_ab.py --out inputs_ab.csv              # the default cells, ~4 minutes on an H100
     python3 profiles/inputs_ab.py --dry-run                        # the plan and its estimated time, no GPU
-    python3 profiles/inputs_ab.py --step build/bin/18_hopper_warp_specialized --step build/bin/11_tuned_forward \\
+    python3 profiles/inputs_ab.py --step build/bin/19_hopper_pingpong_overlap --step build/bin/11_tuned_forward \\
         --dims 128 --seqs 16384 --causal no --dtypes f16 --rounds 4 --out ab.csv
 
-Implementations: each --step executable (default build/bin/18_hopper_warp_specialized), run as
+Implementations: each --step executable (default build/bin/19_hopper_pingpong_overlap), run as
 `EXE --bench --csv --inputs uniform|randn` on the cell (profiles/knob_ab.py's run_arm), which also times the
 step it is checked against (its PREV, e.g. 17) on the same inputs: that row is kept too, under the PREV's name;
 and PyTorch's SDPA forward, FlashAttention-2 and cuDNN backends (--sdpa), timed as profiles/bench.py times
@@ -65,7 +65,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="inputs_ab.py", description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--step", action="append", metavar="EXE",
-                    help="a step executable (repeatable; default build/bin/18_hopper_warp_specialized)")
+                    help="a step executable (repeatable; default build/bin/19_hopper_pingpong_overlap)")
     ap.add_argument("--no-steps", action="store_true", help="SDPA only")
     ap.add_argument("--sdpa", nargs="*", choices=sorted(SDPA), default=["flash", "cudnn"],
                     help="SDPA backends (default: flash cudnn; none: no SDPA)")
@@ -90,7 +90,7 @@ def parse_args(argv=None):
     if a.no_steps:
         a.step = []
     elif not a.step:
-        a.step = [os.path.join(fp.ROOT, "build", "bin", "18_hopper_warp_specialized")]
+        a.step = [os.path.join(fp.ROOT, "build", "bin", "19_hopper_pingpong_overlap")]
     return a
 
 

@@ -978,7 +978,7 @@ class InputsAb(unittest.TestCase):
     def test_defaults_and_plan(self):
         import inputs_ab as ab
         a = ab.parse_args([])
-        self.assertTrue(a.step[0].endswith("build/bin/18_hopper_warp_specialized"))
+        self.assertTrue(a.step[0].endswith("build/bin/19_hopper_pingpong_overlap"))
         self.assertEqual((a.dims, a.seqs, a.causal, a.dtypes, a.sdpa, a.rounds), ([128, 64], [16384, 4096], "both",
                                                                                  ["f16", "bf16"], ["flash", "cudnn"], 2))
         arms = ab.plan(a)
