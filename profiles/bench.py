@@ -322,7 +322,7 @@ def sdpa_row(torch, step, what, problem, ms, rate, unit, peak, peak_value, devic
                 err_vs_prev="-1", check="", baseline="", baseline_time_ms="-1", vs_baseline="-1", device=device)
 
 
-def draw(torch, shape, dtype, inputs, lo, hi):
+def draw_input(torch, shape, dtype, inputs, lo, hi):
     """A tensor drawn as the steps draw theirs (harness/attention_inputs.h): uniform in [lo, hi), or for 'randn'
     standard normal (torch.randn, as published benchmarks draw theirs)."""
     if inputs == "randn":
@@ -348,8 +348,8 @@ def sdpa_rows(torch, tensor_peak, reps, warmup, modes="all", kv_heads=0, inputs=
         shape = f"B{b} H{h}" + (f" KV{kvh}" if kvh != h else "") + f" S{seq} D{d}" + (" causal" if causal else "")
         for dname, dtype, x in ((n, t, x) for n, t in (("f16", torch.float16), ("bf16", torch.bfloat16))
                                 for x in inputs):
-            q, k, v = (draw(torch, (b, heads, seq, d), dtype, x, -0.5, 1.5).requires_grad_() for heads in (h, kvh, kvh))
-            dout = draw(torch, (b, h, seq, d), dtype, x, -1, 1)
+            q, k, v = (draw_input(torch, (b, heads, seq, d), dtype, x, -0.5, 1.5).requires_grad_() for heads in (h, kvh, kvh))
+            dout = draw_input(torch, (b, h, seq, d), dtype, x, -1, 1)
             for step, backend, what in backends:
                 times = under_backend(sdpa_kernel, backend, step, f"{shape} {dname}", refused,
                                       lambda: time_sdpa(torch, q, k, v, dout, causal, flush, reps, warmup, bwd))
@@ -434,8 +434,8 @@ def sdpa_decode_rows(torch, reps, warmup, inputs=("uniform",)):
             continue
         h, d = DECODE_HEADS, DECODE_DIM
         shape = fp.with_inputs(f"B{b} H{h}" + (f" KV{kvh}" if kvh != h else "") + f" Sq1 Sk{n} D{d} cache f16", x)
-        q = draw(torch, (b, h, 1, d), torch.float16, x, 0, 1)
-        k, v = (draw(torch, (b, kvh, n, d), torch.float16, x, 0, 1) for _ in range(2))
+        q = draw_input(torch, (b, h, 1, d), torch.float16, x, 0, 1)
+        k, v = (draw_input(torch, (b, kvh, n, d), torch.float16, x, 0, 1) for _ in range(2))
         extra = {"enable_gqa": True} if kvh != h else {}
         kv_bytes = 2.0 * b * kvh * n * d * 2
         for step, backend, what in backends:

@@ -255,7 +255,7 @@ def run_sdpa(torch, key, cell, x, reps, warmup, flush, refused):
     name, backend = SDPA[key]
     t = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     shape = (knob_ab.TOKENS // seq, 2048 // d, seq, d)
-    q, k, v = (bench.draw(torch, shape, t, x, -0.5, 1.5).requires_grad_() for _ in range(3))
+    q, k, v = (bench.draw_input(torch, shape, t, x, -0.5, 1.5).requires_grad_() for _ in range(3))
     times = bench.under_backend(sdpa_kernel, getattr(SDPBackend, backend), name, cell_name(cell), refused,
                                 lambda: bench.time_sdpa(torch, q, k, v, None, causal, flush, reps, warmup, bwd=False))
     return [(name, fp.with_inputs(cell_name(cell), x), times[0])] if times else []

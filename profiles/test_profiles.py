@@ -972,6 +972,94 @@ class BenchInputs(unittest.TestCase):
                     sys.stderr = saved
 
 
+class FakeTorch:
+    """Just enough of torch for the input-drawing paths of bench.py and inputs_ab.py: rand/randn record their
+    calls, tensors take the in-place ops, and torch.nn.attention names the backends."""
+
+    def __init__(self):
+        import types
+        self.calls = []
+        fake = self
+
+        class Tensor:
+            def __init__(self, shape):
+                self.shape = shape
+
+            def mul_(self, x):
+                fake.calls.append(("mul_", x))
+                return self
+
+            def add_(self, x):
+                fake.calls.append(("add_", x))
+                return self
+
+            def requires_grad_(self):
+                return self
+
+        def draw(name):
+            def f(*shape, device=None, dtype=None):
+                fake.calls.append((name, shape, dtype))
+                return Tensor(shape)
+            return f
+
+        self.torch = types.ModuleType("torch")
+        self.torch.float16, self.torch.bfloat16 = "f16", "bf16"
+        self.torch.rand, self.torch.randn = draw("rand"), draw("randn")
+        attention = types.ModuleType("torch.nn.attention")
+        attention.SDPBackend = type("SDPBackend", (), {"FLASH_ATTENTION": "flash", "CUDNN_ATTENTION": "cudnn"})
+        attention.sdpa_kernel = lambda backend: None
+        self.modules = {"torch": self.torch, "torch.nn": types.ModuleType("torch.nn"), "torch.nn.attention": attention}
+
+    def __enter__(self):
+        self.saved = {k: sys.modules.get(k) for k in self.modules}
+        sys.modules.update(self.modules)
+        return self
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+class SdpaInputs(unittest.TestCase):
+    """The SDPA input paths without a GPU (a fake torch): each draw as the harness draws, with the signature
+    its callers use (a name clash once made bench.draw the plot function, and every SDPA row a TypeError)."""
+
+    def test_draw_input(self):
+        import bench
+        with FakeTorch() as t:
+            bench.draw_input(t.torch, (2, 3), "f16", "uniform", -0.5, 1.5)
+            bench.draw_input(t.torch, (2, 3), "bf16", "randn", -0.5, 1.5)
+        self.assertEqual(t.calls, [("rand", (2, 3), "f16"), ("mul_", 2.0), ("add_", -0.5), ("randn", (2, 3), "bf16")])
+
+    def test_inputs_ab_sdpa_arm(self):
+        import bench
+        import inputs_ab as ab
+        saved = bench.under_backend
+        bench.under_backend = lambda kernel, backend, step, what, refused, fn: (1.5, None)
+        try:
+            with FakeTorch() as t:
+                got = ab.run_sdpa(t.torch, "cudnn", (128, False, 4096, "f16"), "randn", 20, 3, None, set())
+        finally:
+            bench.under_backend = saved
+        self.assertEqual(got, [("sdpa_cudnn", "B4 H16 S4096 D128 f16 randn", 1.5)])
+        self.assertEqual(t.calls, [("randn", (4, 16, 4096, 128), "f16")] * 3)
+
+    def test_no_name_defined_twice(self):
+        """A second top-level def of a name silently replaces the first (how the clash above happened)."""
+        import ast
+        import collections
+        import glob
+        for path in sorted(glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "..", "tools", "*.py"))):
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            names = collections.Counter(n.name for n in tree.body
+                                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+            self.assertEqual([n for n, c in names.items() if c > 1], [], path)
+
+
 class InputsAb(unittest.TestCase):
     """profiles/inputs_ab.py without a GPU: its arguments, plan, sample windows and summary maths."""
 
