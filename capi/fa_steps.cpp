@@ -4,6 +4,8 @@
 #include "fa_steps.h"
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -134,6 +136,17 @@ void check_launch(const fa::StepInfo& s, const fa::AttnParams& p, int direction,
                          (workspace ? std::to_string(workspace_bytes) + " bytes" : std::string("none")));
 }
 
+// fa::device_cc(dev), asked once per device: every launch of a step with needs_cc checks it, and
+// cudaGetDeviceProperties takes far longer than a launch.
+fa::DeviceCC device_cc_cached(int dev) {
+  static std::mutex m;
+  static std::map<int, fa::DeviceCC> known;
+  const std::lock_guard<std::mutex> lock(m);
+  auto it = known.find(dev);
+  if (it == known.end()) it = known.emplace(dev, fa::device_cc(dev)).first;
+  return it->second;
+}
+
 // "" when the current device can run `s`, else the refusal (no device; a GPU of another kind).
 Refusal device_refusal(const fa::StepInfo& s) {
   int n = 0;
@@ -144,9 +157,10 @@ Refusal device_refusal(const fa::StepInfo& s) {
                                   (err != cudaSuccess ? cudaGetErrorString(err) : "the driver sees none") +
                                   "): the steps need an NVIDIA GPU of compute capability 8.0 or more and its driver"};
   }
+  if (s.needs_cc == 0) return {FA_OK, ""};
   int dev = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));
-  const std::string why = fa::wrong_device_message(s.name, s.needs_cc, fa::device_cc(dev));
+  const std::string why = fa::wrong_device_message(s.name, s.needs_cc, device_cc_cached(dev));
   return {why.empty() ? FA_OK : FA_ERR_WRONG_DEVICE, why};
 }
 

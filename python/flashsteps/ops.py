@@ -53,17 +53,22 @@ def _params(q: Tensor, k: Tensor, causal: bool, scale: Optional[float], variant:
                        1.0 / math.sqrt(head_dim) if scale is None else scale, variant)
 
 
-def _step(name: str, kind: str) -> "_lib.Step":
-    """A named step, or "" for the default of `kind` on the current device."""
-    return library().step(name) if name else _lib.default_step(kind)
+_defaults = {}  # (kind, device index): the default step, chosen once per device
 
 
-def _backward_step(fwd_step: str, bwd_step: str) -> "_lib.Step":
-    if bwd_step:
-        return library().step(bwd_step)
-    if fwd_step and library().step(fwd_step).has_backward:
+def _step(name: str, kind: str, device) -> "_lib.Step":
+    """A named step, or "" for the default of `kind` on `device` (the current one)."""
+    if name:
+        return library().step(name)
+    if (kind, device.index) not in _defaults:
+        _defaults[kind, device.index] = _lib.default_step(kind)
+    return _defaults[kind, device.index]
+
+
+def _backward_step(fwd_step: str, bwd_step: str, device) -> "_lib.Step":
+    if not bwd_step and fwd_step and library().step(fwd_step).has_backward:
         return library().step(fwd_step)
-    return _lib.default_step("backward")
+    return _step(bwd_step, "backward", device)
 
 
 def _variant(step: "_lib.Step", deterministic: bool) -> int:
@@ -113,7 +118,7 @@ def attention_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Opti
     if q.numel() == 0:
         return o, lse.fill_(-math.inf)
     with torch.cuda.device(q.device):
-        s = _step(step, "forward")
+        s = _step(step, "forward", q.device)
         p, ws, n = _plan(s, q, k, causal, scale, FORWARD)
         library().forward(s, p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), _ptr(ws), n,
                           _stream(q.device))
@@ -138,7 +143,7 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor,
     if q.numel() == 0:
         return dq, dk.zero_(), dv.zero_()
     with torch.cuda.device(q.device):
-        s = _backward_step(step, bwd_step)
+        s = _backward_step(step, bwd_step, q.device)
         p, ws, n = _plan(s, q, k, causal, scale, BACKWARD, _variant(s, deterministic))
         library().backward(s, p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr(),
                            lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), _ptr(ws), n,
@@ -213,7 +218,7 @@ def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Tensor
     if q.numel() == 0:
         return o, lse.fill_(-math.inf)
     with torch.cuda.device(q.device):
-        s = _step(step, "decode")
+        s = _step(step, "decode", q.device)
         p, ws, n = _plan(s, q, k_cache, causal, scale, DECODE)
         # The lengths are read on the host once (a synchronisation): a length outside the cache
         # would read past it, a wrong number rather than an error.
