@@ -1,7 +1,7 @@
 """The C ABI of libfa_steps.so (capi/fa_steps.h) through ctypes: no PyTorch needed.
 
-The library is looked for, in order: the path in $FLASHSTEPS_LIB; libfa_steps.so beside this
-package; build/lib/libfa_steps.so of the repository this package sits in (``cmake --build build
+The library is looked for at the path in $FLASHSTEPS_LIB when it is set (and nowhere else); otherwise
+libfa_steps.so beside this package, then build/lib/libfa_steps.so of the repository this package sits in (``cmake --build build
 --target fa_capi`` writes it there).
 """
 from __future__ import annotations
@@ -126,18 +126,16 @@ _VOIDP = ctypes.c_void_p
 
 
 def _candidates():
-    here = Path(__file__).resolve().parent
-    found = []
+    """$FLASHSTEPS_LIB alone when it is set (the library meant, never another found instead), else
+    beside the package, then the repository's build/lib/."""
     if os.environ.get(ENV_LIB):
-        found.append(Path(os.environ[ENV_LIB]))
-    found.append(here / LIB_NAME)
-    found.append(here.parent.parent / "build" / "lib" / LIB_NAME)
-    return found
+        return [Path(os.environ[ENV_LIB])]
+    here = Path(__file__).resolve().parent
+    return [here / LIB_NAME, here.parent.parent / "build" / "lib" / LIB_NAME]
 
 
 def _load():
     tried = []
-    env = os.environ.get(ENV_LIB)
     for path in _candidates():
         if not path.is_file():
             tried.append(f"{path} (not there)")
@@ -146,8 +144,6 @@ def _load():
             lib = ctypes.CDLL(str(path))
         except OSError as e:
             tried.append(f"{path} ({e})")
-            if env:
-                break  # the path named in the environment is the one meant
             continue
         return lib, path
     raise LibraryNotFound(
