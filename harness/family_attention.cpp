@@ -155,11 +155,14 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
                     std::string("read Q, K, V") + (step.attn_bwd ? " (and dO with --bwd)" : "") +
                         " from PREFIX.q.npy, PREFIX.k.npy, PREFIX.v.npy" + (step.attn_bwd ? " (PREFIX.dout.npy)" : "") +
                         ": 4-D [batch, heads, seq, head_dim], rounded to --dtype; the shape flags given must match");
-  parser.add_string("--cache-lens", &flags.cache_lens,
-                    std::string("a KV cache (decoding): each sequence's length, comma-separated (one per --batch entry, "
-                                "or one for all); --seq-k is the capacity (default: the longest); causal aligns each "
-                                "sequence's last query with its last key") +
-                        (step.attn_rule.kv_cache ? "" : ": this step runs none"));
+  if (step.attn_rule.kv_cache)
+    parser.add_string("--cache-lens", &flags.cache_lens,
+                      "a KV cache (decoding): each sequence's length, comma-separated (one per --batch entry, or one "
+                      "for all); --seq-k is the capacity (default: the longest); causal aligns each sequence's last "
+                      "query with its last key");
+  else  // refused as it is read, before any other check of the problem could complain first
+    parser.refuse("--cache-lens", std::string(step.name) +
+                                      " has no KV cache (--cache-lens is for the split-KV decoding step)");
   parser.add_string("--inputs", &flags.inputs,
                     std::string("how the random Q, K, V") + (step.attn_bwd ? " (and dO)" : "") +
                         " are drawn: uniform in [-0.5, 1.5)" + (step.attn_bwd ? ", dO in [-1, 1)" : "") +

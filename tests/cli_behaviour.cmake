@@ -14,6 +14,7 @@ foreach(step IN LISTS FA_STEPS)
   add_cli_test(${step}.profile_and_sweep 2 "--profile conflicts with --sweep [(]--profile runs alone[)]"
                ${exe} --sweep --profile)
   add_cli_test(${step}.help_lists_input 0 "--input S +read" ${exe} --help)
+  add_cli_test(${step}.help_with_value 2 "--help takes no value" ${exe} --help=1)
   if(fam STREQUAL "softmax")
     add_cli_test(${step}.rows_overflow 2 "--rows: ${_huge} is out of range" ${exe} --rows ${_huge})
     add_cli_test(${step}.sweep_with_rows 2 "--sweep conflicts with --rows [(]--sweep runs the softmax benchmark shapes"
@@ -73,6 +74,8 @@ foreach(step 05_flash_forward 06_causal_stages 09_tensor_core_forward 10_swizzle
   add_cli_test(${step}.help_no_bwd 0 "^--bwd not in --help$"
                sh -c "${exe} --help | grep -q -e --bwd && echo '--bwd in --help' || echo '--bwd not in --help'")
   add_cli_test(${step}.bwd_refused 2 "--bwd: ${step} has no backward pass" ${exe} --bwd)
+  # a step without a KV cache refuses --cache-lens itself, before the lengths (2 for batch 3) are looked at
+  add_cli_test(${step}.cache_lens_refused 2 "--cache-lens: ${step} has no KV cache" ${exe} --batch 3 --cache-lens 1,2)
 endforeach()
 foreach(step 04_naive_attention 07_flash_backward 08_backward_delta_reuse)
   set(exe $<TARGET_FILE:${step}>)
@@ -87,6 +90,7 @@ list(JOIN FA_STEPS ", " _built)
 add_cli_test(run_all.unknown_step 2 "--steps: no built step '99' [(]built: ${_built}[)]"
              ${exe} --steps 01,99)
 add_cli_test(run_all.empty_step 2 "--steps '01,,02': an empty item" ${exe} --steps 01,,02)
+add_cli_test(run_all.repeated_step 2 "--steps '01,1': 01_safe_softmax is named twice" ${exe} --steps 01,1)
 add_cli_test(run_all.repeated_flag 2 "--steps given twice" ${exe} --steps 01 --steps 02)
 add_cli_test(run_all.csv_and_json 2 "--csv conflicts with --json" ${exe} --json --csv)
 add_cli_test(run_all.reps_overflow 2 "--reps: ${_huge} is out of range" ${exe} --reps ${_huge})

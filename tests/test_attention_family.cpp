@@ -195,6 +195,34 @@ TEST(AttentionFamily, CacheLengthsAreParsedCheckedAndRefusedWithoutAKvCache) {
             std::string::npos);
   EXPECT_NE(refusal({"--batch", "3", "--cache-lens", "1,2"}).find("2 lengths for batch 3"), std::string::npos);
   EXPECT_NE(refusal({"--batch", "2", "--cache-lens", "1,x"}).find("'x' is not an integer"), std::string::npos);
+  // A number too large for a length is out of range, not "not an integer".
+  EXPECT_NE(refusal({"--batch", "2", "--cache-lens", "1,99999999999"}).find("'99999999999' is out of range"),
+            std::string::npos)
+      << refusal({"--batch", "2", "--cache-lens", "1,99999999999"});
+  EXPECT_NE(refusal({"--batch", "1", "--cache-lens", "-99999999999999999999"}).find("is out of range"), std::string::npos);
+}
+
+// A step without a KV cache refuses --cache-lens itself, first, naming it: not a later complaint
+// about the lengths or the shape that the flag would not have changed anyway.
+TEST(AttentionFamily, CacheLensIsRefusedFirstByAStepWithoutACache) {
+  const fa::StepInfo plain = step(lowp_only, f16_default);
+  for (std::vector<const char*> args : {std::vector<const char*>{"--cache-lens", "5"},
+                                        {"--batch", "3", "--cache-lens", "1,2"},
+                                        {"--cache-lens", "x", "--seq", "64"}}) {
+    fa::ArgParser parser("prog", "test");
+    fa::Problem p = fa::default_problem(plain);
+    fa::kAttentionFamily.add_shape_flags(parser, plain, p);
+    args.insert(args.begin(), "prog");
+    std::string error = "accepted";
+    try {
+      parser.parse(int(args.size()), args.data());
+      fa::RunOptions o;
+      fa::kAttentionFamily.resolve(parser, p, o);
+    } catch (const fa::UsageError& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error.rfind("--cache-lens: 99_stand_in has no KV cache", 0), 0u) << error;
+  }
 }
 
 }  // namespace
