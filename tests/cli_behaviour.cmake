@@ -69,6 +69,18 @@ foreach(step 12_tensor_core_backward 16_deterministic_backward)
     add_cli_test(${step}.help_bwd 0 "--bwd +also check and time the backward" $<TARGET_FILE:${step}> --help)
   endif()
 endforeach()
+# The mma.sync backward steps run fwd + bwd by default: --fwd-only runs the forward alone (and --input
+# then reads no dO), --bwd beside it is a conflict.
+foreach(step 12_tensor_core_backward 13_backward_warp_tiles 14_backward_dq_accumulator 15_backward_causal_order
+             16_deterministic_backward)
+  if(TARGET ${step})
+    set(exe $<TARGET_FILE:${step}>)
+    add_cli_test(${step}.help_fwd_only 0 "--fwd-only +the forward alone" ${exe} --help)
+    add_cli_test(${step}.help_input_dout 0 "--input S +read Q, K, V [(]and dO unless --fwd-only[)]" ${exe} --help)
+    add_cli_test(${step}.fwd_only_and_bwd 2 "--bwd conflicts with --fwd-only" ${exe} --fwd-only --bwd)
+    add_cli_test(${step}.fwd_only_runs 3 "no CUDA device" env CUDA_VISIBLE_DEVICES=-1 ${exe} --fwd-only --seq 64)
+  endif()
+endforeach()
 foreach(step 05_flash_forward 06_causal_stages 09_tensor_core_forward 10_swizzle_pipeline_forward 11_tuned_forward)
   set(exe $<TARGET_FILE:${step}>)
   add_cli_test(${step}.help_no_bwd 0 "^--bwd not in --help$"
