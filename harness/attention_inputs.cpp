@@ -2,6 +2,7 @@
 #include "attention_inputs.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <limits>
@@ -34,9 +35,12 @@ std::vector<int> parse_seq_lens(const std::string& text) {
     const std::size_t end = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, end - at);
     char* stop = nullptr;
+    errno = 0;
     const long long v = item.empty() ? 0 : std::strtoll(item.c_str(), &stop, 10);
-    if (item.empty() || *stop != '\0' || v < INT_MIN || v > INT_MAX)
+    if (item.empty() || *stop != '\0')
       throw UsageError(text + ": '" + item + "' is not an integer (lengths are comma-separated)");
+    if (errno == ERANGE || v < INT_MIN || v > INT_MAX)
+      throw UsageError(text + ": '" + item + "' is out of range (a length is at most " + std::to_string(INT_MAX) + ")");
     lens.push_back(int(v));
     at = end + 1;
   }

@@ -107,6 +107,7 @@ bool ArgParser::parse(int argc, const char* const* argv) {
       std::fputs(help().c_str(), stdout);
       return false;
     }
+    if (arg.rfind("--help=", 0) == 0) throw UsageError("--help takes no value");
     if (arg.rfind("--", 0) != 0)
       throw UsageError("unexpected argument '" + arg + "' (flags start with --; see --help)");
     const auto eq = arg.find('=');

@@ -11,11 +11,15 @@ bool cuda_device_available(std::string* why) {
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n == 0) {
-    if (why) *why = err != cudaSuccess ? std::string(cudaGetErrorString(err)) : "no CUDA device found";
+    if (why) *why = no_device_reason(err != cudaSuccess ? std::string(cudaGetErrorString(err)) : "no CUDA device found");
     cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return false;
   }
   return true;
+}
+
+std::string no_device_reason(const std::string& cuda_text) {
+  return "the steps need an NVIDIA GPU of compute capability >= 8.0 and its driver (CUDA says: " + cuda_text + ")";
 }
 
 static std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }

@@ -18,8 +18,15 @@ struct DeviceInfo {
   std::string driver, runtime;      // "13.0"
 };
 
-// True if a CUDA device can be used; otherwise `why` says what is missing.
+// True if a CUDA device can be used; otherwise `why` says what is missing: no_device_reason() of
+// CUDA's own text (cudaGetDeviceCount's error, or "no CUDA device found").
 bool cuda_device_available(std::string* why);
+
+// What a machine without a usable GPU is told, CUDA's own text kept as a detail after it:
+// "the steps need an NVIDIA GPU of compute capability >= 8.0 and its driver (CUDA says: <cuda_text>)".
+// CUDA's text alone misleads on a machine with no NVIDIA driver at all: "CUDA driver version is
+// insufficient for CUDA runtime version".
+std::string no_device_reason(const std::string& cuda_text);
 
 // Queries device `id` (and makes it current). With measure_copy, also times a large
 // device-to-device copy: the practical ceiling for memory-bound steps.

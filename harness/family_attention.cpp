@@ -43,7 +43,7 @@ constexpr double kRefMacs = double(1ll << 31);
 struct Flags {
   long long batch = 8, heads = 32, kv_heads = 0, seq = 0, seq_q = 2048, seq_k = 2048, head_dim = 64;
   double scale = 0;
-  bool causal = false, bwd = false;
+  bool causal = false, bwd = false, fwd_only = false;
   std::string dtype;  // "" (not given): the step's default problem's
   std::string input;    // --input PREFIX
   std::string cache_lens;  // --cache-lens L[,L...]
@@ -119,11 +119,18 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
   flags.batch = p.attn.batch, flags.heads = p.attn.heads, flags.seq_q = p.attn.seq_q, flags.seq_k = p.attn.seq_k;
   flags.kv_heads = p.attn.kv_heads;
   flags.head_dim = p.attn.head_dim, flags.causal = p.attn.causal, flags.bwd = p.backward;
+  // A step whose default problem is grouped (the decode step: 8 K/V heads for 32) says so.
+  const bool grouped = p.attn.kv_heads > 0 && p.attn.kv_heads != p.attn.heads;
   parser.add_int("--batch", &flags.batch, 1, 1 << 20, "batch size B");
-  parser.add_int("--heads", &flags.heads, 1, 1 << 20, "heads H");
+  parser.add_int("--heads", &flags.heads, 1, 1 << 20,
+                 std::string("heads H") +
+                     (grouped ? "; --heads alone, without --kv-heads, runs MHA: as many K/V heads as H" : ""));
   parser.add_int("--kv-heads", &flags.kv_heads, 1, 1 << 20,
-                 std::string("K/V heads (grouped-query attention; H a multiple of it; default H)") +
-                     (step.attn_rule.gqa ? "" : ": this step runs only the default") +
+                 "K/V heads (grouped-query attention; H a multiple of it; default " +
+                     (grouped ? std::to_string(p.attn.kv_heads) + ", of the default " + std::to_string(p.attn.heads) +
+                                    " heads"
+                              : std::string("H")) +
+                     ")" + (step.attn_rule.gqa ? "" : ": this step runs only the default") +
                      (step.sweep ? "; its --sweep has its own K/V heads" : ""));
   parser.add_int("--seq", &flags.seq, 1, INT_MAX, "sequence length: sets --seq-q and --seq-k");
   parser.add_int("--seq-q", &flags.seq_q, 1, INT_MAX, "query length");
@@ -135,11 +142,22 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
           (rule.head_dim_multiple > 1 ? "a multiple of " + std::to_string(rule.head_dim_multiple) + ", " : "") +
           "at most " + std::to_string(rule.max_head_dim) + ")");
   parser.add_double("--scale", &flags.scale, 1e-6, 1e6, "softmax scale (default 1/sqrt(head_dim))");
-  parser.add_flag("--causal", &flags.causal, "mask key j > query i (top-left aligned)");
+  parser.add_flag("--causal", &flags.causal,
+                  std::string("mask: query i sees keys j <= i (top-left aligned)") +
+                      (step.attn_rule.kv_cache
+                           ? std::string("; with a KV cache") + (p.attn.kv_cache ? " (this step's default)" : "") +
+                                 ", each sequence's last query sees its last key: j <= len - seq_q + i"
+                           : ""));
+  // A step whose default problem runs the backward (the mma.sync backward steps): --bwd is that
+  // default, and --fwd-only runs the forward alone.
+  const bool bwd_default = step.attn_bwd && p.backward;
   if (step.attn_bwd)
-    parser.add_flag("--bwd", &flags.bwd, "also check and time the backward (fwd, bwd, fwd+bwd)");
+    parser.add_flag("--bwd", &flags.bwd,
+                    std::string("also check and time the backward (fwd, bwd, fwd+bwd)") +
+                        (bwd_default ? "; this step's default (--fwd-only: the forward alone)" : ""));
   else
     parser.refuse("--bwd", std::string(step.name) + " has no backward pass");
+  if (bwd_default) parser.add_flag("--fwd-only", &flags.fwd_only, "the forward alone: no backward, no dO");
   // --dtype offers the element types the step runs (attn_rule.dtypes).
   std::vector<std::string> types;
   bool f16 = false, bf16 = false;
@@ -147,19 +165,31 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
     types.push_back(dtype_name(t));
     f16 |= t == DType::F16, bf16 |= t == DType::BF16;
   }
+  // --sweep's types: the step's own sweep's (the decode step's: f16), else f16 and bf16 where both run.
+  std::string sweep_dtypes = f16 && bf16 ? "f16 and bf16" : "";
+  if (step.sweep) {
+    sweep_dtypes.clear();
+    for (const Problem& q : step.sweep())
+      if (sweep_dtypes.find(dtype_name(q.attn.dtype)) == std::string::npos)
+        sweep_dtypes += (sweep_dtypes.empty() ? "" : " and ") + std::string(dtype_name(q.attn.dtype));
+  }
   parser.add_string("--dtype", &flags.dtype,
                     std::string("element type of Q, K, V, O (default ") + dtype_name(p.attn.dtype) +
-                        (f16 && bf16 ? "; --sweep: f16 and bf16" : "") + ")",
+                        (sweep_dtypes.empty() ? "" : "; --sweep: " + sweep_dtypes) + ")",
                     types);
   parser.add_string("--input", &flags.input,
-                    std::string("read Q, K, V") + (step.attn_bwd ? " (and dO with --bwd)" : "") +
+                    std::string("read Q, K, V") +
+                        (bwd_default ? " (and dO unless --fwd-only)" : step.attn_bwd ? " (and dO with --bwd)" : "") +
                         " from PREFIX.q.npy, PREFIX.k.npy, PREFIX.v.npy" + (step.attn_bwd ? " (PREFIX.dout.npy)" : "") +
                         ": 4-D [batch, heads, seq, head_dim], rounded to --dtype; the shape flags given must match");
-  parser.add_string("--cache-lens", &flags.cache_lens,
-                    std::string("a KV cache (decoding): each sequence's length, comma-separated (one per --batch entry, "
-                                "or one for all); --seq-k is the capacity (default: the longest); causal aligns each "
-                                "sequence's last query with its last key") +
-                        (step.attn_rule.kv_cache ? "" : ": this step runs none"));
+  if (step.attn_rule.kv_cache)
+    parser.add_string("--cache-lens", &flags.cache_lens,
+                      "a KV cache (decoding): each sequence's length, comma-separated (one per --batch entry, or one "
+                      "for all); --seq-k is the capacity (default: the longest); causal aligns each sequence's last "
+                      "query with its last key");
+  else  // refused as it is read, before any other check of the problem could complain first
+    parser.refuse("--cache-lens", std::string(step.name) +
+                                      " has no KV cache (--cache-lens is for the split-KV decoding step)");
   parser.add_string("--inputs", &flags.inputs,
                     std::string("how the random Q, K, V") + (step.attn_bwd ? " (and dO)" : "") +
                         " are drawn: uniform in [-0.5, 1.5)" + (step.attn_bwd ? ", dO in [-1, 1)" : "") +
@@ -171,6 +201,7 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
     parser.add_string("--variant", &flags.variant, "which of the step's variants runs (default " + step.variants[0] + ")",
                       step.variants);
   parser.conflicts("--input", "--inputs", "--input reads the inputs from files");
+  if (bwd_default) parser.conflicts("--bwd", "--fwd-only", "--fwd-only runs the forward alone");
   parser.conflicts("--seq", "--seq-q", "--seq sets both lengths");
   parser.conflicts("--seq", "--seq-k", "--seq sets both lengths");
 }
@@ -239,8 +270,12 @@ void read_cache_lens(const ArgParser& parser, Problem& p, RunOptions& o) {
 
 void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
   flags.kv_heads_given = parser.given("--kv-heads");
-  // --heads without --kv-heads: MHA, whatever K/V heads the default problem had
+  // --heads without --kv-heads: MHA, whatever K/V heads the default problem had (said where it had fewer)
   const bool mha = parser.given("--heads") && !flags.kv_heads_given;
+  if (mha && flags.input.empty() && p.attn.kv_heads > 0 && p.attn.kv_heads != p.attn.heads)
+    say(o, "note: --heads " + std::to_string(flags.heads) + " without --kv-heads runs MHA (" +
+               std::to_string(flags.heads) + " K/V heads; the default problem has " + std::to_string(p.attn.kv_heads) +
+               " K/V heads for " + std::to_string(p.attn.heads) + " heads)");
   p.attn.batch = int(flags.batch), p.attn.heads = int(flags.heads), p.attn.kv_heads = mha ? 0 : int(flags.kv_heads);
   p.attn.seq_q = int(flags.seq ? flags.seq : flags.seq_q);
   p.attn.seq_k = int(flags.seq ? flags.seq : flags.seq_k);
@@ -248,6 +283,7 @@ void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
   p.attn.scale = float(flags.scale > 0 ? flags.scale : 1.0 / std::sqrt(double(flags.head_dim)));
   p.attn.causal = flags.causal;
   if (!flags.dtype.empty()) p.attn.dtype = parse_dtype(flags.dtype);  // else the default problem's
+  if (flags.fwd_only) flags.bwd = false;  // the sweep reads flags.bwd too
   p.backward = flags.bwd;
   p.attn.variant = variant_index();
   o.randn = flags.inputs == "randn";
@@ -610,6 +646,6 @@ std::vector<ResultRow> run(const StepInfo& step, const StepInfo* prev, const Pro
 }  // namespace
 
 const FamilyOps kAttentionFamily{"attention",  add_flags, default_problem,     sweep, resolve, validate,
-                                 prev_problem, run,       {"--dtype", "--bwd", "--variant", "--kv-heads", "--inputs"}};
+                                 prev_problem, run,       {"--dtype", "--bwd", "--fwd-only", "--variant", "--kv-heads", "--inputs"}};
 
 }  // namespace fa

@@ -84,20 +84,33 @@ size_t value_of(const std::string& header, const std::string& key, const std::st
 
 NpyArray read_npy(const std::string& path) {
   File f = open_file(path, "rb");
+  return read_npy(f.get(), path);
+}
+
+NpyArray read_npy(std::FILE* f, const std::string& path) {
+  // The file's size first: every length the file declares is checked against it before anything
+  // of that length is allocated (a .npy file is untrusted input).
+  if (std::fseek(f, 0, SEEK_END) != 0) fail(path, "cannot seek (not a regular file?)");
+  const long file_size = std::ftell(f);
+  if (file_size < 0 || std::fseek(f, 0, SEEK_SET) != 0) fail(path, "cannot seek (not a regular file?)");
   unsigned char pre[10];  // magic (6) | major | minor | first two bytes of the header length
-  if (std::fread(pre, 1, 10, f.get()) != 10 || std::memcmp(pre, "\x93NUMPY", 6) != 0)
+  if (std::fread(pre, 1, 10, f) != 10 || std::memcmp(pre, "\x93NUMPY", 6) != 0)
     throw UsageError("'" + path + "' is not a .npy file (bad magic)");
   const int major = pre[6], minor = pre[7];
-  size_t header_len = pre[8] | (pre[9] << 8);
+  size_t header_len = pre[8] | (pre[9] << 8), prefix = 10;
   if (major == 2 || major == 3) {  // 4-byte header length
     unsigned char hi[2];
-    if (std::fread(hi, 1, 2, f.get()) != 2) fail(path, "truncated header");
+    if (std::fread(hi, 1, 2, f) != 2) fail(path, "truncated header");
     header_len |= (size_t(hi[0]) << 16) | (size_t(hi[1]) << 24);
+    prefix = 12;
   } else if (major != 1) {
     fail(path, "unsupported .npy format version " + std::to_string(major) + "." + std::to_string(minor));
   }
+  if (header_len > size_t(file_size) - prefix)
+    fail(path, "truncated header (it declares " + std::to_string(header_len) + " bytes, the file holds " +
+                   std::to_string(size_t(file_size) - prefix) + " after the header length)");
   std::string h(header_len, '\0');
-  if (std::fread(&h[0], 1, header_len, f.get()) != header_len) fail(path, "truncated header");
+  if (header_len && std::fread(&h[0], 1, header_len, f) != header_len) fail(path, "truncated header");
 
   // dtype: a quoted string such as '<f4' (a list here would be a structured array).
   NpyArray a;
@@ -118,26 +131,31 @@ NpyArray read_npy(const std::string& path) {
   p = value_of(h, "shape", path);
   if (h[p] != '(') fail(path, "malformed header: shape is not a tuple");
   size_t count = 1;
-  for (++p; h[p] != ')';) {
-    char* after = nullptr;
-    const unsigned long long dim = std::strtoull(h.c_str() + p, &after, 10);
-    if (after == h.c_str() + p) fail(path, "malformed header: bad shape");
+  for (++p; p < h.size() && h[p] != ')';) {
+    // A dimension: decimal digits only (strtoull would read "-1" as 2^64 - 1).
+    if (h[p] == '-') fail(path, "malformed header: a negative dimension (" + h.substr(p, h.find_first_of(",)", p) - p) + ") in shape");
+    if (h[p] < '0' || h[p] > '9') fail(path, "malformed header: bad shape");
+    size_t dim = 0;
+    for (; p < h.size() && h[p] >= '0' && h[p] <= '9'; ++p) {
+      const size_t digit = size_t(h[p] - '0');
+      if (dim > (SIZE_MAX - digit) / 10) fail(path, "shape too large");
+      dim = dim * 10 + digit;
+    }
     if (dim != 0 && count > SIZE_MAX / dim / dt->bytes) fail(path, "shape too large");
     a.shape.push_back(dim);
     count *= dim;
-    for (p = after - h.c_str(); h[p] == ' ' || h[p] == ',';) ++p;
+    while (p < h.size() && (h[p] == ' ' || h[p] == ',')) ++p;
   }
+  if (p >= h.size()) fail(path, "malformed header: shape has no closing ')'");
 
   // Data: exactly count * itemsize bytes must follow the header.
-  const long data_start = std::ftell(f.get());
-  std::fseek(f.get(), 0, SEEK_END);
-  const size_t available = size_t(std::ftell(f.get()) - data_start), expected = count * dt->bytes;
+  const size_t data_start = prefix + header_len;
+  const size_t available = size_t(file_size) - data_start, expected = count * dt->bytes;
   if (available != expected)
     fail(path, std::string(available < expected ? "truncated data" : "unexpected trailing data") + " (expected " +
                    std::to_string(expected) + " bytes, got " + std::to_string(available) + ")");
-  std::fseek(f.get(), data_start, SEEK_SET);
   std::vector<unsigned char> raw(expected);
-  if (std::fread(raw.data(), 1, expected, f.get()) != expected) fail(path, "read error");
+  if (expected && std::fread(raw.data(), 1, expected, f) != expected) fail(path, "read error");
   a.data.resize(count);
   for (size_t i = 0; i < count; ++i) a.data[i] = dt->load(raw.data() + i * dt->bytes);
   return a;

@@ -4,8 +4,14 @@
 // types the project uses (<f8 <f4 <f2 <i4 <i8 |b1 |u1) to double. Writes version 1.0, which
 // np.load reads everywhere. Every problem (missing file, not a .npy file, truncated data,
 // Fortran order, big-endian, unsupported dtype) throws fa::UsageError naming the file.
+//
+// A .npy file is untrusted input: every length it declares (the header's, the data's from the
+// shape) is checked against the file's size before anything of that length is allocated, and a
+// shape is decimal digits only (a negative dimension is malformed). tests/fuzz_npy.cpp fuzzes the
+// reader; its seed corpus, tests/data/npy_corpus/, is replayed by test_npy.
 #pragma once
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -19,6 +25,8 @@ struct NpyArray {
 };
 
 NpyArray read_npy(const std::string& path);
+// The same from an open, seekable file (read from its start); `name` names it in errors.
+NpyArray read_npy(std::FILE* f, const std::string& name);
 
 void write_npy(const std::string& path, const std::vector<size_t>& shape, const double* data);  // <f8
 void write_npy(const std::string& path, const std::vector<size_t>& shape, const float* data);   // <f4

@@ -265,6 +265,23 @@ static int guarded(F&& body) {
   }
 }
 
+static std::string none_of_the_sweep(const std::string& step, std::size_t asked,
+                              const std::vector<std::pair<Problem, std::string>>& refused) {
+  std::vector<std::string> reasons;  // distinct, in order
+  for (const auto& r : refused)
+    if (std::find(reasons.begin(), reasons.end(), r.second) == reasons.end()) reasons.push_back(r.second);
+  std::string out = step + " supports none of the --sweep problems (" + std::to_string(asked) + "): ";
+  for (std::size_t i = 0; i < reasons.size(); ++i) {
+    std::size_t n = 0;
+    const Problem* first = nullptr;
+    for (const auto& r : refused)
+      if (r.second == reasons[i]) n += 1, first = first ? first : &r.first;
+    out += (i ? "; " : "") + reasons[i] + " (" + (reasons.size() == 1 ? "every one" : std::to_string(n) + " of them") +
+           ", e.g. " + first->describe() + ")";
+  }
+  return out;
+}
+
 int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev) {
   return guarded([&] {
     const FamilyOps& fam = family_ops(step.family);
@@ -290,7 +307,9 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
     RunOptions o = run_options(f);
     if (fam.resolve) fam.resolve(parser, p, o);  // reads --input: before any device work
     std::vector<Problem> problems;
-    for (const Problem& q : f.sweep ? fam.sweep(step) : std::vector<Problem>{p}) {
+    std::vector<std::pair<Problem, std::string>> refused;  // --sweep: the shapes the step does not run, and why
+    const std::vector<Problem> asked = f.sweep ? fam.sweep(step) : std::vector<Problem>{p};
+    for (const Problem& q : asked) {
       fam.validate(step, q, nullptr);  // sizes first: no device needed
       const std::string why = step_supports(step, q);
       if (why.empty())
@@ -298,9 +317,11 @@ int step_main(int argc, char** argv, const StepInfo& step, const StepInfo* prev)
       else if (!f.sweep)
         throw UsageError(std::string(step.name) + " does not support " + q.describe() + ": " + why);
       else
-        std::fprintf(stderr, "skip %s: %s\n", q.describe().c_str(), why.c_str());
+        refused.emplace_back(q, why);
     }
-    if (problems.empty()) throw UsageError(std::string(step.name) + " supports none of the --sweep problems");
+    // Every shape refused: the error first, each distinct reason once (not a skip line per shape).
+    if (problems.empty()) throw UsageError(none_of_the_sweep(step.name, asked.size(), refused));
+    for (const auto& [q, why] : refused) std::fprintf(stderr, "skip %s: %s\n", q.describe().c_str(), why.c_str());
 
     // A step built for one architecture (needs_cc) on another GPU: say so plainly, exit 4.
     if (const std::string why = wrong_device(step, int(f.device)); !why.empty()) {
@@ -352,6 +373,7 @@ std::vector<bool> select_steps(const std::string& list, const std::vector<const 
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const std::string name = steps[i]->name;
       const bool match = number ? std::atoi(item.c_str()) == std::atoi(name.substr(0, 2).c_str()) : item == name;
+      if (match && chosen[i]) throw UsageError("--steps '" + list + "': " + name + " is named twice");
       if (match) chosen[i] = found = true;
     }
     if (!found) throw UsageError("--steps: no built step '" + item + "' (built: " + built + ")");

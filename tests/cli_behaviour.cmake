@@ -14,6 +14,7 @@ foreach(step IN LISTS FA_STEPS)
   add_cli_test(${step}.profile_and_sweep 2 "--profile conflicts with --sweep [(]--profile runs alone[)]"
                ${exe} --sweep --profile)
   add_cli_test(${step}.help_lists_input 0 "--input S +read" ${exe} --help)
+  add_cli_test(${step}.help_with_value 2 "--help takes no value" ${exe} --help=1)
   if(fam STREQUAL "softmax")
     add_cli_test(${step}.rows_overflow 2 "--rows: ${_huge} is out of range" ${exe} --rows ${_huge})
     add_cli_test(${step}.sweep_with_rows 2 "--sweep conflicts with --rows [(]--sweep runs the softmax benchmark shapes"
@@ -68,11 +69,25 @@ foreach(step 12_tensor_core_backward 16_deterministic_backward)
     add_cli_test(${step}.help_bwd 0 "--bwd +also check and time the backward" $<TARGET_FILE:${step}> --help)
   endif()
 endforeach()
+# The mma.sync backward steps run fwd + bwd by default: --fwd-only runs the forward alone (and --input
+# then reads no dO), --bwd beside it is a conflict.
+foreach(step 12_tensor_core_backward 13_backward_warp_tiles 14_backward_dq_accumulator 15_backward_causal_order
+             16_deterministic_backward)
+  if(TARGET ${step})
+    set(exe $<TARGET_FILE:${step}>)
+    add_cli_test(${step}.help_fwd_only 0 "--fwd-only +the forward alone" ${exe} --help)
+    add_cli_test(${step}.help_input_dout 0 "--input S +read Q, K, V [(]and dO unless --fwd-only[)]" ${exe} --help)
+    add_cli_test(${step}.fwd_only_and_bwd 2 "--bwd conflicts with --fwd-only" ${exe} --fwd-only --bwd)
+    add_cli_test(${step}.fwd_only_runs 3 "no CUDA device" env CUDA_VISIBLE_DEVICES=-1 ${exe} --fwd-only --seq 64)
+  endif()
+endforeach()
 foreach(step 05_flash_forward 06_causal_stages 09_tensor_core_forward 10_swizzle_pipeline_forward 11_tuned_forward)
   set(exe $<TARGET_FILE:${step}>)
   add_cli_test(${step}.help_no_bwd 0 "^--bwd not in --help$"
                sh -c "${exe} --help | grep -q -e --bwd && echo '--bwd in --help' || echo '--bwd not in --help'")
   add_cli_test(${step}.bwd_refused 2 "--bwd: ${step} has no backward pass" ${exe} --bwd)
+  # a step without a KV cache refuses --cache-lens itself, before the lengths (2 for batch 3) are looked at
+  add_cli_test(${step}.cache_lens_refused 2 "--cache-lens: ${step} has no KV cache" ${exe} --batch 3 --cache-lens 1,2)
 endforeach()
 foreach(step 04_naive_attention 07_flash_backward 08_backward_delta_reuse)
   set(exe $<TARGET_FILE:${step}>)
@@ -87,6 +102,7 @@ list(JOIN FA_STEPS ", " _built)
 add_cli_test(run_all.unknown_step 2 "--steps: no built step '99' [(]built: ${_built}[)]"
              ${exe} --steps 01,99)
 add_cli_test(run_all.empty_step 2 "--steps '01,,02': an empty item" ${exe} --steps 01,,02)
+add_cli_test(run_all.repeated_step 2 "--steps '01,1': 01_safe_softmax is named twice" ${exe} --steps 01,1)
 add_cli_test(run_all.repeated_flag 2 "--steps given twice" ${exe} --steps 01 --steps 02)
 add_cli_test(run_all.csv_and_json 2 "--csv conflicts with --json" ${exe} --json --csv)
 add_cli_test(run_all.reps_overflow 2 "--reps: ${_huge} is out of range" ${exe} --reps ${_huge})

@@ -15,10 +15,14 @@
 # the step is not built for.
 set -u
 tool=$1 family=$2 exe=$3
+# The tool first, before the device: without it the skip names it, whether or not there is a GPU.
+# Looked for on the PATH, then in FA_CUDA_BIN (the bin/ of the toolkit the build used, set by
+# tests/CMakeLists.txt; /usr/local/cuda/bin by default).
+cuda_bin=${FA_CUDA_BIN:-/usr/local/cuda/bin}
 san=$(command -v compute-sanitizer || true)
-[[ -z $san && -x /usr/local/cuda/bin/compute-sanitizer ]] && san=/usr/local/cuda/bin/compute-sanitizer
+[[ -z $san && -x $cuda_bin/compute-sanitizer ]] && san=$cuda_bin/compute-sanitizer
 if [[ -z $san ]]; then
-  echo "SKIPPED: compute-sanitizer not found (it ships with the CUDA toolkit)"
+  echo "SKIPPED: compute-sanitizer not found (not on the PATH, not in $cuda_bin; it ships with the CUDA toolkit)"
   exit 77
 fi
 out=$("$exe" --device-info 2>&1)

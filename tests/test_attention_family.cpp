@@ -4,6 +4,7 @@
 // version of a 16-bit problem.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,147 @@ TEST(AttentionFamily, CacheLengthsAreParsedCheckedAndRefusedWithoutAKvCache) {
             std::string::npos);
   EXPECT_NE(refusal({"--batch", "3", "--cache-lens", "1,2"}).find("2 lengths for batch 3"), std::string::npos);
   EXPECT_NE(refusal({"--batch", "2", "--cache-lens", "1,x"}).find("'x' is not an integer"), std::string::npos);
+  // A number too large for a length is out of range, not "not an integer".
+  EXPECT_NE(refusal({"--batch", "2", "--cache-lens", "1,99999999999"}).find("'99999999999' is out of range"),
+            std::string::npos)
+      << refusal({"--batch", "2", "--cache-lens", "1,99999999999"});
+  EXPECT_NE(refusal({"--batch", "1", "--cache-lens", "-99999999999999999999"}).find("is out of range"), std::string::npos);
+}
+
+// A step without a KV cache refuses --cache-lens itself, first, naming it: not a later complaint
+// about the lengths or the shape that the flag would not have changed anyway.
+TEST(AttentionFamily, CacheLensIsRefusedFirstByAStepWithoutACache) {
+  const fa::StepInfo plain = step(lowp_only, f16_default);
+  for (std::vector<const char*> args : {std::vector<const char*>{"--cache-lens", "5"},
+                                        {"--batch", "3", "--cache-lens", "1,2"},
+                                        {"--cache-lens", "x", "--seq", "64"}}) {
+    fa::ArgParser parser("prog", "test");
+    fa::Problem p = fa::default_problem(plain);
+    fa::kAttentionFamily.add_shape_flags(parser, plain, p);
+    args.insert(args.begin(), "prog");
+    std::string error = "accepted";
+    try {
+      parser.parse(int(args.size()), args.data());
+      fa::RunOptions o;
+      fa::kAttentionFamily.resolve(parser, p, o);
+    } catch (const fa::UsageError& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error.rfind("--cache-lens: 99_stand_in has no KV cache", 0), 0u) << error;
+  }
+}
+
+// A step whose default problem is grouped (a decode step: 32 query heads over 8 K/V heads, a KV cache)
+// and whose --sweep has its own shapes, in f16 only: --help tells those defaults, not the generic
+// ones; --heads alone runs MHA and says so.
+fa::Problem decode_default() {
+  fa::Problem p = f16_default();
+  p.attn.batch = 8, p.attn.heads = 32, p.attn.kv_heads = 8, p.attn.seq_q = 1, p.attn.seq_k = 4096;
+  p.attn.head_dim = 128, p.attn.kv_cache = true;
+  return p;
+}
+std::vector<fa::Problem> decode_sweep() { return {decode_default()}; }
+
+TEST(AttentionFamily, HelpOfADecodeStepTellsItsRealDefaults) {
+  fa::StepInfo s = step(lowp_only, decode_default);
+  s.attn_rule.dtypes = {DType::F16, DType::BF16};
+  s.attn_rule.gqa = s.attn_rule.kv_cache = true;
+  s.sweep = decode_sweep;
+  fa::ArgParser parser(s.name, s.idea);
+  fa::Problem p = fa::default_problem(s);
+  fa::kAttentionFamily.add_shape_flags(parser, s, p);
+  const std::string help = parser.help();
+  EXPECT_NE(help.find("default 8, of the default 32 heads"), std::string::npos) << help;
+  EXPECT_NE(help.find("--heads alone, without --kv-heads, runs MHA"), std::string::npos) << help;
+  EXPECT_NE(help.find("(default f16; --sweep: f16)"), std::string::npos) << help;
+  EXPECT_EQ(help.find("f16 and bf16"), std::string::npos) << help;
+  EXPECT_NE(help.find("with a KV cache (this step's default), each sequence's last query sees its last key"),
+            std::string::npos)
+      << help;
+  // The generic step keeps the generic words.
+  const std::string plain = [] {
+    const fa::StepInfo g = step(lowp_only, f16_default);
+    fa::ArgParser parser(g.name, g.idea);
+    fa::Problem p = fa::default_problem(g);
+    fa::kAttentionFamily.add_shape_flags(parser, g, p);
+    return parser.help();
+  }();
+  EXPECT_NE(plain.find("default H)"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("runs MHA"), std::string::npos) << plain;
+}
+
+TEST(AttentionFamily, HeadsAloneOnAGroupedDefaultRunsMhaAndSaysSo) {
+  fa::StepInfo s = step(lowp_only, decode_default);
+  s.attn_rule.gqa = s.attn_rule.kv_cache = true;
+  testing::internal::CaptureStdout();
+  const Parsed mha = parse(s, {"--heads", "16"});
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(fa::kv_heads_of(mha.p.attn), 16);
+  EXPECT_NE(out.find("note: --heads 16 without --kv-heads runs MHA (16 K/V heads; the default problem has 8 K/V "
+                     "heads for 32 heads)"),
+            std::string::npos)
+      << out;
+  testing::internal::CaptureStdout();
+  const Parsed gqa = parse(s, {"--heads", "16", "--kv-heads", "4"});
+  EXPECT_EQ(testing::internal::GetCapturedStdout().find("note:"), std::string::npos);
+  EXPECT_EQ(fa::kv_heads_of(gqa.p.attn), 4);
+}
+
+// A step whose default problem runs the backward (the mma.sync backward steps) can run the forward
+// alone (--fwd-only), and --input then asks for Q, K, V only; dO only when the backward runs.
+fa::Problem f16_fwd_bwd() {
+  fa::Problem p = f16_default();
+  p.backward = true;
+  return p;
+}
+
+TEST(AttentionFamily, ABackwardStepRunsTheForwardAloneAndReadsDoOnlyForTheBackward) {
+  const fa::StepInfo s = step(lowp_only, f16_fwd_bwd);
+  fa::ArgParser parser(s.name, s.idea);
+  fa::Problem p = fa::default_problem(s);
+  fa::kAttentionFamily.add_shape_flags(parser, s, p);
+  const std::string help = parser.help();
+  EXPECT_NE(help.find("--fwd-only"), std::string::npos) << help;
+  EXPECT_NE(help.find("(and dO unless --fwd-only)"), std::string::npos) << help;
+  EXPECT_TRUE(parse(s, {}).p.backward);  // the default: fwd + bwd
+  const Parsed fwd = parse(s, {"--fwd-only", "--seq", "64"});
+  EXPECT_FALSE(fwd.p.backward);
+  EXPECT_EQ(fwd.p.describe(), "B8 H32 S64 D64 f16");
+  const Parsed sweep = parse(s, {"--fwd-only"});  // parse() also asks for the sweep
+  ASSERT_FALSE(sweep.sweep.empty());
+  for (const fa::Problem& q : sweep.sweep) EXPECT_FALSE(q.backward) << q.describe();
+  // --input: Q, K, V only for the forward alone; dO (missing here) when the backward runs.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "fa_test_fwd_only";
+  fs::create_directories(dir);
+  for (const char* t : {"q", "k", "v"})
+    fs::copy_file(fs::path(FA_DATA_DIR) / (std::string("at_q100_k100_d128_b1h2.") + t + ".npy"),
+                  dir / (std::string("x.") + t + ".npy"), fs::copy_options::overwrite_existing);
+  const std::string prefix = (dir / "x").string();
+  auto error_of = [&](std::vector<const char*> args) {
+    fa::ArgParser parser(s.name, s.idea);
+    fa::Problem p = fa::default_problem(s);
+    fa::kAttentionFamily.add_shape_flags(parser, s, p);
+    args.insert(args.begin(), "prog");
+    try {
+      parser.parse(int(args.size()), args.data());
+      fa::RunOptions o;
+      fa::kAttentionFamily.resolve(parser, p, o);
+      return std::string(o.inputs.size() == 3 ? "read q, k, v" : "read " + std::to_string(o.inputs.size()));
+    } catch (const fa::UsageError& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(error_of({"--fwd-only", "--input", prefix.c_str()}), "read q, k, v");
+  EXPECT_NE(error_of({"--input", prefix.c_str()}).find("x.dout.npy"), std::string::npos);
+  EXPECT_EQ(error_of({"--fwd-only", "--bwd"}), "--bwd conflicts with --fwd-only (--fwd-only runs the forward alone)");
+  fs::remove_all(dir);
+  // A forward-and-backward step whose default is the forward alone has no --fwd-only.
+  fa::StepInfo fwd_default = step(lowp_only, f16_default);
+  fa::ArgParser plain(fwd_default.name, fwd_default.idea);
+  fa::Problem q = fa::default_problem(fwd_default);
+  fa::kAttentionFamily.add_shape_flags(plain, fwd_default, q);
+  EXPECT_EQ(plain.help().find("--fwd-only"), std::string::npos);
 }
 
 }  // namespace

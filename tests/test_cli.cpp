@@ -56,6 +56,13 @@ TEST(Cli, AFlagGivenTwiceIsAnError) {
   EXPECT_EQ(error_of({"--check", "--check"}), "--check given twice");
 }
 
+// --help takes no value: "--help=1" says so, as any other switch given a value does.
+TEST(Cli, HelpGivenAValueIsNamedAsAFlagThatTakesNone) {
+  EXPECT_EQ(error_of({"--help=1"}), "--help takes no value");
+  EXPECT_EQ(error_of({"--help="}), "--help takes no value");
+  EXPECT_EQ(error_of({"--check=1"}), "--check takes no value");
+}
+
 TEST(Cli, DeclaredConflictsAreErrorsInEitherOrder) {
   EXPECT_EQ(error_of({"--rows", "3", "--cols", "2"}), "--rows conflicts with --cols (pick one)");
   EXPECT_EQ(error_of({"--cols", "2", "--rows", "3"}), "--rows conflicts with --cols (pick one)");
@@ -317,6 +324,23 @@ TEST(StepMain, SweepConflictsWithShapeFlagsButNotDtypeOrBwd) {
   EXPECT_TRUE(contains(err, "--sweep conflicts with --layout (--sweep runs the matmul benchmark shapes)")) << err;
 }
 
+// A --sweep whose every shape the step refuses says so first, with the reason, instead of a skip line
+// per shape and then the error.
+TEST(StepMain, SweepWithEveryShapeRefusedPrintsTheErrorFirst) {
+  fa::StepInfo s = attention_step({fa::DType::F32}, false);  // no GQA
+  s.attn_fwd = [](const fa::AttnFwdArgs&, cudaStream_t) {};      // never launched: no device
+  std::string err;
+  EXPECT_EQ(run_step(s, {"--sweep", "--kv-heads", "8"}, &err), fa::kExitUsage);
+  EXPECT_EQ(err.rfind("error: 99_stand_in supports none of the --sweep problems (24): ", 0), 0u) << err;
+  EXPECT_TRUE(contains(err, "grouped-query attention")) << err;
+  EXPECT_FALSE(contains(err, "skip ")) << err;
+  // Some refused, some not: each refused one is still named (then the missing device, exit 3).
+  fa::StepInfo d96 = s;
+  d96.attn_rule.max_head_dim = 96;
+  EXPECT_EQ(run_step(d96, {"--sweep"}, &err), fa::kExitNoDevice);
+  EXPECT_TRUE(contains(err, "skip B32 H16 S512 D128 f32: ")) << err;
+}
+
 TEST(StepMain, CommonConflicts) {
   const fa::StepInfo s{"98_s", "s", fa::Family::Softmax};
   std::string err;
@@ -334,7 +358,7 @@ TEST(RunAll, StepsSelectsByNumberOrNameAndNamesAnUnknownOne) {
       c{"10_tenth", "", fa::Family::Matmul};
   const std::vector<const fa::StepInfo*> steps{&a, &b, &c};
   EXPECT_EQ(fa::select_steps("01,10", steps), (std::vector<bool>{true, false, true}));
-  EXPECT_EQ(fa::select_steps("2,02_second", steps), (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(fa::select_steps("2,10_tenth", steps), (std::vector<bool>{false, true, true}));
   try {
     fa::select_steps("01,99", steps);
     ADD_FAILURE() << "no error for 99";
@@ -343,6 +367,20 @@ TEST(RunAll, StepsSelectsByNumberOrNameAndNamesAnUnknownOne) {
   }
   EXPECT_THROW(fa::select_steps("01,,02", steps), fa::UsageError);
   EXPECT_THROW(fa::select_steps("01_firs", steps), fa::UsageError);
+}
+
+// A step named twice, by number or name, is an error naming it (it would run once).
+TEST(RunAll, StepsNamesARepeatedStep) {
+  const fa::StepInfo a{"01_first", "", fa::Family::Softmax}, b{"02_second", "", fa::Family::Softmax};
+  const std::vector<const fa::StepInfo*> steps{&a, &b};
+  for (const char* list : {"01,01", "01,02,1", "01_first,01", "02,01_first,01_first"}) {
+    try {
+      fa::select_steps(list, steps);
+      ADD_FAILURE() << "no error for " << list;
+    } catch (const fa::UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("--steps '") + list + "': 01_first is named twice") << list;
+    }
+  }
 }
 
 // ---- the results table ------------------------------------------------------------------------

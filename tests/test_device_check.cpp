@@ -39,6 +39,19 @@ TEST(DeviceCheck, SmNinetyACodeDoesNotRunOnLaterGpus) {
   EXPECT_NE(m.find("(cc 10.0)"), std::string::npos) << m;
 }
 
+// Without a GPU or its driver, the message says what the steps need first; CUDA's own words (on a
+// machine with no NVIDIA driver: "CUDA driver version is insufficient for CUDA runtime version")
+// follow as a detail.
+TEST(DeviceCheck, NoDeviceSaysWhatIsNeededBeforeCudasText) {
+  EXPECT_EQ(fa::no_device_reason("CUDA driver version is insufficient for CUDA runtime version"),
+            "the steps need an NVIDIA GPU of compute capability >= 8.0 and its driver (CUDA says: CUDA driver "
+            "version is insufficient for CUDA runtime version)");
+  std::string why;
+  if (fa::cuda_device_available(&why)) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(why.rfind("the steps need an NVIDIA GPU of compute capability >= 8.0 and its driver (CUDA says: ", 0), 0u)
+      << why;
+}
+
 TEST(DeviceCheck, NoDeviceIsLeftToTheNoDeviceCheck) {
   std::string why;
   if (fa::cuda_device_available(&why)) GTEST_SKIP() << "a CUDA device is present";

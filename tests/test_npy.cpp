@@ -223,6 +223,45 @@ TEST_F(Npy, MalformedHeader) {
                      "bad shape");
 }
 
+// A .npy file is untrusted input. A header length beyond the file is refused before the header
+// is allocated (a 12-byte file claiming a 4 GiB header allocated 4.9 GB before), and a negative
+// dimension is malformed, not read as 2^64 - 1 ("shape too large").
+TEST_F(Npy, HeaderLongerThanTheFileIsRefusedBeforeAllocating) {
+  expect_usage_error(write_raw("huge_header.npy", std::string("\x93NUMPY\x02\x00\xff\xff\xff\xff", 12)),
+                     "truncated header (it declares 4294967295 bytes, the file holds 0 after the header length)");
+  expect_usage_error(write_raw("long_header.npy", std::string("\x93NUMPY\x01\x00\x00\x01", 10) + "{'descr'"),
+                     "truncated header (it declares 256 bytes, the file holds 8");
+}
+
+TEST_F(Npy, NegativeDimensionIsMalformed) {
+  expect_usage_error(write_npy_raw("neg.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (-1,), }", ""),
+                     "malformed header: a negative dimension (-1) in shape");
+  expect_usage_error(write_npy_raw("neg2.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", ""),
+                     "malformed header: a negative dimension (-3) in shape");
+  expect_usage_error(
+      write_npy_raw("open.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (2,", "", 1), "malformed header");
+}
+
+// The fuzz target's seed corpus (tests/fuzz_npy.cpp), replayed through the normal reader so CI runs
+// it without clang: ok_* files are read, bad_* files are refused with a UsageError naming the file;
+// nothing else (no other exception, no crash, no huge allocation).
+TEST(NpyCorpus, SeedCorpusReadsOrIsRefusedCleanly) {
+  const fs::path corpus = fs::path(FA_DATA_DIR) / "npy_corpus";
+  int ok = 0, bad = 0;
+  for (const auto& entry : fs::directory_iterator(corpus)) {
+    const std::string name = entry.path().filename().string(), file = entry.path().string();
+    if (name.rfind("ok_", 0) == 0) {
+      EXPECT_NO_THROW(fa::read_npy(file)) << name;
+      ++ok;
+    } else if (name.rfind("bad_", 0) == 0) {
+      expect_usage_error(file, "");
+      ++bad;
+    }
+  }
+  EXPECT_GE(ok, 10);
+  EXPECT_GE(bad, 20);
+}
+
 TEST_F(Npy, UnwritablePath) {
   const double x = 1.0;
   try {

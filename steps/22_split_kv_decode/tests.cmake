@@ -11,3 +11,10 @@ add_cli_test(${step}.pinned_splits_out_of_range 2 "FA_STEP22_SPLITS=0: expected 
 add_cli_test(${step}.pinned_splits_valid 3 "no CUDA device"
              env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=8
              ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+# --help tells this step's real defaults: its K/V heads, the element type of its own sweep, causal
+# aligned to each sequence's end; and --heads alone (MHA) says so.
+add_cli_test(${step}.help_kv_heads 0 "--kv-heads N +K/V heads .*default 8, of the default 32 heads" ${exe} --help)
+add_cli_test(${step}.help_sweep_dtype 0 "--dtype S .*[(]default f16. --sweep: f16[)]" ${exe} --help)
+add_cli_test(${step}.help_causal 0 "--causal .*each sequence's last query sees its last key" ${exe} --help)
+add_cli_test(${step}.heads_alone_says_mha 3 "note: --heads 16 without --kv-heads runs MHA"
+             env CUDA_VISIBLE_DEVICES=-1 ${exe} --heads 16 --seq-q 1 --seq-k 64)
