@@ -6,12 +6,13 @@
 #
 #   OUT=/some/dir bash profiles/gpu_session.sh     # then: python3 profiles/results.py import /some/dir
 #
-# Writes at most 8 files, no folders, to $OUT: env.txt build.log ctest.log run_all.csv bench.csv
+# Writes at most 9 files, no folders, to $OUT: env.txt build.log ctest.log run_all.csv bench.csv inputs_ab.csv
 # run.log profiles.tar.gz sass.txt.gz. profiles.tar.gz holds what belongs in profiles/<gpu>/ besides
 # bench.csv: NN_name/{metrics.csv,speed_of_light.txt,ncu_raw.csv} from capture.sh and bench.png from
 # bench.py; `results.py import` unpacks it there.
 #
-# STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits capture sass"), e.g. to split
+# STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits capture sass";
+# "inputs", profiles/inputs_ab.py into $OUT/inputs_ab.csv, only when named), e.g. to split
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
 # capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
 # CTEST_ARGS (e.g. "-L gpu") tune the build and the tests; BENCH_ARGS (e.g. "--steps 07,08 --no-sdpa
@@ -54,6 +55,10 @@ stage() {
     echo "PyTorch: not installed"
 } > "$OUT/env.txt" 2>&1 || true
 
+# pytest for python/tests (python.gpu) where the machine has PyTorch but no pytest: the copy that
+# python/vendor_pytest.sh leaves in .whl/pydeps (carry .whl), on the path before CMake looks for it.
+[[ -d .whl/pydeps ]] && export PYTHONPATH=$PWD/.whl/pydeps${PYTHONPATH:+:$PYTHONPATH}
+
 build() {
   if ! { cmake --preset default -DCMAKE_CUDA_ARCHITECTURES="${ARCH:-90a}" && cmake --build build -j "$(nproc)"; } \
     > "$OUT/build.log" 2>&1; then
@@ -88,6 +93,8 @@ gqa() {
   python3 profiles/bench.py --steps 11,17,18,19 --gqa-only --merge "$base" --out "$OUT/bench.csv.gqa" --no-plot \
     --no-render >> "$OUT/run.log" 2>&1 && mv "$OUT/bench.csv.gqa" "$OUT/bench.csv"
 }
+# uniform against randn inputs, with the SM clock and power per arm (profiles/inputs_ab.py, ~4 minutes)
+inputs() { python3 profiles/inputs_ab.py --out "$OUT/inputs_ab.csv" >> "$OUT/run.log" 2>&1; }
 # shellcheck disable=SC2086
 capture() { bash profiles/capture.sh --no-build --out "$work/profiles" ${CAPTURE_STEPS:-all} >> "$OUT/run.log" 2>&1; }
 sass() {
@@ -105,6 +112,7 @@ stage bench bench
 stage gqa gqa
 stage candidates candidates
 stage splits splits
+stage inputs inputs
 stage capture capture
 stage sass sass
 if [[ -d $work/profiles ]] && [[ -n $(ls -A "$work/profiles") ]]; then
