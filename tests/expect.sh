@@ -13,7 +13,7 @@ out=$("$@" 2>&1)
 rc=$?
 if [[ $gpu == 1 && $rc != "$code" ]]; then
   if [[ $rc == 3 || $rc == 77 ]] && grep -q "no CUDA device" <<< "$out"; then
-    echo "SKIPPED: no CUDA device"
+    echo "SKIPPED: $(grep -m1 -o "no CUDA device.*" <<< "$out")"  # the command's own words: what is needed
     exit 77
   fi
   if [[ $rc == 4 ]] && grep -q "needs a compute capability" <<< "$out"; then
@@ -22,7 +22,7 @@ if [[ $gpu == 1 && $rc != "$code" ]]; then
   fi
 fi
 if [[ $gpu == 1 && $rc == 77 ]] && grep -q "SKIPPED: no CUDA device" <<< "$out"; then
-  echo "SKIPPED: no CUDA device"
+  echo "SKIPPED: $(grep -m1 -o "no CUDA device.*" <<< "$out")"
   exit 77
 fi
 printf '%s\n' "$out" | head -n 40

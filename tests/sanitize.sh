@@ -27,7 +27,7 @@ if [[ -z $san ]]; then
 fi
 out=$("$exe" --device-info 2>&1)
 case $? in
-  3) echo "SKIPPED: no CUDA device"; exit 77 ;;
+  3) echo "SKIPPED: $(grep -m1 -o 'no CUDA device.*' <<< "$out" || echo 'no CUDA device')"; exit 77 ;;
   4) echo "SKIPPED: $(grep -m1 'needs a compute capability' <<< "$out")"; exit 77 ;;
 esac
 
