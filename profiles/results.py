@@ -461,10 +461,33 @@ def bwd_banks_table(step="07_flash_backward"):
         source_line([os.path.relpath(p, gpu_dir()) for _, p in files])
 
 
+def gpt_table():
+    """README, "Use it from PyTorch": python/examples/train_gpt.py's two runs (SDPA, flashsteps) per head_dim, from
+    profiles/<gpu>/gpt_train.csv (its --out), summarised by the script's own summarize()."""
+    path = os.path.join(gpu_dir(), "gpt_train.csv")
+    if not os.path.exists(path):
+        return ("Not measured yet: no `profiles/" + GPU + "/gpt_train.csv` (on a GPU: `python3 python/examples/train_gpt.py "
+                "--out profiles/" + GPU + "/gpt_train.csv`, with `libfa_steps.so` built).")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_gpt", os.path.join(ROOT, "python", "examples", "train_gpt.py"))
+    gpt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpt)
+    summary = gpt.summarize(read_csv(path))
+    body = []
+    for d, s in summary.items():
+        for a, v in s["per"].items():
+            body.append([str(d), a, str(v["steps"]), f"{v['train']:.4f}", f"{v['val']:.4f}", f"{v['tokens_per_s']:,.0f}",
+                         "-" if s["within_1pct"] is None else ("yes" if s["within_1pct"] else "**no**")])
+    return md_table(["head_dim", "attention", "steps", "final train loss", "validation loss", "tokens/s",
+                     "within 1% of SDPA"], body) + "\n\nThe final train loss is the mean of the last 20 steps' " \
+        "(nats per byte); both runs from one seed, the same batches in the same order; tokens/s after the warm-up " \
+        "steps, where the steps' autotuners pick their tiles.\n\n" + source_line(["gpt_train.csv"])
+
+
 ATTN_FWD = ("04_naive_attention", "05_flash_forward", "06_causal_stages")
 ATTN_BWD = ("04_naive_attention", "07_flash_backward", "08_backward_delta_reuse")
 BLOCKS = {
-    "README.md": {"results": run_all_table},
+    "README.md": {"results": run_all_table, "results:gpt": gpt_table},
     "profiles/README.md": {"master": master_table, "ncu_env": env_block},
     "docs/03_tiled_matmul.md": {"results:matmul": matmul_table, "profile:matmul": lambda: profile_table(("03_",))},
     "docs/04_naive_attention.md": {"results:attn_fwd": lambda: attention_table(ATTN_FWD),

@@ -1060,6 +1060,33 @@ class SdpaInputs(unittest.TestCase):
             self.assertEqual([n for n, c in names.items() if c > 1], [], path)
 
 
+class GptTable(unittest.TestCase):
+    """README's results:gpt block: python/examples/train_gpt.py's CSV summarised per head_dim and attention."""
+
+    def test_not_measured_then_measured(self):
+        import results
+        with tempfile.TemporaryDirectory() as d:
+            saved = results.gpu_dir
+            results.gpu_dir = lambda: d
+            try:
+                self.assertIn("Not measured yet", results.gpt_table())
+                with open(os.path.join(d, "gpt_train.csv"), "w", newline="") as f:
+                    w = csv.writer(f)
+                    w.writerow(["attn", "head_dim", "step", "loss", "val_loss", "tokens_per_s", "device"])
+                    for attn, scale, speed in (("sdpa", 1.0, 1.0e6), ("flashsteps", 1.03, 1.3e6)):
+                        for i in range(30):
+                            last = i == 29
+                            w.writerow([attn, 64, i, 3.0 * scale - 0.01 * i, 2.5 * scale if last else "",
+                                        speed if last else "", "GPU"])
+                table = results.gpt_table()
+            finally:
+                results.gpu_dir = saved
+        self.assertIn("| 64 | sdpa | 30 |", table)
+        self.assertIn("| 64 | flashsteps | 30 |", table)
+        self.assertIn("1,300,000", table)
+        self.assertIn("**no**", table)  # 3% apart: over the 1% the issue allows
+
+
 class InputsAb(unittest.TestCase):
     """profiles/inputs_ab.py without a GPU: its arguments, plan, sample windows and summary maths."""
 
