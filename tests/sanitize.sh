@@ -11,6 +11,7 @@
 #              variant where the step has named variants (--variant, e.g. step 12's two dQ paths);
 #              KV caches with ragged lengths where the step takes --cache-lens (step 22)
 # A shape the step refuses ("does not support") is noted and skipped; at least one must run.
+# FA_SANITIZE_SHARDS=n FA_SANITIZE_SHARD=i: only every n-th accepted shape, from the i-th.
 # Exits 77 (ctest: skipped) with a message where there is no sanitizer, no CUDA device, or a GPU
 # the step is not built for.
 set -u
@@ -83,22 +84,40 @@ case $family in
   *) echo "sanitize.sh: unknown family '$family'"; exit 1 ;;
 esac
 
-ran=0
+# The shapes the step accepts (known without a device: under the sanitizer a refusal's exit 2 would
+# read as the sanitizer's own failure, 255); at least one must be accepted.
+run=()
 for shape in "${shapes[@]}"; do
+  # shellcheck disable=SC2086  # the shape is a list of flags
+  if accepts --check $shape; then run+=("$shape"); else echo "   (not supported by this step, skipped: $shape)"; fi
+done
+if [[ ${#run[@]} == 0 ]]; then
+  echo "FAIL: the step supports none of the $family shapes"
+  exit 1
+fi
+# Sharded (tests/CMakeLists.txt: FA_SANITIZE_SHARDS_<step>): shard i of n checks every n-th accepted
+# shape, so a step's long racecheck runs as n tests side by side under ctest -j.
+shards=${FA_SANITIZE_SHARDS:-1} shard=${FA_SANITIZE_SHARD:-0}
+if ! [[ $shards =~ ^[1-9][0-9]*$ && $shard =~ ^[0-9]+$ ]] || ((shard >= shards)); then
+  echo "sanitize.sh: FA_SANITIZE_SHARD=$shard of FA_SANITIZE_SHARDS=$shards is not a shard"
+  exit 1
+fi
+mine=()
+for i in "${!run[@]}"; do ((i % shards == shard)) && mine+=("${run[i]}"); done
+if [[ ${#mine[@]} == 0 ]]; then
+  echo "FAIL: shard $shard of $shards has no shape (${#run[@]} accepted): fewer shards for this step"
+  exit 1
+fi
+
+ran=0
+for shape in "${mine[@]}"; do
   echo "== $tool: $(basename "$exe") --check $shape"
-  # A shape the step refuses is known without a device (under the sanitizer the refusal's exit 2
-  # would read as the sanitizer's own failure, 255)
-  # shellcheck disable=SC2086
-  if ! accepts --check $shape; then
-    echo "   (shape not supported by this step: skipped)"
-    continue
-  fi
   # shellcheck disable=SC2086  # the shape is a list of flags
   out=$("$san" --tool "$tool" --error-exitcode 99 "$exe" --check $shape 2>&1)
   rc=$?
   printf '%s\n' "$out" | tail -n 30
-  if [[ $rc == 2 ]] && grep -q "does not support" <<< "$out"; then
-    echo "   (shape not supported by this step: skipped)"
+  if [[ $rc == 2 ]] && grep -q "does not support" <<< "$out"; then  # refused only on this device
+    echo "   (shape not supported by this step on this device: skipped)"
     continue
   fi
   if [[ $rc != 0 ]]; then
@@ -108,7 +127,8 @@ for shape in "${shapes[@]}"; do
   ran=$((ran + 1))
 done
 if [[ $ran == 0 ]]; then
-  echo "FAIL: the step supports none of the $family shapes"
+  echo "FAIL: none of this test's ${#mine[@]} shapes ran on this device"
   exit 1
 fi
-echo "ok: $ran of ${#shapes[@]} shapes clean under $tool"
+suffix="" && ((shards > 1)) && suffix=" (shard $shard of $shards; ${#run[@]} accepted in all)"
+echo "ok: $ran of ${#shapes[@]} shapes clean under $tool$suffix"
