@@ -225,7 +225,10 @@ def test_workspace_sizes(lib):
     assert lib.workspace_size(bwd, problem(bwd, variant=1), L.BACKWARD) >= n  # and the counters
     assert lib.workspace_size("11", problem(bwd), L.FORWARD) == 0
     dec = lib.step("22")
-    assert lib.workspace_size(dec, problem(dec, seq_q=1), L.DECODE) > 0
+    # Splits (and their workspace) only where the cache is long and the rows few: one sequence, one K/V head,
+    # 64k keys, split on any device (without one, the most splits are assumed).
+    long_cache = problem(dec, batch=1, heads=1, kv_heads=1, seq_q=1, seq_k=65536)
+    assert lib.workspace_size(dec, long_cache, L.DECODE) > 0
     assert "head_dim must be" in refusal(lib.workspace_size, bwd, problem(bwd, head_dim=130), L.BACKWARD)
 
 
