@@ -15,6 +15,9 @@
 //      cores: two score tiles (s being computed, p being read), the first tile and the last peeled
 //      off the loop. ptxas reuses p's registers in the softmax and so waits for the second product
 //      first (doc 19, "What ptxas made of it").
+//   3. The masked skip (MASKED_SKIP), a refinement for short sequences: a consumer does no work on the
+//      key tiles wholly masked for its own 64 rows (causal diagonal, ragged last block) and only keeps
+//      the turns and the ring in step.
 //
 // Block: step 18's, a producer and CONSUMERS warpgroups of 64 query rows, K/V tiles of BLOCK_N = 128
 // keys in a ring of STAGES = 2. One consumer, per K/V tile j (with OVERLAP):
@@ -51,13 +54,13 @@ constexpr int kWarp = 32, kWarpgroup = 128;
 constexpr int kBox = 64;  // dims per TMA box: 64 16-bit elements = 128 bytes, one swizzle row
 
 // The two overlaps as switches, so that doc 19's ablation can remove each one (StepInfo::variants).
-template <int D_, bool PINGPONG_ = true, bool OVERLAP_ = true>
+template <int D_, bool PINGPONG_ = true, bool OVERLAP_ = true, bool MASKED_SKIP_ = true>
 struct Config {
   // d 64: three consumers (192 query rows): the products are half as long, so a third warpgroup's
   // softmax is needed to keep the tensor cores busy (doc 18).
   static constexpr int D = D_, CONSUMERS = D == 64 ? 3 : 2, THREADS = (CONSUMERS + 1) * kWarpgroup;
   static constexpr int BLOCK_M = 64 * CONSUMERS, BLOCK_N = 128, STAGES = 2;
-  static constexpr bool PINGPONG = PINGPONG_, OVERLAP = OVERLAP_;
+  static constexpr bool PINGPONG = PINGPONG_, OVERLAP = OVERLAP_, MASKED_SKIP = MASKED_SKIP_;
   // 65536 registers / THREADS at launch (d 128: 170, ptxas caps at 168; d 64: 128); then the producer
   // keeps 24 or 32 and the consumers share the rest: 128·24 + 256·240 = 64512 = 384·168 (d 128),
   // 128·32 + 384·160 = 65536 = 512·128 (d 64; at 24 the producer would spill, doc 18).
@@ -295,6 +298,12 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     const Tile w = tile_at(i, n_qb, bh_count, group, causal);
     const int m0 = w.qb * BLOCK_M, n_tiles = kv_tiles<C>(m0, seq_q, seq_k, causal);
     const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;  // the stages of step 06
+    // MASKED_SKIP: the tiles this consumer's own 64 rows see; the block's others are wholly masked for
+    // it. Causal: up to its last row's key (at d 64, 192-row blocks over 128-key tiles, one consumer
+    // tile in three on the diagonal). Rows all past seq_q (the ragged end of the last query block):
+    // none. Warp-uniform by construction; broadcast so that ptxas can tell.
+    const int seen = causal ? (min(min(m0 + 64 * cg + 64, seq_q), seq_k) + BLOCK_N - 1) / BLOCK_N : n_tiles;
+    const int own = __shfl_sync(~0u, !C::MASKED_SKIP ? n_tiles : m0 + 64 * cg >= seq_q ? 0 : min(n_tiles, seen), 0);
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) acc[k] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];  // rows r0, r0 + 8 (step 17)
@@ -313,8 +322,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         for (int e = 0; e < 4; ++e) p[kk][e] = pack<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
     };
 
-    if (n_tiles == 0) {
-      mbarrier_arrive(q_empty);  // no key at all (seq_k = 0): Q is never read
+    if (own == 0) {
+      mbarrier_arrive(q_empty);  // no key for these rows (or seq_k = 0): Q is never read
     } else if constexpr (C::OVERLAP) {
       // Tile 0: S only. Then per tile j: S_j and P_{j-1}·V_{j-1} in one turn, S_j's softmax under
       // the second. Last: P_{n-1}·V_{n-1} alone. (Peeled rather than guarded by ifs: a wgmma under
@@ -327,10 +336,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
       pass_turn();
       wgmma_wait<0>();
       hand_back(&k_empty[slot(0)]);
-      if (n_tiles == 1) mbarrier_arrive(q_empty);  // the producer may load the next tile's Q
+      if (own == 1) mbarrier_arrive(q_empty);  // the producer may load the next tile's Q
       softmax(0);
       pack_p();
-      for (int j = 1; j < n_tiles; ++j) {
+      for (int j = 1; j < own; ++j) {
         mbarrier_wait(&k_full[slot(j)], parity(j));
         mbarrier_wait(&v_full[slot(j - 1)], parity(j - 1));
         take_turn();
@@ -339,22 +348,22 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         pass_turn();
         wgmma_wait<1>();  // S_j has landed; P_{j-1}·V_{j-1} may still be running
         hand_back(&k_empty[slot(j)]);
-        if (j == n_tiles - 1) mbarrier_arrive(q_empty);
+        if (j == own - 1) mbarrier_arrive(q_empty);
         softmax(j);
         wgmma_wait<0>();  // O += P_{j-1}·V_{j-1} has landed: O may be rescaled, p overwritten
         hand_back(&v_empty[slot(j - 1)]);
         rescale();
         pack_p();
       }
-      mbarrier_wait(&v_full[slot(n_tiles - 1)], parity(n_tiles - 1));
+      mbarrier_wait(&v_full[slot(own - 1)], parity(own - 1));
       take_turn();
-      issue_pv(slot(n_tiles - 1));
+      issue_pv(slot(own - 1));
       pass_turn();
       wgmma_wait<0>();
-      hand_back(&v_empty[slot(n_tiles - 1)]);
+      hand_back(&v_empty[slot(own - 1)]);
     } else {
       // Step 17's order: S_j, its softmax, then P_j·V_j, each product waited for at once.
-      for (int j = 0; j < n_tiles; ++j) {
+      for (int j = 0; j < own; ++j) {
         const int slot = (it + j) % STAGES, parity = (it + j) / STAGES & 1;
         mbarrier_wait(&k_full[slot], parity);
         take_turn();
@@ -362,7 +371,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         pass_turn();
         wgmma_wait<0>();
         hand_back(&k_empty[slot]);
-        if (j == n_tiles - 1) mbarrier_arrive(q_empty);
+        if (j == own - 1) mbarrier_arrive(q_empty);
         softmax(j);
         rescale();
         pack_p();
@@ -374,6 +383,20 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
         hand_back(&v_empty[slot]);
       }
     }
+    // The tiles wholly masked for this consumer: each waited for (a slot goes back only after its copy
+    // has landed, so that no arrival runs ahead of the producer's phase) and handed back, and its turns
+    // taken and passed on as the other consumers take theirs: one per tile with OVERLAP (and the last
+    // P·V's when it had no tile at all), two without.
+    for (int j = own; j < n_tiles; ++j) {
+      const int slot = (it + j) % STAGES, parity = (it + j) / STAGES & 1;
+      mbarrier_wait(&k_full[slot], parity);
+      mbarrier_wait(&v_full[slot], parity);
+#pragma unroll
+      for (int t = 0; t < (C::OVERLAP ? 1 : 2); ++t) take_turn(), pass_turn();
+      hand_back(&k_empty[slot]);
+      hand_back(&v_empty[slot]);
+    }
+    if (C::OVERLAP && own == 0 && n_tiles > 0) take_turn(), pass_turn();
     it += n_tiles;
 
     // Step 17's epilogue, while the producer is already loading the next tile's Q and K/V.
@@ -411,7 +434,7 @@ __device__ __forceinline__ void store_o(const float (&acc)[C::D / 2], const floa
 
 // ---- launcher --------------------------------------------------------------------------------------------
 // The variants (StepInfo::variants, in this order): the full step, then each technique removed.
-enum Variant { kFull, kNoPingPong, kNoOverlap, kNoOverlaps, kVariants };
+enum Variant { kFull, kNoPingPong, kNoOverlap, kNoOverlaps, kNoMaskedSkip, kVariants };
 
 template <class T, class C>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
@@ -454,6 +477,7 @@ void launch_variant(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     case kNoPingPong: return launch<T, Config<D, false, true>>(a, stream);
     case kNoOverlap: return launch<T, Config<D, true, false>>(a, stream);
     case kNoOverlaps: return launch<T, Config<D, false, false>>(a, stream);
+    case kNoMaskedSkip: return launch<T, Config<D, true, true, false>>(a, stream);
   }
   throw fa::UsageError(std::string(info().name) + ": no variant " + std::to_string(a.p.variant));
 }
@@ -478,7 +502,7 @@ const fa::StepInfo& info() {
     s.attn_rule.gqa = true;             // grouped-query attention (step 11)
     s.fwd_workspace_bytes = [](const fa::AttnParams&) -> std::size_t { return 16; };
     s.workspace_note = "the persistent grid's tile counter (an int, in 16 bytes)";
-    s.variants = {"full", "no-pingpong", "no-overlap", "no-overlaps"};
+    s.variants = {"full", "no-pingpong", "no-overlap", "no-overlaps", "no-masked-skip"};
     s.needs_cc = 90;
     return s;
   }();
