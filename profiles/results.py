@@ -37,6 +37,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import sys
 import tarfile
 from collections import OrderedDict
@@ -484,6 +485,43 @@ def gpt_table():
         "steps, where the steps' autotuners pick their tiles.\n\n" + source_line(["gpt_train.csv"])
 
 
+def inputs_table():
+    """Doc 19, "Uniform or randn inputs": profiles/inputs_ab.py's CSV (profiles/<gpu>/inputs_ab.csv), summarised by
+    its own summarize(): per implementation, the medians over the cells of randn over uniform (time, SM clock, FLOP
+    per cycle) and of the busy power; then step 19 × SDPA-cuDNN on each kind of input."""
+    path = os.path.join(gpu_dir(), "inputs_ab.csv")
+    if not os.path.exists(path):
+        return "Not measured yet: no `profiles/" + GPU + "/inputs_ab.csv` (on a GPU: `python3 profiles/inputs_ab.py " \
+               "--out profiles/" + GPU + "/inputs_ab.csv`)."
+    import inputs_ab  # noqa: E402  (lazily: it imports bench, which imports this module when it renders)
+    records = [{k: (float(v) if k in ("time_ms", "tflops", "clock_mhz", "power_w", "flop_per_cycle") and v else
+                    (None if k in ("clock_mhz", "power_w", "flop_per_cycle") else v)) for k, v in r.items()}
+               for r in read_csv(path)]
+    summary = inputs_ab.summarize(records)
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    f = lambda v, fmt: "-" if v is None else fmt.format(v)  # noqa: E731
+    body = []
+    for impl, (t, c, fpc, n) in inputs_ab.overall(summary).items():
+        mine = [x for x in summary if x["impl"] == impl]
+        pw = [(x["power_w_uniform"], x["power_w_randn"]) for x in mine if x["power_w_uniform"] and x["power_w_randn"]]
+        body.append([impl, str(n), f(t, "{:.3f}"), f(c, "{:.3f}"), f(fpc, "{:.3f}"),
+                     f(med([u for u, _ in pw]), "{:.0f}"), f(med([r for _, r in pw]), "{:.0f}")])
+    text = md_table(["implementation", "cells", "time randn / uniform", "SM clock randn / uniform",
+                     "FLOP per cycle randn / uniform", "power uniform (W)", "power randn (W)"], body)
+    times = {(x["cell"], x["impl"]): x for x in summary}
+    vs = []
+    for x in ("uniform", "randn"):
+        r = [times[(cell, "sdpa_cudnn")][f"time_ms_{x}"] / times[(cell, HOPPER_PP)][f"time_ms_{x}"]
+             for cell, impl in times if impl == HOPPER_PP and (cell, "sdpa_cudnn") in times
+             and times[(cell, HOPPER_PP)][f"time_ms_{x}"] and times[(cell, "sdpa_cudnn")][f"time_ms_{x}"]]
+        vs.append(f"{x} {f(med(r), '{:.3f}')}× over {len(r)} cells")
+    return text + "\n\nMedians over the cells of the ratio per cell (rounds: each arm's median). Above 1 in the time " \
+        "column: slower on randn; the clock and power are the means of nvidia-smi's samples while each arm ran " \
+        "busy. Step 19 × SDPA-cuDNN (cuDNN's time over step 19's, median over the cells): " + "; ".join(vs) + \
+        ". The step executable's arm also times its PREV (step 18) in the same process: their clock samples are " \
+        "shared.\n\n" + source_line(["inputs_ab.csv"])
+
+
 ATTN_FWD = ("04_naive_attention", "05_flash_forward", "06_causal_stages")
 ATTN_BWD = ("04_naive_attention", "07_flash_backward", "08_backward_delta_reuse")
 BLOCKS = {
@@ -525,7 +563,8 @@ BLOCKS = {
                                            "results:hopper_ablation_before_split": lambda: hopper_ablation_table(
                                                HOPPER_WS, os.path.join(BEFORE_SPLIT, "before_split_bench.csv"),
                                                WS_VARIANTS_BEFORE_SPLIT),
-                                           "results:gqa": lambda: gqa_table()},
+                                           "results:gqa": lambda: gqa_table(),
+                                           "results:inputs": inputs_table},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
                                    "results:decode_splits_128": lambda: decode_splits_table(
@@ -1136,7 +1175,9 @@ WS_VARIANTS = {  # per step: its variants (StepInfo::variants, in order) and wha
                 ("no-setmaxnreg", "the register reallocation (every thread capped at the launch's share)")),
     HOPPER_PP: (("full", "nothing: the step as it is"), ("no-pingpong", "ping-pong between the consumers"),
                 ("no-overlap", "S of the next tile issued before the softmax (intra-warpgroup)"),
-                ("no-overlaps", "both overlaps (step 18's consumer loop, in step 19's code)"))}
+                ("no-overlaps", "both overlaps (step 18's consumer loop, in step 19's code)"),
+                ("no-masked-skip", "the masked skip (d 64: no work on key tiles wholly masked for a consumer's "
+                                   "rows; the same kernel at d 128)"))}
 # The variants of step 18 before the split (one kernel with steps 18 and 19's ideas and three refinements since removed).
 WS_VARIANTS_BEFORE_SPLIT = (
     ("full", "nothing: the combined kernel as it was"), ("no-pingpong", "ping-pong between the consumers"),

@@ -1087,6 +1087,34 @@ class GptTable(unittest.TestCase):
         self.assertIn("**no**", table)  # 3% apart: over the 1% the issue allows
 
 
+class InputsTable(unittest.TestCase):
+    """Doc 19's results:inputs block: profiles/inputs_ab.py's CSV summarised per implementation."""
+
+    def test_not_measured_then_measured(self):
+        import results
+        import inputs_ab as ab
+        with tempfile.TemporaryDirectory() as d:
+            saved = results.gpu_dir
+            results.gpu_dir = lambda: d
+            try:
+                self.assertIn("Not measured yet", results.inputs_table())
+                rows = []
+                for cell in ("B1 H16 S16384 D128 f16", "B4 H16 S4096 D128 f16"):
+                    for impl, t_u, t_r, c_u, c_r in ((results.HOPPER_PP, 1.0, 1.03, 1800, 1750),
+                                                     ("sdpa_cudnn", 1.0, 1.06, 1800, 1700)):
+                        for x, t, c in (("uniform", t_u, c_u), ("randn", t_r, c_r)):
+                            rows.append(dict(round=1, cell=cell, impl=impl, inputs=x, problem=cell, time_ms=t,
+                                             tflops=600 / t, clock_mhz=c, power_w=700.0, temp_c=60.0, samples="9/9",
+                                             flop_per_cycle=1e5 / t / c, sampler="fake", device="GPU"))
+                ab.write_records(os.path.join(d, "inputs_ab.csv"), rows)
+                table = results.inputs_table()
+            finally:
+                results.gpu_dir = saved
+        self.assertIn(f"| {results.HOPPER_PP} | 2 | 1.030 | 0.972 |", table)
+        self.assertIn("| sdpa_cudnn | 2 | 1.060 | 0.944 |", table)
+        self.assertIn("uniform 1.000× over 2 cells; randn 1.029× over 2 cells", table)
+
+
 class InputsAb(unittest.TestCase):
     """profiles/inputs_ab.py without a GPU: its arguments, plan, sample windows and summary maths."""
 

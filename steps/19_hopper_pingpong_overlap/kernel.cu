@@ -15,9 +15,9 @@
 //      cores: two score tiles (s being computed, p being read), the first tile and the last peeled
 //      off the loop. ptxas reuses p's registers in the softmax and so waits for the second product
 //      first (doc 19, "What ptxas made of it").
-//   3. The masked skip (MASKED_SKIP), a refinement for short sequences: a consumer does no work on the
-//      key tiles wholly masked for its own 64 rows (causal diagonal, ragged last block) and only keeps
-//      the turns and the ring in step.
+//   3. The masked skip (MASKED_SKIP, d 64), a refinement for short sequences: a consumer does no work
+//      on the key tiles wholly masked for its own 64 rows (causal diagonal, ragged last block) and
+//      only keeps the turns and the ring in step.
 //
 // Block: step 18's, a producer and CONSUMERS warpgroups of 64 query rows, K/V tiles of BLOCK_N = 128
 // keys in a ring of STAGES = 2. One consumer, per K/V tile j (with OVERLAP):
@@ -54,7 +54,7 @@ constexpr int kWarp = 32, kWarpgroup = 128;
 constexpr int kBox = 64;  // dims per TMA box: 64 16-bit elements = 128 bytes, one swizzle row
 
 // The two overlaps as switches, so that doc 19's ablation can remove each one (StepInfo::variants).
-template <int D_, bool PINGPONG_ = true, bool OVERLAP_ = true, bool MASKED_SKIP_ = true>
+template <int D_, bool PINGPONG_ = true, bool OVERLAP_ = true, bool MASKED_SKIP_ = D_ == 64>
 struct Config {
   // d 64: three consumers (192 query rows): the products are half as long, so a third warpgroup's
   // softmax is needed to keep the tensor cores busy (doc 18).
@@ -298,12 +298,13 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     const Tile w = tile_at(i, n_qb, bh_count, group, causal);
     const int m0 = w.qb * BLOCK_M, n_tiles = kv_tiles<C>(m0, seq_q, seq_k, causal);
     const int n_full = (causal ? min(m0 + 1, seq_k) : seq_k) / BLOCK_N;  // the stages of step 06
-    // MASKED_SKIP: the tiles this consumer's own 64 rows see; the block's others are wholly masked for
-    // it. Causal: up to its last row's key (at d 64, 192-row blocks over 128-key tiles, one consumer
+    // MASKED_SKIP (d 64): the tiles this consumer's own 64 rows see; the block's others are wholly
+    // masked for it. Causal: up to its last row's key (192-row blocks over 128-key tiles: one consumer
     // tile in three on the diagonal). Rows all past seq_q (the ragged end of the last query block):
-    // none. Warp-uniform by construction; broadcast so that ptxas can tell.
+    // none. Warp-uniform by construction; broadcast so that ptxas can tell. At d 128 a 128-row block
+    // over 128-key tiles leaves no diagonal tile wholly masked for a consumer: off, the code as without.
     const int seen = causal ? (min(min(m0 + 64 * cg + 64, seq_q), seq_k) + BLOCK_N - 1) / BLOCK_N : n_tiles;
-    const int own = __shfl_sync(~0u, !C::MASKED_SKIP ? n_tiles : m0 + 64 * cg >= seq_q ? 0 : min(n_tiles, seen), 0);
+    const int own = C::MASKED_SKIP ? __shfl_sync(~0u, m0 + 64 * cg >= seq_q ? 0 : min(n_tiles, seen), 0) : n_tiles;
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) acc[k] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];  // rows r0, r0 + 8 (step 17)
@@ -387,16 +388,18 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     // has landed, so that no arrival runs ahead of the producer's phase) and handed back, and its turns
     // taken and passed on as the other consumers take theirs: one per tile with OVERLAP (and the last
     // P·V's when it had no tile at all), two without.
-    for (int j = own; j < n_tiles; ++j) {
-      const int slot = (it + j) % STAGES, parity = (it + j) / STAGES & 1;
-      mbarrier_wait(&k_full[slot], parity);
-      mbarrier_wait(&v_full[slot], parity);
+    if constexpr (C::MASKED_SKIP) {
+      for (int j = own; j < n_tiles; ++j) {
+        const int slot = (it + j) % STAGES, parity = (it + j) / STAGES & 1;
+        mbarrier_wait(&k_full[slot], parity);
+        mbarrier_wait(&v_full[slot], parity);
 #pragma unroll
-      for (int t = 0; t < (C::OVERLAP ? 1 : 2); ++t) take_turn(), pass_turn();
-      hand_back(&k_empty[slot]);
-      hand_back(&v_empty[slot]);
+        for (int t = 0; t < (C::OVERLAP ? 1 : 2); ++t) take_turn(), pass_turn();
+        hand_back(&k_empty[slot]);
+        hand_back(&v_empty[slot]);
+      }
+      if (C::OVERLAP && own == 0 && n_tiles > 0) take_turn(), pass_turn();
     }
-    if (C::OVERLAP && own == 0 && n_tiles > 0) take_turn(), pass_turn();
     it += n_tiles;
 
     // Step 17's epilogue, while the producer is already loading the next tile's Q and K/V.
