@@ -1060,27 +1060,37 @@ class SdpaInputs(unittest.TestCase):
             self.assertEqual([n for n, c in names.items() if c > 1], [], path)
 
 
+def table_before_and_after(test, make, write):
+    """A results.py block from a CSV in profiles/<gpu>/ (a temporary folder stands in): 'Not measured yet' without
+    the file, then the table once write(folder) has put it there."""
+    import results
+    with tempfile.TemporaryDirectory() as d:
+        saved = results.gpu_dir
+        results.gpu_dir = lambda: d
+        try:
+            test.assertIn("Not measured yet", make())
+            write(d)
+            return make()
+        finally:
+            results.gpu_dir = saved
+
+
 class GptTable(unittest.TestCase):
     """README's results:gpt block: python/examples/train_gpt.py's CSV summarised per head_dim and attention."""
 
     def test_not_measured_then_measured(self):
         import results
-        with tempfile.TemporaryDirectory() as d:
-            saved = results.gpu_dir
-            results.gpu_dir = lambda: d
-            try:
-                self.assertIn("Not measured yet", results.gpt_table())
-                with open(os.path.join(d, "gpt_train.csv"), "w", newline="") as f:
-                    w = csv.writer(f)
-                    w.writerow(["attn", "head_dim", "step", "loss", "val_loss", "tokens_per_s", "device"])
-                    for attn, scale, speed in (("sdpa", 1.0, 1.0e6), ("flashsteps", 1.03, 1.3e6)):
-                        for i in range(30):
-                            last = i == 29
-                            w.writerow([attn, 64, i, 3.0 * scale - 0.01 * i, 2.5 * scale if last else "",
-                                        speed if last else "", "GPU"])
-                table = results.gpt_table()
-            finally:
-                results.gpu_dir = saved
+
+        def write(d):
+            with open(os.path.join(d, "gpt_train.csv"), "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["attn", "head_dim", "step", "loss", "val_loss", "tokens_per_s", "device"])
+                for attn, scale, speed in (("sdpa", 1.0, 1.0e6), ("flashsteps", 1.03, 1.3e6)):
+                    for i in range(30):
+                        last = i == 29
+                        w.writerow([attn, 64, i, 3.0 * scale - 0.01 * i, 2.5 * scale if last else "",
+                                    speed if last else "", "GPU"])
+        table = table_before_and_after(self, results.gpt_table, write)
         self.assertIn("| 64 | sdpa | 30 |", table)
         self.assertIn("| 64 | flashsteps | 30 |", table)
         self.assertIn("1,300,000", table)
@@ -1093,23 +1103,18 @@ class InputsTable(unittest.TestCase):
     def test_not_measured_then_measured(self):
         import results
         import inputs_ab as ab
-        with tempfile.TemporaryDirectory() as d:
-            saved = results.gpu_dir
-            results.gpu_dir = lambda: d
-            try:
-                self.assertIn("Not measured yet", results.inputs_table())
-                rows = []
-                for cell in ("B1 H16 S16384 D128 f16", "B4 H16 S4096 D128 f16"):
-                    for impl, t_u, t_r, c_u, c_r in ((results.HOPPER_PP, 1.0, 1.03, 1800, 1750),
-                                                     ("sdpa_cudnn", 1.0, 1.06, 1800, 1700)):
-                        for x, t, c in (("uniform", t_u, c_u), ("randn", t_r, c_r)):
-                            rows.append(dict(round=1, cell=cell, impl=impl, inputs=x, problem=cell, time_ms=t,
-                                             tflops=600 / t, clock_mhz=c, power_w=700.0, temp_c=60.0, samples="9/9",
-                                             flop_per_cycle=1e5 / t / c, sampler="fake", device="GPU"))
-                ab.write_records(os.path.join(d, "inputs_ab.csv"), rows)
-                table = results.inputs_table()
-            finally:
-                results.gpu_dir = saved
+
+        def write(d):
+            rows = []
+            for cell in ("B1 H16 S16384 D128 f16", "B4 H16 S4096 D128 f16"):
+                for impl, t_u, t_r, c_u, c_r in ((results.HOPPER_PP, 1.0, 1.03, 1800, 1750),
+                                                 ("sdpa_cudnn", 1.0, 1.06, 1800, 1700)):
+                    for x, t, c in (("uniform", t_u, c_u), ("randn", t_r, c_r)):
+                        rows.append(dict(round=1, cell=cell, impl=impl, inputs=x, problem=cell, time_ms=t,
+                                         tflops=600 / t, clock_mhz=c, power_w=700.0, temp_c=60.0, samples="9/9",
+                                         flop_per_cycle=1e5 / t / c, sampler="fake", device="GPU"))
+            ab.write_records(os.path.join(d, "inputs_ab.csv"), rows)
+        table = table_before_and_after(self, results.inputs_table, write)
         self.assertIn(f"| {results.HOPPER_PP} | 2 | 1.030 | 0.972 |", table)
         self.assertIn("| sdpa_cudnn | 2 | 1.060 | 0.944 |", table)
         self.assertIn("uniform 1.000× over 2 cells; randn 1.029× over 2 cells", table)
