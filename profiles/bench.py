@@ -51,7 +51,9 @@ only SDPA's decode rows are measured again (and the grouped-query and MHA rows k
 are kept apart: a step measured now replaces only its rows of the inputs it was measured on.
 
 Without PyTorch the baselines are skipped, without matplotlib the plot: each is said, and the CSV
-and the terminal table are still written.
+and the terminal table are still written. While the steps run, OUT.partial holds the rows measured so far
+(rewritten after every step command, with SDPA's first pass; removed once OUT is written), so a run cut short
+by a time limit keeps what it measured.
 """
 import argparse
 import csv
@@ -165,9 +167,9 @@ def ablation_args():
             for s in ABLATION_SEQS for d in ATTN_DIMS for causal in (False, True)]
 
 
-def step_rows(exes, gqa_only=False, inputs=("uniform",)):
+def step_rows(exes, gqa_only=False, inputs=("uniform",), progress=None):
     """Every step's sweep rows, each command once per entry of `inputs` in turn (--inputs randn added for randn:
-    its rows' problems end in ' randn')."""
+    its rows' problems end in ' randn'). progress(rows): called with the rows so far after every command."""
     rows, failed = [], 0
 
     def run_each(cmd):
@@ -175,6 +177,8 @@ def step_rows(exes, gqa_only=False, inputs=("uniform",)):
         for x in inputs:
             r, rc = run_csv(cmd + (["--inputs", x] if x != "uniform" else []))
             rows, failed = rows + r, failed + (rc != 0)
+            if progress:
+                progress(rows)
 
     for exe in exes:
         # A step with a backward sweeps with --bwd: its rows hold the forward, the backward and
@@ -688,7 +692,12 @@ def main(argv=None):
     if bracket:
         say(f"== SDPA baselines, first pass (PyTorch {torch.__version__}; rows: {modes})")
         before = sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes, inputs=inputs)
-    rows, failed = step_rows(exes, a.gqa_only, inputs)
+    # What is measured so far, after every step command, in OUT.partial (removed once OUT is written): a run cut
+    # short (a device call's time limit) keeps its steps' rows and SDPA's first pass, not merged, not averaged.
+    out = a.out or os.path.join(fp.gpu_dir(fp.gpu_slug(device or "unknown")), "bench.csv")
+    partial = out + ".partial"
+    rows, failed = step_rows(exes, a.gqa_only, inputs,
+                             progress=lambda got: write_csv(partial, got + (before if bracket else [])))
     sdpa_measured = False
     if not a.no_sdpa:
         if torch:
@@ -717,6 +726,8 @@ def main(argv=None):
                 "the re-measured steps to SDPA would mix two runs (re-measure without --no-sdpa)")
     out = a.out or os.path.join(fp.gpu_dir(fp.gpu_slug(device)), "bench.csv")
     write_csv(out, rows)
+    if os.path.exists(partial):
+        os.remove(partial)
     print(show(rows))
     say(f"wrote {out} ({len(rows)} rows)")
     if not a.no_plot:

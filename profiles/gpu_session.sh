@@ -7,7 +7,8 @@
 #   OUT=/some/dir bash profiles/gpu_session.sh     # then: python3 profiles/results.py import /some/dir
 #
 # Writes at most 9 files, no folders, to $OUT: env.txt build.log ctest.log run_all.csv bench.csv inputs_ab.csv
-# run.log profiles.tar.gz sass.txt.gz. profiles.tar.gz holds what belongs in profiles/<gpu>/ besides
+# run.log profiles.tar.gz sass.txt.gz (and bench.csv.partial instead of bench.csv when the call's time runs out
+# during the bench stage: the rows measured so far, profiles/bench.py). profiles.tar.gz holds what belongs in profiles/<gpu>/ besides
 # bench.csv: NN_name/{metrics.csv,speed_of_light.txt,ncu_raw.csv} from capture.sh and bench.png from
 # bench.py; `results.py import` unpacks it there.
 #

@@ -961,6 +961,32 @@ class BenchInputs(unittest.TestCase):
             with open(log) as f:
                 self.assertEqual(f.read().splitlines(), ["--sweep --csv", "--sweep --csv --inputs randn"])
 
+    def test_partial_rows_after_every_command_then_removed(self):
+        import bench
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "bin"))
+            for name in ("17_fake", "18_fake"):
+                row = dict.fromkeys(fp.BENCH_COLUMNS, "1") | dict(step=name, idea="x", problem="P f16", unit="TFLOP/s")
+                write_exe(os.path.join(d, "bin", name), textwrap.dedent(f"""\
+                    #!/bin/sh
+                    case "$*" in *--help*|*--device-info*) exit 1;; esac
+                    echo "{",".join(fp.BENCH_COLUMNS)}"
+                    echo "{",".join(row.values())}"
+                    """))
+            seen = []
+            rows, failed = bench.step_rows(bench.step_exes(d, set()), progress=lambda got: seen.append(len(got)))
+            self.assertEqual((failed, seen), (0, [1, 2]))
+            out = os.path.join(d, "out", "bench.csv")
+            with open(os.devnull, "w") as null:
+                saved, sys.stdout = sys.stdout, null
+                try:
+                    code = bench.main(["--build", d, "--no-sdpa", "--out", out, "--no-plot", "--no-render"])
+                finally:
+                    sys.stdout = saved
+            self.assertEqual(code, 0)
+            self.assertEqual([r["step"] for r in fp.read_csv(out)], ["17_fake", "18_fake"])
+            self.assertFalse(os.path.exists(out + ".partial"))
+
     def test_randn_needs_out(self):
         import bench
         with self.assertRaises(SystemExit):
