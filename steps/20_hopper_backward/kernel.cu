@@ -18,8 +18,8 @@
 //
 // Block: 2 warpgroups, a key tile of BLOCK_N = 128 keys (64 per warpgroup: M of Sᵀ, dPᵀ, dV, dK),
 // query tiles of BLOCK_M = 64 rows in a ring of STAGES = 2. Per query tile:
-//   wait qd_full      Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   wgmma m64n64k16 × D/16 each        [64 keys, 64 queries]
-//   Pᵀ = 2^(Sᵀ·σ − LSE₂), dSᵀ = Pᵀ∘(dPᵀ − delta)  (the column is the query)
+//   wait qd_full      Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   wgmma m64n64k16 × D/16 each, two groups   [64 keys, 64 queries]
+//   Pᵀ = 2^(Sᵀ·σ − LSE₂) while dPᵀ runs, then dSᵀ = Pᵀ∘(dPᵀ − delta)  (the column is the query)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q   wgmma m64nDk16 × 4, A from registers                 [64 keys, D]
 //   dSᵀ to shared memory; dQ = dS·K   wgmma m64n64k16, A and B transposed from shared memory
 //   8-byte atomics of dQ into the fp32 workspace; __syncthreads, thread 0 refills the slot
@@ -195,6 +195,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       const std::uint32_t b = q_addr + (s * HALVES + kk / 4) * kQdLbo + (kk % 4) * 32;
       wgmma_ss<64, T>(st, smem_desc(a, 16, kSbo), smem_desc(b, 16, kSbo), kk > 0);
     }
+    wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t a = v_addr + (kk / 4) * kKvLbo + wg * 64 * 128 + (kk % 4) * 32;
@@ -202,18 +203,19 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       wgmma_ss<64, T>(dpt, smem_desc(a, 16, kSbo), smem_desc(b, 16, kSbo), kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // Sᵀ has landed; dPᵀ may still be on the tensor cores while Pᵀ is computed
 
-    // Pᵀ and dSᵀ, zero where the key or the query is out of range or masked; packed as A operands.
-    std::uint32_t pt[4][4], dst[4][4];  // per k-step of 16 queries: step 17's accumulator-to-A relayout
+    // Pᵀ, zero where the key or the query is out of range or masked; then dSᵀ once dPᵀ has landed.
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int key = key0 + 8 * (i / 2 % 2), q = 8 * (i / 4) + 2 * q4 + i % 2;
       const bool live = key < seq_k && m0 + q < seq_q && !(causal && key > m0 + q);
-      const float p = live ? exp2f(st[i] * sl2 - lse_s[s * BLOCK_M + q]) : 0.f;
-      st[i] = p;
-      dpt[i] = p * (dpt[i] - delta_s[s * BLOCK_M + q]);
+      st[i] = live ? exp2f(st[i] * sl2 - lse_s[s * BLOCK_M + q]) : 0.f;
     }
+    wgmma_wait<0>();
+    std::uint32_t pt[4][4], dst[4][4];  // per k-step of 16 queries: step 17's accumulator-to-A relayout
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dpt[i] = st[i] * (dpt[i] - delta_s[s * BLOCK_M + 8 * (i / 4) + 2 * q4 + i % 2]);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
