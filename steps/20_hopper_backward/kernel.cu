@@ -395,7 +395,7 @@ const fa::StepInfo& info() {
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;  // step 19's forward takes the row max on unscaled scores
     s.attn_rule.gqa = true;             // dK, dV of a K/V head summed over its query heads (fp32 sums)
-    s.variants = {"atomic"};            // dQ by fp32 atomics (a deterministic order is issue 41's)
+    s.variants = {"atomic"};            // dQ by fp32 atomics (no deterministic order yet)
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note =
         "dQ_accum, batch·heads·seq_q·head_dim fp32, delta and LSE₂, batch·heads·seq_q fp32 each; with GQA also dK "
