@@ -57,14 +57,6 @@ struct Config {
 
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-// One register of two fp16/bf16 -> two fp32 (low half: x), the inverse of pack.
-template <class T>
-__device__ __forceinline__ float2 unpack(std::uint32_t r) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __half22float2(*reinterpret_cast<const __half2*>(&r));
-  else
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r));
-}
 
 // ---- device memory -> shared memory ----------------------------------------------------------------
 // A [ROWS, D] tile of a head's [seq, head_dim] matrix into smem (swizzled), cp.async per 16-byte chunk

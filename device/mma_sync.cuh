@@ -11,6 +11,7 @@
 //   ldmatrix_x4_trans(r, smem)    the same with .trans
 //   mma_16816<T>(c, a, b0, b1)    mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: c += a·b
 //   pack<T>(x, y)                 two fp32 -> one register of two fp16/bf16 (cvt.rn)
+//   unpack<T>(r)                  its inverse: one register of two fp16/bf16 -> float2
 //   quad_max(x), quad_sum(x)      max / sum over the 4 lanes holding one row of a C fragment
 #pragma once
 #include <cuda_bf16.h>
@@ -68,6 +69,15 @@ __device__ __forceinline__ std::uint32_t pack(float x, float y) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const std::uint32_t*>(&h);
   }
+}
+
+// One register of two fp16/bf16 -> two fp32 (low half: x), the inverse of pack.
+template <class T>
+__device__ __forceinline__ float2 unpack(std::uint32_t r) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __half22float2(*reinterpret_cast<const __half2*>(&r));
+  else
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r));
 }
 
 // Max / sum over the 4 lanes that hold a row of a C fragment (lanes 4g .. 4g+3): two shuffles.

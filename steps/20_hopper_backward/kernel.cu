@@ -212,24 +212,27 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       const bool live = key < seq_k && m0 + q < seq_q && !(causal && key > m0 + q);
       st[i] = live ? exp2f(st[i] * sl2 - lse_s[s * BLOCK_M + q]) : 0.f;
     }
-    wgmma_wait<0>();
     std::uint32_t pt[4][4], dst[4][4];  // per k-step of 16 queries: step 17's accumulator-to-A relayout
 #pragma unroll
-    for (int i = 0; i < 32; ++i) dpt[i] = st[i] * (dpt[i] - delta_s[s * BLOCK_M + 8 * (i / 4) + 2 * q4 + i % 2]);
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pt[kk][e] = pack<T>(st[8 * kk + 2 * e], st[8 * kk + 2 * e + 1]);
+    wgmma_wait<0>();
+    // dSᵀ = Pᵀ∘(dPᵀ − delta) with P as rounded for dV (as step 16 has it), in fp32, then rounded itself.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        pt[kk][e] = pack<T>(st[8 * kk + 2 * e], st[8 * kk + 2 * e + 1]);
-        dst[kk][e] = pack<T>(dpt[8 * kk + 2 * e], dpt[8 * kk + 2 * e + 1]);
+        const int i = 8 * kk + 2 * e, q = 8 * (i / 4) + 2 * q4;
+        const float2 p = unpack<T>(pt[kk][e]);
+        dst[kk][e] = pack<T>(p.x * (dpt[i] - delta_s[s * BLOCK_M + q]), p.y * (dpt[i + 1] - delta_s[s * BLOCK_M + q + 1]));
       }
     // dSᵀ [keys][queries] into shared memory with the 128-byte swizzle (16-byte chunk c of row r at c ^ r % 8),
     // as a TMA box of [BLOCK_N, 64] would hold it: a thread's two neighbouring queries are one 4-byte store.
 #pragma unroll
     for (int i = 0; i < 32; i += 2) {
       const int r = 64 * wg + 16 * warp + g + 8 * (i / 2 % 2), q = 8 * (i / 4) + 2 * q4;
-      *reinterpret_cast<std::uint32_t*>(dSt + r * 128 + ((q / 8) ^ (r % 8)) * 16 + (q % 8) * 2) =
-          pack<T>(dpt[i], dpt[i + 1]);
+      *reinterpret_cast<std::uint32_t*>(dSt + r * 128 + ((q / 8) ^ (r % 8)) * 16 + (q % 8) * 2) = dst[i / 8][i % 8 / 2];
     }
 
     // dV += Pᵀ·dO and dK += dSᵀ·Q: A from registers, B (dO, Q) read transposed (queries × dims, dims contiguous).
@@ -396,9 +399,10 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // step 19's forward takes the row max on unscaled scores
     s.attn_rule.gqa = true;             // dK, dV of a K/V head summed over its query heads (fp32 sums)
     s.variants = {"atomic"};            // dQ by fp32 atomics (no deterministic order yet)
+    s.fwd_workspace_bytes = step19::info().fwd_workspace_bytes;  // with the forward, its tile counter
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note =
-        "dQ_accum, batch·heads·seq_q·head_dim fp32, delta and LSE₂, batch·heads·seq_q fp32 each; with GQA also dK "
+        "forward: step 19's tile counter; backward: dQ_accum, batch·heads·seq_q·head_dim fp32, delta and LSE₂, batch·heads·seq_q fp32 each; with GQA also dK "
         "and dV sums, batch·kv_heads·seq_k·head_dim fp32 each";
     s.default_problem = default_problem;
     s.needs_cc = 90;
