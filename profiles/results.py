@@ -554,6 +554,10 @@ BLOCKS = {
                                           "results:tc_bwd": lambda: tc_bwd_table("16_deterministic_backward", "deterministic",
                                                                                  "step 15", other_vs_sdpa=True)},
     "docs/17_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
+    "docs/20_hopper_backward.md": {"results:bought:20": lambda: bought_table("20"),
+                                   "results:tc_bwd": lambda: tc_bwd_table("20_hopper_backward", None, "step 16",
+                                                                          fwd="step 19"),
+                                   "results:bwd_unit": lambda: bwd_unit_table()},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
@@ -658,15 +662,16 @@ def bought_table(nn, variant=""):
         "shapes batch·seq = 16384, heads = 2048/d.\n\n" + source_line(["bench.csv"])
 
 
-def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08", other_vs_sdpa=False):
-    """Every sweep cell of `step`'s backward: TFLOP/s of its default and its `other` variant, the price of
-    the default against the other (their time ratio), its climb from `prev` (the step it is checked
-    against, timed interleaved) and its ratio to SDPA's FlashAttention-2 and cuDNN backward (with
-    `other_vs_sdpa`, the other variant's too), and fwd+bwd against SDPA-FA2 (forward from step 11)."""
+def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08", other_vs_sdpa=False, fwd="step 11"):
+    """Every sweep cell of `step`'s backward: TFLOP/s of its default and its `other` variant (None: a step
+    with one variant, no such columns), the price of the default against the other (their time ratio), its
+    climb from `prev` (the step it is checked against, timed interleaved) and its ratio to SDPA's
+    FlashAttention-2 and cuDNN backward (with `other_vs_sdpa`, the other variant's too), and fwd+bwd against
+    SDPA-FA2 (the forward of `fwd`; with other=None, against SDPA-cuDNN too)."""
     cells = bwd_cells(step)
     if not cells:
         return f"*No backward rows of {step} in bench.csv yet.*"
-    body, ratios = [], {"flash": [], "other_flash": [], "cudnn": [], "fb": [], "det": []}
+    body, ratios = [], {"flash": [], "other_flash": [], "cudnn": [], "fb": [], "fb_cudnn": [], "det": []}
     for key in sorted(cells, key=lambda k: (TC_DTYPES.index(k[0]), k[1], k[2], k[3])):
         c = cells[key]
         dt, d, causal, seq = key
@@ -684,31 +689,78 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
             if key and seq >= TARGET_MIN_SEQ:
                 ratios[key].append(b / a)
             return f"{b / a:.2f}×"
-        row = [dt, str(d), "causal" if causal else "-", str(seq), rate(mine), rate(c.get(("bwd", other))),
-               ratio(mine, c.get(("bwd", other)), "det"), ratio(mine, c.get(("bwd", "prev"))),
-               ratio(mine, c.get(("bwd", "sdpa_flash")), "flash")]
+        row = [dt, str(d), "causal" if causal else "-", str(seq), rate(mine)]
+        if other:
+            row += [rate(c.get(("bwd", other))), ratio(mine, c.get(("bwd", other)), "det")]
+        row += [ratio(mine, c.get(("bwd", "prev"))), ratio(mine, c.get(("bwd", "sdpa_flash")), "flash")]
         if other_vs_sdpa:
             row.append(ratio(c.get(("bwd", other)), c.get(("bwd", "sdpa_flash")), "other_flash"))
-        body.append(row + [ratio(mine, c.get(("bwd", "sdpa_cudnn")), "cudnn"),
-                           ratio(c.get(("fwd+bwd", "")), c.get(("fwd+bwd", "sdpa_flash")), "fb")])
+        row += [ratio(mine, c.get(("bwd", "sdpa_cudnn")), "cudnn"),
+                ratio(c.get(("fwd+bwd", "")), c.get(("fwd+bwd", "sdpa_flash")), "fb")]
+        if not other:
+            row.append(ratio(c.get(("fwd+bwd", "")), c.get(("fwd+bwd", "sdpa_cudnn")), "fb_cudnn"))
+        body.append(row)
     summary = []
     for key, what in (("flash", "bwd × SDPA-FA2"), ("other_flash", f"{other} bwd × SDPA-FA2"),
-                      ("cudnn", "bwd × SDPA-cuDNN"), ("fb", "fwd+bwd × SDPA-FA2"), ("det", f"default × {other}")):
+                      ("cudnn", "bwd × SDPA-cuDNN"), ("fb", "fwd+bwd × SDPA-FA2"),
+                      ("fb_cudnn", "fwd+bwd × SDPA-cuDNN"), ("det", f"default × {other}")):
         v = sorted(ratios[key])
         if v:
             summary.append([what, str(len(v)), f"{v[0]:.2f}×", f"{v[len(v) // 2]:.2f}×", f"{v[-1]:.2f}×",
                             f"{sum(x >= 1.0 for x in v)} of {len(v)}"])
-    head = ["dtype", "d", "causal", "seq", f"{step[:2]} TFLOP/s", f"{other} TFLOP/s", f"default × {other}",
-            f"× {prev}", "× SDPA-FA2"] + ([f"{other} × SDPA-FA2"] if other_vs_sdpa else []) + \
-        ["× SDPA-cuDNN", "fwd+bwd × SDPA-FA2"]
+    head = ["dtype", "d", "causal", "seq", f"{step[:2]} TFLOP/s"] + \
+        ([f"{other} TFLOP/s", f"default × {other}"] if other else []) + \
+        [f"× {prev}", "× SDPA-FA2"] + ([f"{other} × SDPA-FA2"] if other_vs_sdpa else []) + \
+        ["× SDPA-cuDNN", "fwd+bwd × SDPA-FA2"] + ([] if other else ["fwd+bwd × SDPA-cuDNN"])
     return md_table(head, body) + \
         f"\n\nSeq ≥ {TARGET_MIN_SEQ}:\n\n" + \
         md_table(["ratio", "cells", "min", "median", "max", "cells ≥ 1.00×"], summary) + \
         "\n\nBackward TFLOP/s by the FlashAttention convention (2.5 × 4·B·H·S²·d, halved when causal); shapes " \
         "batch·seq = 16384, heads = 2048/d. \"× y\" is y's time over this step's default variant's (above 1: " \
         f"this step is faster); {prev} ({'fp32, on the same rounded inputs' if prev == 'step 08' else 'its default variant'}) " \
-        "was timed interleaved in the same process, SDPA in the same run. fwd+bwd: step 11's forward plus this " \
+        f"was timed interleaved in the same process, SDPA in the same run. fwd+bwd: {fwd}'s forward plus this " \
         "step's backward.\n\n" + source_line(["bench.csv"])
+
+
+# Where a backward's time goes per unit of work, the same unit for every step: one key tile of BWD_KEYS keys
+# against one query tile of 64 queries (five products of 2·128·64·d FLOPs). dQ's fp32 bytes added into L2 per
+# unit, by design: steps 16 and 20 add each dQ element of the tile once per key block; step 20 at d 64 splits
+# the keys between its two warpgroups and adds twice (kernel.cu, "dQ = dS·K").
+BWD_UNIT_DQ_BYTES = {"16_deterministic_backward": lambda d: 64 * d * 4,
+                     "20_hopper_backward": lambda d: 64 * d * 4 * (2 if d == 64 else 1)}
+
+
+def bwd_unit_table(steps=("16_deterministic_backward", "20_hopper_backward"), seq=16384):
+    """Per SM, per unit (BWD_KEYS keys × 64 queries) of the non-causal backward at `seq`: the measured time
+    (bench.csv: time × SMs / units), the tensor cores' time for the unit's FLOPs at the dense peak, their
+    ratio, and the fp32 bytes of dQ each unit adds into L2 with the rate that makes over the whole GPU."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    rows = {(r["step"], r["problem"]): r for r in (read_csv(path) if os.path.exists(path) else [])}
+    body = []
+    for dt in TC_DTYPES:
+        for d in (64, 128):
+            heads = 2048 // d
+            units = (seq / BWD_KEYS) * (seq / 64) * heads * (16384 // seq)
+            for step in steps:
+                r = rows.get((step, f"B{16384 // seq} H{heads} S{seq} D{d} {dt} bwd"))
+                if not r:
+                    continue
+                ms, peak = float(r["time_ms"]), float(r["peak_value"]) * 1e12
+                unit_us = ms * 1e3 * BWD_SMS / units
+                tensor_us = 10 * BWD_KEYS * 64 * d / (peak / BWD_SMS) * 1e6
+                dq = BWD_UNIT_DQ_BYTES[step](d)
+                body.append([dt, str(d), step[:2], f"{unit_us:.2f}", f"{tensor_us:.2f}", f"{unit_us / tensor_us:.1f}×",
+                             f"{dq // 1024}", f"{dq * units / (ms * 1e-3) / 1e12:.2f}"])
+    if not body:
+        return "*Not measured yet: bench.csv has no non-causal backward row at seq " + str(seq) + ".*"
+    return md_table(["dtype", "d", "step", "µs per unit per SM", "tensor-core µs at peak", "ratio",
+                     "dQ KB added per unit", "dQ adds, TB/s (whole GPU)"], body) + \
+        f"\n\nA unit is one key tile of {BWD_KEYS} keys against one query tile of 64 queries, at seq {seq}, not " \
+        f"causal (batch·seq = 16384, heads = 2048/d): the measured backward time × {BWD_SMS} SMs / the number of " \
+        "units. Tensor-core µs: the unit's 10·128·64·d FLOPs at one SM's share of the dense fp16/bf16 peak. dQ KB: " \
+        "the fp32 bytes of dQ one unit adds into the L2 by design (step 20 at d = 64 adds its two warpgroups' " \
+        "halves of the key sum separately: twice the bytes); TB/s: those bytes over the measured time, all units " \
+        "together.\n\n" + source_line(["bench.csv"])
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
