@@ -12,7 +12,7 @@
 # bench.csv: NN_name/{metrics.csv,speed_of_light.txt,ncu_raw.csv} from capture.sh and bench.png from
 # bench.py; `results.py import` unpacks it there.
 #
-# STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits capture sass";
+# STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits reduce capture sass";
 # "inputs", profiles/inputs_ab.py into $OUT/inputs_ab.csv, only when named), e.g. to split
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
 # capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
@@ -28,7 +28,7 @@
 set -euo pipefail
 mkdir -p "${OUT:=$PWD/gpu_out}"
 OUT=$(cd "$OUT" && pwd)
-STAGES=" ${STAGES:-build ctest run_all bench gqa candidates splits capture sass} "
+STAGES=" ${STAGES:-build ctest run_all bench gqa candidates splits reduce capture sass} "
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/local/cuda/bin"  # nvcc, ncu, cuobjdump where the image has them only there
 work=$(mktemp -d)
@@ -85,6 +85,11 @@ bench() {  # every step's --sweep (--bwd) and the SDPA baselines; the plot goes 
 candidates() { python3 profiles/candidates.py --out "$work/profiles/step11_candidates.csv" >> "$OUT/run.log" 2>&1; }
 # step 22's split counts, each pinned, beside the heuristic's (profiles/decode_splits.py); into the tarball
 splits() { python3 profiles/decode_splits.py --out "$work/profiles/decode_splits.csv" >> "$OUT/run.log" 2>&1; }
+# the L2's rate for dQ's fp32 additions, per way of adding (profiles/microbench/dq_reduce.cu); into the tarball
+reduce() {
+  mkdir -p "$work/profiles"
+  { build/bin/dq_reduce && build/bin/dq_reduce --dim 64 | tail -n +2; } > "$work/profiles/dq_reduce.csv" 2>> "$OUT/run.log"
+}
 # grouped-query attention: the GQA sweeps of the forward steps and SDPA's (enable_gqa) in one run, merged
 # into $OUT/bench.csv (after the bench stage) or into a copy of the committed bench.csv
 gqa() {
@@ -113,6 +118,7 @@ stage bench bench
 stage gqa gqa
 stage candidates candidates
 stage splits splits
+stage reduce reduce
 stage inputs inputs
 stage capture capture
 stage sass sass

@@ -557,7 +557,8 @@ BLOCKS = {
     "docs/20_hopper_backward.md": {"results:bought:20": lambda: bought_table("20"),
                                    "results:tc_bwd": lambda: tc_bwd_table("20_hopper_backward", None, "step 16",
                                                                           fwd="step 19"),
-                                   "results:bwd_unit": lambda: bwd_unit_table()},
+                                   "results:bwd_unit": lambda: bwd_unit_table(),
+                                   "results:dq_reduce": lambda: dq_reduce_table()},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
@@ -761,6 +762,27 @@ def bwd_unit_table(steps=("16_deterministic_backward", "20_hopper_backward"), se
         "the fp32 bytes of dQ one unit adds into the L2 by design (step 20 at d = 64 adds its two warpgroups' " \
         "halves of the key sum separately: twice the bytes); TB/s: those bytes over the measured time, all units " \
         "together.\n\n" + source_line(["bench.csv"])
+
+
+def dq_reduce_table():
+    """Doc 20: profiles/microbench/dq_reduce.cu's CSV (profiles/<gpu>/dq_reduce.csv): the rate at which the L2
+    absorbs a backward's dQ additions, per way of adding and per order of the query tiles, every element checked."""
+    path = os.path.join(gpu_dir(), "dq_reduce.csv")
+    if not os.path.exists(path):
+        return "*Not measured yet: no `profiles/" + GPU + "/dq_reduce.csv` (on a GPU: `build/bin/dq_reduce > " \
+               "profiles/" + GPU + "/dq_reduce.csv`, or the `reduce` stage of `profiles/gpu_session.sh`).*"
+    rows = read_csv(path)
+    what = {"rows8": "8-byte atomics by rows (this step)", "frag16": "16-byte atomics in fragment order",
+            "bulk": "bulk reduce from shared memory", "store16": "16-byte plain stores (no addition)"}
+    body = [[what.get(r["method"], r["method"]), r["order"], r["dim"], f"{float(r['tb_per_s']):.2f}", r["check"]]
+            for r in rows]
+    r0 = rows[0]
+    return md_table(["way of adding", "query tiles", "d", "TB/s", "every element"], body) + \
+        f"\n\nOne launch adds a [64, d] fp32 tile of ones for every (key tile of 128, query tile of 64) pair of " \
+        f"{r0['heads']} heads at seq {r0['seq']}, as the backward's dQ does, with no products: TB/s is the fp32 bytes " \
+        "added over the median time. \"same\": every key tile walks the query tiles from the first; \"staggered\": " \
+        "key tile b starts at tile b mod T. Each element is checked after the launches.\n\n" + \
+        source_line(["dq_reduce.csv"])
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
@@ -1607,7 +1629,7 @@ def render(check):
 
 # ---- import -------------------------------------------------------------------------------------
 _CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv|source_stalls\.csv)|bench\.png|"
-                           r"step11_candidates\.csv|decode_splits\.csv)$")
+                           r"step11_candidates\.csv|decode_splits\.csv|dq_reduce\.csv)$")
 
 
 def import_session(src):

@@ -757,6 +757,52 @@ def history_table(test, name, csv_name, header, rows):
             results.gpu_dir = saved
 
 
+class DqReduce(unittest.TestCase):
+    """Doc 20's dq_reduce table (profiles/microbench/dq_reduce.cu's CSV) and the per-unit backward table."""
+
+    def test_dq_reduce_table(self):
+        import results
+        header = ["method", "order", "dim", "heads", "seq", "bytes_added", "time_ms", "tb_per_s", "check"]
+        rows = [dict(zip(header, ["rows8", "same", "128", "16", "16384", "1e9", "1.0", "1.000", "PASS"])),
+                dict(zip(header, ["bulk", "staggered", "64", "16", "16384", "1e9", "0.5", "2.000", "FAIL"]))]
+        with tempfile.TemporaryDirectory() as d:
+            saved = results.gpu_dir
+            results.gpu_dir = lambda: d
+            try:
+                self.assertIn("Not measured", results.dq_reduce_table())
+                with open(os.path.join(d, "dq_reduce.csv"), "w", newline="") as f:
+                    w = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
+                    w.writeheader()
+                    w.writerows(rows)
+                table = results.dq_reduce_table()
+            finally:
+                results.gpu_dir = saved
+        self.assertIn("| 8-byte atomics by rows (this step) | same | 128 | 1.00 | PASS |", table)
+        self.assertIn("| bulk reduce from shared memory | staggered | 64 | 2.00 | FAIL |", table)
+        self.assertIn("16 heads at seq 16384", table)
+
+    def test_bwd_unit_table(self):
+        import results
+        header = ["step", "problem", "time_ms", "peak_value"]
+        # d 128: 128 key tiles × 256 query tiles × 16 heads = 524288 units; 524288 / 132 SMs per SM
+        rows = [{"step": "20_hopper_backward", "problem": "B1 H16 S16384 D128 f16 bwd", "time_ms": "17.7",
+                 "peak_value": "1071"}]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bench.csv")
+            with open(path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
+                w.writeheader()
+                w.writerows(rows)
+            results.BENCH_OVERRIDE = path
+            try:
+                table = results.bwd_unit_table()
+            finally:
+                results.BENCH_OVERRIDE = None
+        unit_us = 17.7e3 * 132 / 524288
+        self.assertIn(f"| f16 | 128 | 20 | {unit_us:.2f} | 1.29 |", table)
+        self.assertIn("| 32 |", table)  # 64 queries × 128 dims × 4 bytes of dQ per unit
+
+
 class BwdExperiments(unittest.TestCase):
     """Step 16's table of A/B experiments is frozen in docs/history/16_deterministic_backward.md: not rendered any more."""
 
