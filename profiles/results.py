@@ -555,8 +555,8 @@ BLOCKS = {
                                                                                  "step 15", other_vs_sdpa=True)},
     "docs/17_hopper_forward.md": {"results:hopper_fwd": lambda: hopper_fwd_table()},
     "docs/20_hopper_backward.md": {"results:bought:20": lambda: bought_table("20"),
-                                   "results:tc_bwd": lambda: tc_bwd_table("20_hopper_backward", None, "step 16",
-                                                                          fwd="step 19"),
+                                   "results:tc_bwd": lambda: tc_bwd_table("20_hopper_backward", "split-dims", "step 16",
+                                                                          fwd="step 19", fb_cudnn=True),
                                    "results:bwd_unit": lambda: bwd_unit_table(),
                                    "results:dq_reduce": lambda: dq_reduce_table()},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
@@ -663,12 +663,13 @@ def bought_table(nn, variant=""):
         "shapes batch·seq = 16384, heads = 2048/d.\n\n" + source_line(["bench.csv"])
 
 
-def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08", other_vs_sdpa=False, fwd="step 11"):
+def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08", other_vs_sdpa=False, fwd="step 11",
+                 fb_cudnn=False):
     """Every sweep cell of `step`'s backward: TFLOP/s of its default and its `other` variant (None: a step
     with one variant, no such columns), the price of the default against the other (their time ratio), its
     climb from `prev` (the step it is checked against, timed interleaved) and its ratio to SDPA's
     FlashAttention-2 and cuDNN backward (with `other_vs_sdpa`, the other variant's too), and fwd+bwd against
-    SDPA-FA2 (the forward of `fwd`; with other=None, against SDPA-cuDNN too)."""
+    SDPA-FA2 (the forward of `fwd`; with `fb_cudnn`, against SDPA-cuDNN too)."""
     cells = bwd_cells(step)
     if not cells:
         return f"*No backward rows of {step} in bench.csv yet.*"
@@ -698,7 +699,7 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
             row.append(ratio(c.get(("bwd", other)), c.get(("bwd", "sdpa_flash")), "other_flash"))
         row += [ratio(mine, c.get(("bwd", "sdpa_cudnn")), "cudnn"),
                 ratio(c.get(("fwd+bwd", "")), c.get(("fwd+bwd", "sdpa_flash")), "fb")]
-        if not other:
+        if fb_cudnn:
             row.append(ratio(c.get(("fwd+bwd", "")), c.get(("fwd+bwd", "sdpa_cudnn")), "fb_cudnn"))
         body.append(row)
     summary = []
@@ -712,7 +713,7 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
     head = ["dtype", "d", "causal", "seq", f"{step[:2]} TFLOP/s"] + \
         ([f"{other} TFLOP/s", f"default × {other}"] if other else []) + \
         [f"× {prev}", "× SDPA-FA2"] + ([f"{other} × SDPA-FA2"] if other_vs_sdpa else []) + \
-        ["× SDPA-cuDNN", "fwd+bwd × SDPA-FA2"] + ([] if other else ["fwd+bwd × SDPA-cuDNN"])
+        ["× SDPA-cuDNN", "fwd+bwd × SDPA-FA2"] + (["fwd+bwd × SDPA-cuDNN"] if fb_cudnn else [])
     return md_table(head, body) + \
         f"\n\nSeq ≥ {TARGET_MIN_SEQ}:\n\n" + \
         md_table(["ratio", "cells", "min", "median", "max", "cells ≥ 1.00×"], summary) + \

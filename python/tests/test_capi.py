@@ -225,8 +225,9 @@ def test_workspace_sizes(lib):
     assert lib.workspace_size(bwd, problem(bwd, variant=1), L.BACKWARD) >= n  # and the counters
     assert lib.workspace_size("11", problem(bwd), L.FORWARD) == 0
     # A backward step that borrows a forward needs that forward's workspace too (20's is 19's tile counter).
-    hop = lib.step("20_hopper_backward")
-    assert lib.workspace_size(hop, problem(hop), L.FORWARD) == lib.workspace_size("19", problem(hop), L.FORWARD) > 0
+    if "20_hopper_backward" in [s.name for s in lib.steps]:  # built for sm_90a
+        hop = lib.step("20_hopper_backward")
+        assert lib.workspace_size(hop, problem(hop), L.FORWARD) == lib.workspace_size("19", problem(hop), L.FORWARD) > 0
     dec = lib.step("22")
     # Splits (and their workspace) only where the cache is long and the rows few: one sequence, one K/V head,
     # 64k keys, split on any device (without one, the most splits are assumed).

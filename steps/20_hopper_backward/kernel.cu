@@ -59,9 +59,13 @@ constexpr int kWarp = 32, kWarpgroup = 128;
 constexpr int kBox = 64;  // dims per TMA box: 64 16-bit elements = 128 bytes, one swizzle row
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D_>
+// SPLIT_DIMS (variant "split-dims", d 64 only; d 128 always splits dims): the warpgroups share dQ = dS·K by its
+// dims, each N = D/2 over all 128 keys, instead of by its keys, each all D dims over its own 64 keys.
+template <int D_, bool SPLIT_DIMS_ = false>
 struct Config {
   static constexpr int D = D_, WARPGROUPS = 2, THREADS = WARPGROUPS * kWarpgroup;
+  static constexpr bool SPLIT_DIMS = D == 128 || SPLIT_DIMS_;
+  static constexpr int DQ_N = SPLIT_DIMS ? D / 2 : D;  // dQ's columns per warpgroup: 64, or 32 (d 64 split)
   static constexpr int BLOCK_N = 64 * WARPGROUPS, BLOCK_M = 64, STAGES = 2, HALVES = D / kBox;
   static constexpr int KV_BYTES = BLOCK_N * D * 2, QD_BYTES = BLOCK_M * D * 2, DS_BYTES = BLOCK_N * BLOCK_M * 2;
   // K, V; Q[STAGES], dO[STAGES]; dSᵀ; LSE₂ and delta [STAGES][BLOCK_M]; barriers; 1024 to align the start.
@@ -72,19 +76,34 @@ struct Config {
 };
 
 // ---- new here: wgmma with A read transposed (M contiguous) and B transposed (N contiguous) --------------
-// D[64, 64] = A·B or D += A·B, A [64, 16] MN-major and B [16, 64] MN-major in shared memory: dQ = dS·K with
+// D[64, N] = A·B or D += A·B, A [64, 16] MN-major and B [16, N] MN-major in shared memory: dQ = dS·K with
 // dS stored as dSᵀ [keys][queries] and K as [keys][dims]. The two 1s before the closing brace are
-// imm-trans-a and imm-trans-b (16-bit types only).
-template <class T>
-__device__ __forceinline__ void wgmma_tt(float (&d)[32], std::uint64_t desc_a, std::uint64_t desc_b, int accumulate) {
-#define FA_WGMMA_TT(TY)                                                                                 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
-  FA_WGMMA_P32 "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-  if constexpr (std::is_same_v<T, __half>)
-    asm volatile(FA_WGMMA_TT("f16") : FA_WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+// imm-trans-a and imm-trans-b (16-bit types only). N = 32: half a 128-byte swizzle row of K, the descriptor
+// starting 64 bytes into it (the swizzle is a function of the address, as a K-major k-step's 32 bytes are).
+template <int N, class T>
+__device__ __forceinline__ void wgmma_tt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int accumulate) {
+  static_assert(N == 32 || N == 64, "N = 32 or 64 here");
+  constexpr bool kF16 = std::is_same_v<T, __half>;
+#define FA_WGMMA_TT(SHAPE, TY, LIST, A, B, S)                                                             \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " S ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" LIST \
+  "}, " A ", " B ", p, 1, 1, 1, 1;\n}\n"
+#define FA_WGMMA_P16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define FA_WGMMA_D16                                                                                    \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FA_WGMMA_TT_AB "l"(desc_a), "l"(desc_b), "r"(accumulate)
+  if constexpr (N == 64 && kF16)
+    asm volatile(FA_WGMMA_TT("m64n64k16", "f16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_TT_AB);
+  else if constexpr (N == 64)
+    asm volatile(FA_WGMMA_TT("m64n64k16", "bf16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_TT_AB);
+  else if constexpr (kF16)
+    asm volatile(FA_WGMMA_TT("m64n32k16", "f16", FA_WGMMA_P16, "%16", "%17", "%18") : FA_WGMMA_D16 : FA_WGMMA_TT_AB);
   else
-    asm volatile(FA_WGMMA_TT("bf16") : FA_WGMMA_D32 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    asm volatile(FA_WGMMA_TT("m64n32k16", "bf16", FA_WGMMA_P16, "%16", "%17", "%18") : FA_WGMMA_D16 : FA_WGMMA_TT_AB);
 #undef FA_WGMMA_TT
+#undef FA_WGMMA_P16
+#undef FA_WGMMA_D16
+#undef FA_WGMMA_TT_AB
 }
 
 // ---- kernel 1: delta = rowsum(dO ∘ O) per query row, and the LSE in base 2 ---------------------------------
@@ -247,21 +266,23 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     fence_proxy_async();  // dSᵀ written by this thread, before the async proxy (wgmma) reads it
     __syncthreads();      // both warpgroups' keys of dSᵀ are there
 
-    // dQ = dS·K [64 queries, 64 dims] per warpgroup. d 128: warpgroup w takes dims 64·w.. over all 128 keys;
-    // d 64: all 64 dims over its own 64 keys (the two halves add in the workspace).
-    float dq[32];  // register i = query m0 + 16·warp + g + 8·(i/2 % 2), dim dq_col + 8·(i/4) + 2·q4 + i % 2
-    constexpr int DQ_KSTEPS = D == 128 ? BLOCK_N / 16 : 4;
-    const std::uint32_t dq_a = ds_addr + (D == 128 ? 0 : wg * 64 * 128);
-    const std::uint32_t dq_b = k_addr + (D == 128 ? wg * kKvLbo : wg * 64 * 128);
+    // dQ = dS·K [64 queries, DQ_N dims] per warpgroup. Split by dims (d 128; d 64 "split-dims"): warpgroup w
+    // takes dims DQ_N·w.. over all 128 keys. Split by keys (d 64): all 64 dims over its own 64 keys, the two
+    // halves adding in the workspace (twice the atomics).
+    constexpr int DQ_N = C::DQ_N, DQ_KSTEPS = C::SPLIT_DIMS ? BLOCK_N / 16 : 4;
+    float dq[DQ_N / 2];  // register i = query m0 + 16·warp + g + 8·(i/2 % 2), dim dq_col + 8·(i/4) + 2·q4 + i % 2
+    const std::uint32_t dq_a = ds_addr + (C::SPLIT_DIMS ? 0 : wg * 64 * 128);
+    const std::uint32_t dq_b = k_addr + (D == 128 ? wg * kKvLbo : C::SPLIT_DIMS ? wg * DQ_N * 2 : wg * 64 * 128);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < DQ_KSTEPS; ++kk)
-      wgmma_tt<T>(dq, smem_desc(dq_a + kk * 2048, kKvLbo, kSbo), smem_desc(dq_b + kk * 2048, kKvLbo, kSbo), kk > 0);
+      wgmma_tt<DQ_N, T>(dq, smem_desc(dq_a + kk * 2048, kKvLbo, kSbo), smem_desc(dq_b + kk * 2048, kKvLbo, kSbo),
+                        kk > 0);
     wgmma_commit();
     wgmma_wait<0>();  // dV, dK and dQ done: Q, dO and dSᵀ may be overwritten after the barrier below
-    const int dq_col = D == 128 ? 64 * wg : 0;
+    const int dq_col = C::SPLIT_DIMS ? DQ_N * wg : 0;
 #pragma unroll
-    for (int i = 0; i < 32; i += 2) {
+    for (int i = 0; i < DQ_N / 2; i += 2) {
       const int row = m0 + 16 * warp + g + 8 * (i / 2 % 2), col = dq_col + 8 * (i / 4) + 2 * q4;
       if (row < seq_q && col < head_dim)
         atomicAdd(reinterpret_cast<float2*>(dq_accum + std::size_t(row) * head_dim + col), make_float2(dq[i], dq[i + 1]));
@@ -366,10 +387,14 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
 
 template <class T>
 void launch_dim(const fa::AttnBwdArgs& a, cudaStream_t stream) {
-  if (a.p.head_dim <= 64)
-    launch<T, Config<64>>(a, stream);
-  else
+  if (a.p.variant < 0 || a.p.variant > 1)
+    throw fa::UsageError(std::string(info().name) + ": no variant " + std::to_string(a.p.variant));
+  if (a.p.head_dim > 64)
     launch<T, Config<128>>(a, stream);
+  else if (a.p.variant == 1)
+    launch<T, Config<64, true>>(a, stream);
+  else
+    launch<T, Config<64>>(a, stream);
 }
 
 void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
@@ -398,7 +423,8 @@ const fa::StepInfo& info() {
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;  // step 19's forward takes the row max on unscaled scores
     s.attn_rule.gqa = true;             // dK, dV of a K/V head summed over its query heads (fp32 sums)
-    s.variants = {"atomic"};            // dQ by fp32 atomics (no deterministic order yet)
+    // dQ by fp32 atomics (no deterministic order yet); "split-dims": at d 64 the warpgroups split dQ by dims
+    s.variants = {"atomic", "split-dims"};
     s.fwd_workspace_bytes = step19::info().fwd_workspace_bytes;  // with the forward, its tile counter
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note =

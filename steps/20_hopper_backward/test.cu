@@ -17,9 +17,11 @@ namespace {
 using namespace tc_backward_checks;
 const fa::StepInfo& kStep = step20::info();
 const fa::StepInfo& kPrev = step16::info();
-constexpr int kAtomic = 0;  // its one variant
+constexpr int kAtomic = 0, kSplitDims = 1;  // its variants: the default, and d 64's dQ split by dims
 
-TEST(Step20HopperBackward, DeclaresItsVariant) { ASSERT_EQ(kStep.variants, (std::vector<std::string>{"atomic"})); }
+TEST(Step20HopperBackward, DeclaresItsVariants) {
+  ASSERT_EQ(kStep.variants, (std::vector<std::string>{"atomic", "split-dims"}));
+}
 TEST(Step20HopperBackward, MatchesStep16OnRealisticShapes) { matches_prev_on_realistic_shapes(kStep, kPrev, kAtomic); }
 TEST(Step20HopperBackward, MatchesStep16WhenSeqQDiffersFromSeqK) {
   matches_prev_when_seq_q_differs_from_seq_k(kStep, kPrev, kAtomic);
@@ -32,6 +34,15 @@ TEST(Step20HopperBackward, PaddedHeadDims) { matches_fp64_with_padded_head_dims(
 TEST(Step20HopperBackward, GroupedKvHeadsMatchFp64) { grouped_kv_heads_match_fp64_backward(kStep, kAtomic); }
 TEST(Step20HopperBackward, RowWithoutVisibleKeysGetsNoGradient) {
   row_without_visible_keys_gets_no_gradient(kStep, kAtomic);
+}
+// "split-dims": dQ's m64n32 wgmma (K read from 64 bytes into a swizzle row) at d 64; d 128 is the same kernel.
+TEST(Step20HopperBackward, SplitDimsMatchesStep16OnRealisticShapes) {
+  matches_prev_on_realistic_shapes(kStep, kPrev, kSplitDims);
+}
+TEST(Step20HopperBackward, SplitDimsMatchesFp64OnEdgeShapes) { matches_fp64_on_edge_shapes(kStep, kSplitDims); }
+TEST(Step20HopperBackward, SplitDimsPaddedHeadDimsAndGqa) {
+  matches_fp64_with_padded_head_dims(kStep, kSplitDims);
+  grouped_kv_heads_match_fp64_backward(kStep, kSplitDims);
 }
 TEST(Step20HopperBackward, RefusesWhatItCannotRun) { refuses_what_it_cannot_run_backward(kStep); }
 
