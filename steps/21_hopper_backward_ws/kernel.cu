@@ -2,24 +2,16 @@
 // FlashAttention from scratch, step by step, in CUDA C++
 // Step 21: the warp-specialised Hopper backward: a producer warp, two consumer warpgroups and a dQ writer
 //
-// What changes since step 20: who does what. Step 20's two warpgroups did everything in lockstep:
-// copy, products, softmax, the dQ atomics, three block barriers per query tile. Here (steps 18-19's
-// roles, for the backward):
-//
-//   1. A producer warp (warpgroup 0) issues the TMA copies of Q and dO into a ring of STAGES slots and
-//      copies the tile's LSE₂ and delta next to them; full and empty mbarriers per slot, as step 18's.
-//   2. Two consumer warpgroups (1, 2), 64 keys each, run step 20's five products. Only the dSᵀ
-//      exchange for dQ = dS·K joins them: one named barrier per query tile, over dSᵀ double-buffered.
-//   3. dQ leaves the consumers as a plain shared-memory write: each consumer writes its [64, D/2] fp32
-//      part of dQ in the accumulator's fragment order into its staging buffer, and a writer warp
-//      (warpgroup 0) adds it to the workspace with one bulk reduction, cp.reduce.async.bulk .add.f32
-//      (new here), off the consumers' path. Named barriers (a consumer's 128 threads and the writer's
-//      32) hand each staging buffer back and forth.
-//   4. setmaxnreg: warpgroup 0 keeps 32 registers, the consumers grow to 240.
-//
-// dQ's workspace is in fragment order (step 14's idea on the wgmma layout): the part of query tile m
-// that consumer w adds is one contiguous block, the bulk reduction's unit; convert_dq undoes the order.
-// Variant "no-writer": each consumer adds its fragments with 16-byte atomics itself (the ablation).
+// What changes since step 20: who does what (steps 18-19's roles, for the backward).
+//   1. A producer warp (warpgroup 0): Q and dO by TMA into a ring of STAGES slots, the tile's LSE₂ and
+//      delta beside them; full and empty mbarriers per slot.
+//   2. Two consumer warpgroups, 64 keys each, step 20's five products; they meet only for dSᵀ (dQ = dS·K
+//      needs both halves): one named barrier per query tile, dSᵀ double-buffered. setmaxnreg: 32 / 240.
+//   3. A dQ writer warp (warpgroup 0): each consumer writes its [64, D/2] fp32 part of dQ to shared memory
+//      in the accumulator's fragment order and goes on; the writer adds it to the workspace with one
+//      cp.reduce.async.bulk .add.f32 (new here). convert_dq undoes the order.
+// Variants: "no-writer" (the consumers add with 16-byte atomics themselves: the ablation);
+// "deterministic" (the writers of a tile add in a fixed order of key blocks, by a counter per tile).
 //
 // Per query tile, each consumer (c: this warpgroup's 64 keys):
 //   wait qd_full[s]   Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ (two groups)   Pᵀ under dPᵀ, then dSᵀ   (step 20)
@@ -64,11 +56,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 4;
 constexpr int kStagingThreads = kWarpgroup + kWarp;  // a consumer and the writer warp meet there
 
-template <int D_, bool WRITER_ = true>
+template <int D_, bool WRITER_ = true, bool DETERMINISTIC_ = false>
 struct Config {
   static constexpr int D = D_, CONSUMERS = 2, THREADS = (CONSUMERS + 1) * kWarpgroup;
   static constexpr int BLOCK_N = 64 * CONSUMERS, BLOCK_M = 64, STAGES = 2, HALVES = D / kBox;
-  static constexpr bool WRITER = WRITER_;
+  static constexpr bool WRITER = WRITER_, DETERMINISTIC = DETERMINISTIC_;
   static constexpr int DQ_N = D / CONSUMERS;  // dQ's columns per consumer, over all BLOCK_N keys
   // 128·32 + 256·240 = 65536: the whole register file (step 19's budget, with 32 for the producer's
   // warpgroup, whose two warps now loop over every query tile).
@@ -126,6 +118,17 @@ __device__ __forceinline__ void bulk_reduce_add(float* dst, std::uint32_t src, s
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Deterministic: step 16's acquire load and release add of a tile's counter, and a proxy fence on each
+// side, since the additions they order are the bulk copy engine's (the async proxy).
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // ---- kernel 1: delta = rowsum(dO ∘ O) per query row, and the LSE in base 2 (step 20's) ---------------------
 template <class T>
@@ -186,24 +189,41 @@ __device__ __forceinline__ void produce(const CUtensorMap& tm_q, const CUtensorM
 // Staging c is full (barrier kBarDqFull + c: the consumer's 128 arrivals and this warp's 32) -> lane 0 adds
 // it to its block of dQ_accum -> once the engine has read it, the staging is free again (kBarDqEmpty + c).
 // The first "free" is given at the start; none after the last tile, so that no arrival is left pending.
+// DETERMINISTIC: the key blocks that visit tile m add in a fixed order, counted in turns[m]: ascending, or
+// descending when causal (the block with the most keys past the diagonal reaches the tile first, and is
+// launched first); a block adds on its turn, waits until its additions are done, then counts.
 template <class C>
-__device__ __forceinline__ void write_dq(const float* staging, float* dq_accum, int bh, int n_mt, int m_begin,
-                                         int n_iter) {
+__device__ __forceinline__ void write_dq(const float* staging, float* dq_accum, unsigned* turns, int bh, int n_mt,
+                                         int m_begin, int n_iter, int kb, bool causal) {
   const int lane = threadIdx.x % kWarp;
   if (n_iter == 0) return;
   for (int c = 0; c < C::CONSUMERS; ++c) named_barrier_arrive(kBarDqEmpty + c, kStagingThreads);
-  for (int it = 0; it < n_iter; ++it)
-    for (int c = 0; c < C::CONSUMERS; ++c) {
-      named_barrier_sync(kBarDqFull + c, kStagingThreads);
-      if (lane == 0) {
-        bulk_reduce_add(dq_part<C>(dq_accum, bh, n_mt, m_begin + it, c), smem_addr(staging + c * C::BLOCK_M * C::DQ_N),
-                        C::DQ_BYTES);
-        bulk_commit();
+  for (int it = 0; it < n_iter; ++it) {
+    const int m = m_begin + it;
+    for (int c = 0; c < C::CONSUMERS; ++c) named_barrier_sync(kBarDqFull + c, kStagingThreads);
+    if (lane == 0) {
+      if constexpr (C::DETERMINISTIC) {
+        const int last = min(int(gridDim.x) - 1, (m * C::BLOCK_M + C::BLOCK_M - 1) / C::BLOCK_N);  // of the visitors
+        const unsigned mine = unsigned(causal ? last - kb : kb);
+        for (unsigned polls = 0; ld_acquire(turns + m) != mine;)
+          if (++polls == 1u << 26) __trap();  // seconds: a wrong order would hang the GPU; fail instead
+        fence_proxy_async_global();
+      }
+      for (int c = 0; c < C::CONSUMERS; ++c)
+        bulk_reduce_add(dq_part<C>(dq_accum, bh, n_mt, m, c), smem_addr(staging + c * C::BLOCK_M * C::DQ_N), C::DQ_BYTES);
+      bulk_commit();
+      if constexpr (C::DETERMINISTIC) {
+        bulk_wait();
+        fence_proxy_async_global();
+        add_release(turns + m, 1);
+      } else {
         bulk_wait_read();
       }
-      __syncwarp();
-      if (it + 1 < n_iter) named_barrier_arrive(kBarDqEmpty + c, kStagingThreads);
     }
+    __syncwarp();
+    if (it + 1 < n_iter)
+      for (int c = 0; c < C::CONSUMERS; ++c) named_barrier_arrive(kBarDqEmpty + c, kStagingThreads);
+  }
   if (lane == 0) bulk_wait();  // the additions themselves done before the block retires
 }
 
@@ -215,30 +235,33 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     hopper_backward_ws(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                        const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_accum,
-                       void* __restrict__ dk_out, void* __restrict__ dv_out, int seq_q, int seq_k, int head_dim,
-                       float scale, bool causal, int heads_per_kv) {
+                       unsigned* __restrict__ turns, void* __restrict__ dk_out, void* __restrict__ dv_out, int seq_q,
+                       int seq_k, int head_dim, float scale, bool causal, int heads_per_kv) {
   constexpr int D = C::D, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, HALVES = C::HALVES;
   constexpr int DQ_N = C::DQ_N;
   extern __shared__ uint4 smem_raw[];
   const std::uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;  // step 17: 1024-aligned tiles
   char* smem = reinterpret_cast<char*>(smem_raw) + (base - raw);
-  T* Ks = reinterpret_cast<T*>(smem);                                  // [HALVES][BLOCK_N][64] swizzled
-  T* Vs = Ks + BLOCK_N * D;                                            // [HALVES][BLOCK_N][64]
-  T* Qs = Vs + BLOCK_N * D;                                            // [STAGES][HALVES][BLOCK_M][64]
-  T* dOs = Qs + STAGES * BLOCK_M * D;                                  // [STAGES][HALVES][BLOCK_M][64]
-  char* dSt = reinterpret_cast<char*>(dOs + STAGES * BLOCK_M * D);     // [2][BLOCK_N keys][64 queries] swizzled
-  float* staging = reinterpret_cast<float*>(dSt + 2 * C::DS_BYTES);    // [CONSUMERS][64·DQ_N] fragment order
-  float* lse_s = staging + C::CONSUMERS * BLOCK_M * DQ_N;              // [STAGES][BLOCK_M]
-  float* delta_s = lse_s + STAGES * BLOCK_M;                           // [STAGES][BLOCK_M]
+  T* Ks = reinterpret_cast<T*>(smem);                                      // [HALVES][BLOCK_N][64] swizzled
+  T* Vs = Ks + BLOCK_N * D;                                                // [HALVES][BLOCK_N][64]
+  T* Qs = Vs + BLOCK_N * D;                                                // [STAGES][HALVES][BLOCK_M][64]
+  T* dOs = Qs + STAGES * BLOCK_M * D;                                      // [STAGES][HALVES][BLOCK_M][64]
+  char* dSt = reinterpret_cast<char*>(dOs + STAGES * BLOCK_M * D);         // [2][BLOCK_N keys][64 queries] swizzled
+  float* staging = reinterpret_cast<float*>(dSt + 2 * C::DS_BYTES);        // [CONSUMERS][64·DQ_N] fragment order
+  float* lse_s = staging + C::CONSUMERS * BLOCK_M * DQ_N;                  // [STAGES][BLOCK_M]
+  float* delta_s = lse_s + STAGES * BLOCK_M;                               // [STAGES][BLOCK_M]
   auto* bars = reinterpret_cast<std::uint64_t*>(delta_s + STAGES * BLOCK_M);
-  std::uint64_t* kv_full = bars;                // K and V have landed
-  std::uint64_t* qd_full = bars + 1;            // [STAGES]: the slot's Q, dO (TMA), LSE₂ and delta (stores) are in
-  std::uint64_t* qd_empty = qd_full + STAGES;   // [STAGES]: every consumer thread is done with the slot
+  std::uint64_t* kv_full = bars;      // K and V have landed
+  std::uint64_t* qd_full = bars + 1;  // [STAGES]: the slot's Q, dO (TMA), LSE₂ and delta (stores) are in
+  std::uint64_t* qd_empty = qd_full + STAGES;  // [STAGES]: every consumer thread is done with the slot
 
-  const int n0 = blockIdx.x * BLOCK_N, bh = blockIdx.y, kv_bh = bh / heads_per_kv;
+  // Deterministic and causal: key tiles launched last first (write_dq's order).
+  const int kb = C::DETERMINISTIC && causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int n0 = kb * BLOCK_N, bh = blockIdx.y, kv_bh = bh / heads_per_kv;
   const int n_mt = (seq_q + BLOCK_M - 1) / BLOCK_M;
   // Causal (top-left): query i sees key j ≤ i, so the tiles before the one holding query n0 see none.
-  const int m_begin = causal ? min(n0 / BLOCK_M, n_mt) : 0, n_iter = n_mt - m_begin;
+  const int m_begin = causal ? min(n0 / BLOCK_M, (seq_q + BLOCK_M - 1) / BLOCK_M) : 0;
+  const int n_iter = (seq_q + BLOCK_M - 1) / BLOCK_M - m_begin;
   lse2 += std::size_t(bh) * seq_q, delta += std::size_t(bh) * seq_q;
 
   if (threadIdx.x == 0) {
@@ -263,7 +286,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
       }
       produce<T, C>(tm_q, tm_do, Qs, dOs, lse_s, delta_s, qd_full, qd_empty, lse2, delta, seq_q, m_begin, n_iter, bh);
     } else if (warp == 1 && C::WRITER) {
-      write_dq<C>(staging, dq_accum, bh, n_mt, m_begin, n_iter);
+      write_dq<C>(staging, dq_accum, turns + std::size_t(bh) * n_mt, bh, n_mt, m_begin, n_iter, kb, causal);
     }
     return;
   }
@@ -271,19 +294,19 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
   // ---- the consumers: warpgroups 1 and 2, 64 keys each --------------------------------------------------------
   setmaxnreg_inc<C::CONSUMER_REGS>();
   const float sl2 = scale * kLog2e;
-  const int cg = threadIdx.x / kWarpgroup - 1, warp = threadIdx.x % kWarpgroup / kWarp, lane = threadIdx.x % kWarp;
+  const int wg = threadIdx.x / kWarpgroup - 1, warp = threadIdx.x % kWarpgroup / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, q4 = lane % 4;  // accumulator rows g, g+8 of the warp's 16; columns 2·q4, +1
-  const int key0 = n0 + 64 * cg + 16 * warp + g;  // this thread's first key (the other: key0 + 8)
+  const int key0 = n0 + 64 * wg + 16 * warp + g;  // this thread's first key (the other: key0 + 8)
 
-  // Descriptor start addresses, as in step 20: K-major operands advance 32 bytes per k-step of 16 dims
-  // inside a box; MN-major ones 16 rows (2048 bytes) per k-step, their 64-wide boxes LBO apart.
+  // Descriptor start addresses (bytes in shared memory). K-major operands advance 32 bytes per k-step of
+  // 16 dims inside a box; MN-major ones 16 rows (2048 bytes) per k-step, their 64-wide boxes LBO apart.
   const std::uint32_t k_addr = smem_addr(Ks), v_addr = smem_addr(Vs), q_addr = smem_addr(Qs);
   const std::uint32_t do_addr = smem_addr(dOs), ds_addr = smem_addr(dSt);
-  constexpr std::uint32_t kSbo = 8 * 128;                                  // 8 rows of 128 bytes: one swizzle period
+  constexpr std::uint32_t kSbo = 8 * 128;                          // 8 rows of 128 bytes: one swizzle period
   constexpr std::uint32_t kQdLbo = BLOCK_M * 128, kKvLbo = BLOCK_N * 128;  // from dims 0-63 to 64-127
-  float4* my_staging = reinterpret_cast<float4*>(staging) + cg * BLOCK_M * DQ_N / 4;
+  float4* my_staging = reinterpret_cast<float4*>(staging) + wg * BLOCK_M * DQ_N / 4;
 
-  float dk[D / 2], dv[D / 2];  // [64 keys, D] this consumer's sums (step 20's layout)
+  float dk[D / 2], dv[D / 2];  // [64 keys, D] this warpgroup's sums: register i = key key0 + 8·(i/2 % 2), dim 8·(i/4) + 2·q4 + i % 2
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   mbarrier_wait(kv_full, 0);
@@ -292,26 +315,26 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     const int s = it % STAGES, m0 = (m_begin + it) * BLOCK_M;
     mbarrier_wait(&qd_full[s], it / STAGES & 1);
 
-    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (step 20): both operands K-major, this consumer's 64 keys as M.
+    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: both operands K-major (d contiguous), this warpgroup's 64 keys as M.
     float st[32], dpt[32];  // [64 keys, 64 queries]: register i = key key0 + 8·(i/2 % 2), query m0 + 8·(i/4) + 2·q4 + i % 2
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t a = k_addr + (kk / 4) * kKvLbo + cg * 64 * 128 + (kk % 4) * 32;
+      const std::uint32_t a = k_addr + (kk / 4) * kKvLbo + wg * 64 * 128 + (kk % 4) * 32;
       const std::uint32_t b = q_addr + (s * HALVES + kk / 4) * kQdLbo + (kk % 4) * 32;
       wgmma_ss<64, T>(st, smem_desc(a, 16, kSbo), smem_desc(b, 16, kSbo), kk > 0);
     }
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t a = v_addr + (kk / 4) * kKvLbo + cg * 64 * 128 + (kk % 4) * 32;
+      const std::uint32_t a = v_addr + (kk / 4) * kKvLbo + wg * 64 * 128 + (kk % 4) * 32;
       const std::uint32_t b = do_addr + (s * HALVES + kk / 4) * kQdLbo + (kk % 4) * 32;
       wgmma_ss<64, T>(dpt, smem_desc(a, 16, kSbo), smem_desc(b, 16, kSbo), kk > 0);
     }
     wgmma_commit();
     wgmma_wait<1>();  // Sᵀ has landed; dPᵀ may still be on the tensor cores while Pᵀ is computed
 
-    // Pᵀ, zero where the key or the query is out of range or masked; dSᵀ from P as rounded (step 20).
+    // Pᵀ, zero where the key or the query is out of range or masked; then dSᵀ once dPᵀ has landed.
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int key = key0 + 8 * (i / 2 % 2), q = 8 * (i / 4) + 2 * q4 + i % 2;
@@ -324,6 +347,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
 #pragma unroll
       for (int e = 0; e < 4; ++e) pt[kk][e] = pack<T>(st[8 * kk + 2 * e], st[8 * kk + 2 * e + 1]);
     wgmma_wait<0>();
+    // dSᵀ = Pᵀ∘(dPᵀ − delta) with P as rounded for dV (as step 16 has it), in fp32, then rounded itself.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -337,11 +361,11 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     char* ds_buf = dSt + (it % 2) * C::DS_BYTES;
 #pragma unroll
     for (int i = 0; i < 32; i += 2) {
-      const int r = 64 * cg + 16 * warp + g + 8 * (i / 2 % 2), q = 8 * (i / 4) + 2 * q4;
+      const int r = 64 * wg + 16 * warp + g + 8 * (i / 2 % 2), q = 8 * (i / 4) + 2 * q4;
       *reinterpret_cast<std::uint32_t*>(ds_buf + r * 128 + ((q / 8) ^ (r % 8)) * 16 + (q % 8) * 2) = dst[i / 8][i % 8 / 2];
     }
 
-    // dV += Pᵀ·dO and dK += dSᵀ·Q: A from registers, B (dO, Q) read transposed (step 20).
+    // dV += Pᵀ·dO and dK += dSᵀ·Q: A from registers, B (dO, Q) read transposed (queries × dims, dims contiguous).
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -355,8 +379,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
 
     // dQ = dS·K [64 queries, DQ_N dims]: consumer c takes dims DQ_N·c .. over all 128 keys (step 20's
     // split by dims; at d 64 its m64n32 form, B starting 64 bytes into K's rows).
-    float dq[DQ_N / 2];  // register i = query m0 + 16·warp + g + 8·(i/2 % 2), dim DQ_N·cg + 8·(i/4) + 2·q4 + i % 2
-    const std::uint32_t dq_b = k_addr + (D == 128 ? cg * kKvLbo : cg * DQ_N * 2);
+    float dq[DQ_N / 2];  // register i = query m0 + 16·warp + g + 8·(i/2 % 2), dim DQ_N·wg + 8·(i/4) + 2·q4 + i % 2
+    const std::uint32_t dq_b = k_addr + (D == 128 ? wg * kKvLbo : wg * DQ_N * 2);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk)
@@ -368,14 +392,14 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
 
     // dQ out, in fragment order: 8-column group j of this thread's rows is one float4.
     if constexpr (C::WRITER) {
-      named_barrier_sync(kBarDqEmpty + cg, kStagingThreads);  // the writer has read the previous tile's
+      named_barrier_sync(kBarDqEmpty + wg, kStagingThreads);  // the writer has read the previous tile's
 #pragma unroll
       for (int j = 0; j < DQ_N / 8; ++j)
         my_staging[(j * 4 + warp) * kWarp + lane] = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
       fence_proxy_async();  // these writes before the bulk copy engine (async proxy) reads them
-      named_barrier_arrive(kBarDqFull + cg, kStagingThreads);
+      named_barrier_arrive(kBarDqFull + wg, kStagingThreads);
     } else {  // "no-writer": the same layout, by 16-byte atomics from the consumer itself
-      float4* part = reinterpret_cast<float4*>(dq_part<C>(dq_accum, bh, n_mt, m_begin + it, cg));
+      float4* part = reinterpret_cast<float4*>(dq_part<C>(dq_accum, bh, n_mt, m_begin + it, wg));
 #pragma unroll
       for (int j = 0; j < DQ_N / 8; ++j)
         atomicAdd(part + (j * 4 + warp) * kWarp + lane, make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
@@ -430,10 +454,10 @@ __global__ void round_to(const float* __restrict__ from, T* __restrict__ to, lon
 
 // ---- launcher --------------------------------------------------------------------------------------------
 // Workspace (fp32): dQ_accum [bh, query tiles, 64·D] in fragment order (whole tiles: seq_q rounded up to 64,
-// head_dim to the instance's D), delta and LSE₂ [bh, seq_q]; with GQA also dK and dV sums [kv_bh, seq_k,
-// head_dim]. Each part starts 256-byte aligned.
+// head_dim to the instance's D), the turn counters [bh, query tiles] (deterministic), delta and LSE₂ [bh,
+// seq_q]; with GQA also dK and dV sums [kv_bh, seq_k, head_dim]. Each part starts 256-byte aligned.
 struct Workspace {
-  std::size_t dq, delta, lse2, dk, dv, total;
+  std::size_t dq, turns, delta, lse2, dk, dv, total;
   static Workspace of(const fa::AttnParams& p) {
     const std::size_t bh = std::size_t(p.batch) * p.heads, kv_bh = std::size_t(p.batch) * fa::kv_heads_of(p);
     const std::size_t rows = (std::size_t(p.seq_q) + 63) / 64 * 64, d = p.head_dim <= 64 ? 64 : 128;
@@ -441,7 +465,8 @@ struct Workspace {
     auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
     Workspace w{};
     w.dq = 0;
-    w.delta = up(bh * rows * d * 4);
+    w.turns = up(bh * rows * d * 4);
+    w.delta = w.turns + up(bh * rows / 64 * 4);
     w.lse2 = w.delta + up(bh * p.seq_q * 4);
     w.dk = w.lse2 + up(bh * p.seq_q * 4);
     w.dv = w.dk + (gqa ? up(kv_bh * p.seq_k * p.head_dim * 4) : 0);
@@ -472,7 +497,7 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   const CUtensorMap tm_do = fa::tensor_map_16bit_3d(a.dout, p.dtype, bh, p.seq_q, p.head_dim, C::BLOCK_M, kBox, name, "dO");
   const CUtensorMap tm_k = fa::tensor_map_16bit_3d(a.k, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "K");
   const CUtensorMap tm_v = fa::tensor_map_16bit_3d(a.v, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "V");
-  FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, w.delta - w.dq, stream));
+  FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, w.delta - w.dq, stream));  // and the turn counters
   if (heads_per_kv > 1) FA_CUDA_CHECK(cudaMemsetAsync(ws + w.dk, 0, w.total - w.dk, stream));
   const long long rows = bh * p.seq_q;
   if (rows > 0)
@@ -484,8 +509,8 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   void* dv_out = heads_per_kv > 1 ? static_cast<void*>(dv_sum) : a.dv;
   if (grid.x > 0)
     hopper_backward_ws<T, C><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(
-        tm_q, tm_k, tm_v, tm_do, lse2, delta, dq_accum, dk_out, dv_out, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
-        heads_per_kv);
+        tm_q, tm_k, tm_v, tm_do, lse2, delta, dq_accum, reinterpret_cast<unsigned*>(ws + w.turns), dk_out, dv_out,
+        p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv);
   FA_CHECK_LAUNCH();
   const long long slots = bh * n_mt * C::BLOCK_M * C::D / 4;
   if (slots > 0)
@@ -504,8 +529,8 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   }
 }
 
-// The variants (StepInfo::variants, in this order): the full step, then the writer warp removed.
-enum Variant { kFull, kNoWriter, kVariants };
+// The variants (StepInfo::variants, in this order): the full step, the writer warp removed, the fixed order.
+enum Variant { kFull, kNoWriter, kDeterministic, kVariants };
 
 template <class T, int D>
 void launch_variant(const fa::AttnBwdArgs& a, cudaStream_t stream) {
@@ -514,6 +539,10 @@ void launch_variant(const fa::AttnBwdArgs& a, cudaStream_t stream) {
       return launch<T, Config<D>>(a, stream);
     case kNoWriter:
       return launch<T, Config<D, false>>(a, stream);
+    case kDeterministic:  // GQA's dK and dV sums are still added in any order: refused, not silently varying
+      if (a.p.heads != fa::kv_heads_of(a.p))
+        throw fa::UsageError(std::string(info().name) + ": the deterministic variant does not run GQA/MQA yet");
+      return launch<T, Config<D, true, true>>(a, stream);
   }
   throw fa::UsageError(std::string(info().name) + ": no variant " + std::to_string(a.p.variant));
 }
@@ -545,12 +574,13 @@ const fa::StepInfo& info() {
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;  // step 19's forward takes the row max on unscaled scores
     s.attn_rule.gqa = true;             // dK, dV of a K/V head summed over its query heads (fp32 sums)
-    s.variants = {"full", "no-writer"};  // no-writer: the consumers add dQ themselves (16-byte atomics)
+    s.variants = {"full", "no-writer", "deterministic"};  // no-writer: the consumers add dQ themselves
     s.fwd_workspace_bytes = step19::info().fwd_workspace_bytes;  // with the forward, its tile counter
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note =
         "forward: step 19's tile counter; backward: dQ_accum in fragment order, batch·heads·seq_q (rounded up to "
-        "64)·head_dim (64 or 128) fp32, delta and LSE₂, batch·heads·seq_q fp32 each; with GQA also dK and dV sums, "
+        "64)·head_dim (64 or 128) fp32, a counter per query tile, delta and LSE₂, batch·heads·seq_q fp32 each; with "
+        "GQA also dK and dV sums, "
         "batch·kv_heads·seq_k·head_dim fp32 each";
     s.default_problem = default_problem;
     s.needs_cc = 90;

@@ -17,10 +17,10 @@ namespace {
 using namespace tc_backward_checks;
 const fa::StepInfo& kStep = step21::info();
 const fa::StepInfo& kPrev = step20::info();
-constexpr int kFull = 0, kNoWriter = 1;
+constexpr int kFull = 0, kNoWriter = 1, kDeterministic = 2;
 
 TEST(Step21HopperBackwardWs, DeclaresItsVariants) {
-  ASSERT_EQ(kStep.variants, (std::vector<std::string>{"full", "no-writer"}));
+  ASSERT_EQ(kStep.variants, (std::vector<std::string>{"full", "no-writer", "deterministic"}));
 }
 TEST(Step21HopperBackwardWs, MatchesStep20OnRealisticShapes) { matches_prev_on_realistic_shapes(kStep, kPrev, kFull); }
 TEST(Step21HopperBackwardWs, MatchesStep20WhenSeqQDiffersFromSeqK) {
@@ -37,6 +37,29 @@ TEST(Step21HopperBackwardWs, RowWithoutVisibleKeysGetsNoGradient) {
 }
 // The ablation variant (the consumers add dQ themselves, same workspace layout): fp64 on the edge shapes.
 TEST(Step21HopperBackwardWs, NoWriterMatchesFp64OnEdgeShapes) { matches_fp64_on_edge_shapes(kStep, kNoWriter); }
+// The deterministic variant: right (step 20, fp64 edge shapes), and the same bits run after run on shapes with
+// many key blocks per query tile, causal (its descending order) and not. GQA is refused, with a message.
+TEST(Step21HopperBackwardWs, DeterministicMatchesStep20AndFp64) {
+  matches_prev_on_realistic_shapes(kStep, kPrev, kDeterministic);
+  matches_fp64_on_edge_shapes(kStep, kDeterministic);
+}
+TEST(Step21HopperBackwardWs, DeterministicIsBitwiseRepeatable) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (const Shape& s : {Shape{2, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 1024, 1024, d, true, 0, t}})
+        expect_bitwise_repeatable(kStep, s, kDeterministic);
+}
+TEST(Step21HopperBackwardWs, DeterministicRefusesGqa) {
+  const Shape s{1, 4, 128, 128, 64, false, 0, fa::DType::F16, 2};
+  try {
+    fa::attention::Run r(kStep, params(s, kDeterministic), true, random_inputs(s, 1));
+    r.checked_forward();
+    r.checked_backward();
+    FAIL() << "the deterministic variant ran GQA";
+  } catch (const fa::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not run GQA"), std::string::npos) << e.what();
+  }
+}
 TEST(Step21HopperBackwardWs, RefusesWhatItCannotRun) { refuses_what_it_cannot_run_backward(kStep); }
 
 // dQ_accum holds whole tiles: seq_q rounded up to 64 rows, head_dim to the instance's 64 or 128.
