@@ -15,6 +15,7 @@ measurements (never drawn by hand).
   decode_bandwidth step 22's decode sweep and SDPA's: % of the copy bandwidth over the K/V bytes read
   wgmma_operand    step 17: a K-major 128-byte-swizzled operand tile: core matrices, the descriptor's SBO and LBO,
                    the swizzle, the start address per k-step (numbers read from its kernel.cu)
+  backward_roles   step 21: its warp roles over three query tiles, from its Config's and barriers' constants
   climb            every attention forward step's TFLOP/s at one shape from profiles/h100/bench.csv,
                    beside SDPA's two backends and the card's peaks
 
@@ -383,6 +384,57 @@ def pingpong_timeline():
     ax.set_title("Step 19's ping-pong: a named barrier passes the turn, so one consumer's softmax runs under the "
                  "other's GEMMs\n(schematic, ideal durations: the measured tensor pipe is not busy all the time, "
                  "doc 19's profile evidence)", fontsize=8)
+    return fig
+
+
+# ---- step 21: the backward's roles over three query tiles, from its Config and barrier constants --------------------
+def backward_roles():
+    src = read("steps/21_hopper_backward_ws/kernel.cu")
+
+    def const(name):
+        return int(re.search(rf"\b{name} = (\d+)", src).group(1))
+    stages, prod_regs, cons_regs = const("STAGES"), const("PRODUCER_REGS"), const("CONSUMER_REGS")
+    bar_ds, bar_full, bar_empty = const("kBarDs"), const("kBarDqFull"), const("kBarDqEmpty")
+    fig = new_figure(8.8, 3.6)
+    ax = fig.add_axes([0.15, 0.2, 0.83, 0.64])
+    # Schematic durations at d = 128, in units of one [64, 64, 128] wgmma per consumer: Sᵀ and dPᵀ 2, dV and
+    # dK 2, dQ 1; the exponentials and dSᵀ 1.2 (Pᵀ's start under dPᵀ); the staging write 0.3; a bulk reduction
+    # 0.8 on the copy engine. Both consumers in step (the dSᵀ barrier joins them once per tile).
+    rows = {"producer (warp 0)": 3, "consumer 0 (wg 1)": 2, "consumer 1 (wg 2)": 1, "dQ writer (warp 1)": 0}
+    col = {"sdp": COLORS["full"], "soft": COLORS["diagonal"], "kv": "#2f5f9e", "dq": COLORS["accent"],
+           "io": "#8fbf8f"}
+
+    def box(t, row, w, color, text, fs=6.2):
+        ax.add_patch(Rectangle((t, row + 0.15), w, 0.7, facecolor=color, edgecolor="white"))
+        ax.text(t + w / 2, row + 0.5, text, ha="center", va="center", fontsize=fs, color="black")
+    t, tiles, starts = 0.5 * stages + 0.2, 3, []
+    for s in range(stages):  # the first fills go without waiting: a fresh empty barrier's previous phase is complete
+        box(0.5 * s, 3, 0.45, col["io"], f"{s}", 5.5)
+    for it in range(tiles):
+        starts.append(t)
+        for cg in (2, 1):
+            box(t, cg, 2.0, col["sdp"], f"Sᵀ, dPᵀ {it}")
+            box(t + 2.0, cg, 1.2, col["soft"], "Pᵀ, dSᵀ")
+            box(t + 3.2, cg, 2.0, col["kv"], "dV, dK")
+            box(t + 5.2, cg, 1.0, col["dq"], f"dQ {it}")
+            box(t + 6.2, cg, 0.3, col["io"], "", 5)
+        ax.plot([t + 5.2, t + 5.2], [0.9, 3.0], color=COLORS["grey"], lw=0.8, ls=":")
+        ax.text(t + 5.2, 3.0, f"bar {bar_ds}", fontsize=5.5, ha="center", va="bottom", color=COLORS["grey"])
+        box(t + 6.2, 3, 0.3, col["io"], f"{it + stages}", 5.5)  # the slot comes back after dQ's wait: tile it + STAGES
+        box(t + 6.5, 0, 0.8, col["dq"], f"bulk +dQ {it}", 5.5)
+        ax.text(t + 6.5, -0.05, f"bar {bar_full}, {bar_full + 1} → bar {bar_empty}, {bar_empty + 1}", fontsize=5,
+                va="top", color=COLORS["grey"])
+        t += 6.5
+    ax.set_xlim(0, t + 1.5), ax.set_ylim(-0.4, 4)
+    ax.set_yticks([r + 0.5 for r in rows.values()], list(rows), fontsize=7)
+    ax.set_xticks([])
+    ax.set_xlabel("time (schematic, d = 128)", fontsize=8)
+    fig.legend([Rectangle((0, 0), 1, 1, facecolor=c) for c in col.values()],
+               ["Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ", "exponentials, dSᵀ", "dV += Pᵀ·dO, dK += dSᵀ·Q", "dQ (wgmma; bulk add)",
+                "Q, dO of tile n (TMA); staging write"], loc="lower center", ncol=5, fontsize=6.5, frameon=False)
+    ax.set_title(f"Step 21's roles: warpgroup 0 keeps {prod_regs} registers (producer, dQ writer), the consumers "
+                 f"{cons_regs}; a ring of {stages} Q/dO slots\n(schematic: the consumers meet at the dSᵀ barrier, "
+                 "the writer adds each tile's dQ while they start the next)", fontsize=8)
     return fig
 
 
@@ -833,7 +885,8 @@ FIGURES = {"causal_tiles": causal_tiles, "mma_fragments": mma_fragments, "swizzl
            "split_combine": split_combine, "climb": climb, "ring_timeline": ring_timeline,
            "wgmma_accumulator": wgmma_accumulator, "wgmma_operand": wgmma_operand,
            "mbarrier_phases": mbarrier_phases,
-           "pingpong_timeline": pingpong_timeline, "backward_tiles": backward_tiles, "flash_sweep": flash_sweep,
+           "pingpong_timeline": pingpong_timeline, "backward_roles": backward_roles, "backward_tiles": backward_tiles,
+           "flash_sweep": flash_sweep,
            "memory_hierarchy": memory_hierarchy, "lane_map": lane_map, "lane_map_backward": lane_map_backward, "softmax_passes": softmax_passes,
            "merge_tree": merge_tree, "matmul_tiles": matmul_tiles, "delta_flow": delta_flow,
            "bytes_per_mma": bytes_per_mma, "warp_tile_intensity": warp_tile_intensity,
