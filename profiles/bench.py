@@ -167,9 +167,10 @@ def ablation_args():
             for s in ABLATION_SEQS for d in ATTN_DIMS for causal in (False, True)]
 
 
-def step_rows(exes, gqa_only=False, inputs=("uniform",), progress=None):
+def step_rows(exes, gqa_only=False, inputs=("uniform",), progress=None, only_variants=None):
     """Every step's sweep rows, each command once per entry of `inputs` in turn (--inputs randn added for randn:
-    its rows' problems end in ' randn'). progress(rows): called with the rows so far after every command."""
+    its rows' problems end in ' randn'). progress(rows): called with the rows so far after every command.
+    only_variants: a set of variant names; a step with variants sweeps only those it has (all if it has none)."""
     rows, failed = [], 0
 
     def run_each(cmd):
@@ -186,7 +187,10 @@ def step_rows(exes, gqa_only=False, inputs=("uniform",), progress=None):
         # (--variant) sweeps once per variant; the rows of a non-default one name it ("[name]").
         # gqa_only: none of these, only the grouped-query sweep below.
         cmd = [exe, "--sweep", "--bwd", "--csv"] if has_backward(exe) else [exe, "--sweep", "--csv"]
-        for v in [] if gqa_only else variants(exe) or [None]:
+        names = variants(exe)
+        if only_variants and names:
+            names = [v for v in names if v in only_variants]
+        for v in [] if gqa_only else names or [None]:
             cmds = [[exe, "--bench", "--csv", "--variant", v] + a for a in ablation_args()] \
                 if v and v.startswith("no-") else [cmd + (["--variant", v] if v else [])]
             for c in cmds:
@@ -619,6 +623,8 @@ def main(argv=None):
     ap.add_argument("--steps", help="comma-separated step numbers to run (default: every built step)")
     ap.add_argument("--no-steps", action="store_true", help="run no step (the SDPA baselines only)")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the PyTorch SDPA baselines")
+    ap.add_argument("--variants", help="comma-separated variant names: a step with named variants sweeps only "
+                    "those of them it has (e.g. full,atomic: each step's default, to fit a time limit)")
     ap.add_argument("--sdpa-modes", choices=("auto", "all", "fwd", "bwd"), default="auto",
                     help="SDPA rows to measure: all (fwd, bwd, fwd+bwd), fwd, bwd (bwd and fwd+bwd), or auto "
                          "(default): fwd when --steps names only forward-only steps, bwd when it names only steps "
@@ -696,7 +702,7 @@ def main(argv=None):
     # short (a device call's time limit) keeps its steps' rows and SDPA's first pass, not merged, not averaged.
     out = a.out or os.path.join(fp.gpu_dir(fp.gpu_slug(device or "unknown")), "bench.csv")
     partial = out + ".partial"
-    rows, failed = step_rows(exes, a.gqa_only, inputs,
+    rows, failed = step_rows(exes, a.gqa_only, inputs, only_variants=set(a.variants.split(",")) if a.variants else None,
                              progress=lambda got: write_csv(partial, got + (before if bracket else [])))
     sdpa_measured = False
     if not a.no_sdpa:

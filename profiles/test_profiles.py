@@ -1007,6 +1007,31 @@ class BenchInputs(unittest.TestCase):
             with open(log) as f:
                 self.assertEqual(f.read().splitlines(), ["--sweep --csv", "--sweep --csv --inputs randn"])
 
+    def test_step_rows_only_the_variants_named(self):
+        import bench
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "21_fake")
+            log = os.path.join(d, "calls")
+            write_exe(exe, textwrap.dedent(f"""\
+                #!/bin/sh
+                case "$*" in *--device-info*) exit 1;; esac
+                case "$*" in *--help*) echo "  --variant S    which variant (full|no-writer|deterministic)"; exit 0;; esac
+                echo "$*" >> {log}
+                echo "step,idea,problem,time_ms"
+                echo "21_fake,x,P f16,1"
+                """))
+            rows, failed = bench.step_rows([exe], only_variants={"full", "atomic"})
+            self.assertEqual(failed, 0)
+            with open(log) as f:
+                self.assertEqual(f.read().splitlines(), ["--sweep --csv --variant full"])
+            os.remove(log)
+            bench.step_rows([exe])  # no filter: every variant, the ablation one on its cells only
+            with open(log) as f:
+                calls = f.read().splitlines()
+            self.assertEqual(calls[0], "--sweep --csv --variant full")
+            self.assertEqual(calls[-1], "--sweep --csv --variant deterministic")
+            self.assertTrue(all("--variant no-writer" in c for c in calls[1:-1]) and len(calls) > 3)
+
     def test_partial_rows_after_every_command_then_removed(self):
         import bench
         with tempfile.TemporaryDirectory() as d:
