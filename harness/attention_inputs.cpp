@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "check.h"
 #include "random.h"
@@ -63,6 +64,86 @@ void check_seq_lens(const AttnParams& a, const std::vector<int>& seq_lens) {
     if (a.causal && seq_lens[b] < a.seq_q)
       throw UsageError(which + " is below seq_q " + std::to_string(a.seq_q) +
                        ": causal, its first query would sit before the sequence's start");
+  }
+}
+
+AttnParams paged_params(AttnParams a, const std::vector<int>& seq_lens, int page_size, int spare) {
+  a.page_size = page_size;
+  if (page_size < 1) return a;  // check_paging says why
+  long long need = 0;
+  int most = 1;
+  for (int len : seq_lens) {
+    const int pages = (std::max(len, 0) + page_size - 1) / page_size;
+    need += pages, most = std::max(most, pages);
+  }
+  if (need + spare > (1ll << 30)) throw UsageError("a paged cache of more than 2^30 pages");
+  a.max_pages = most, a.num_pages = int(need + spare);
+  return a;
+}
+
+std::vector<int> make_block_table(const AttnParams& a, const std::vector<int>& seq_lens, std::uint64_t seed) {
+  std::vector<int> pool(std::size_t(std::max(a.num_pages, 0)));
+  for (std::size_t i = 0; i < pool.size(); ++i) pool[i] = int(i);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;  // splitmix64 for a Fisher-Yates shuffle
+  auto next = [&x] {
+    std::uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull, z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (std::size_t i = pool.size(); i > 1; --i) std::swap(pool[i - 1], pool[next() % i]);
+  std::vector<int> table(std::size_t(a.batch) * std::size_t(std::max(a.max_pages, 0)), -1);
+  std::size_t used = 0;
+  for (std::size_t b = 0; b < seq_lens.size() && b < std::size_t(a.batch); ++b)
+    for (int j = 0; j < (seq_lens[b] + a.page_size - 1) / a.page_size && j < a.max_pages && used < pool.size(); ++j)
+      table[b * a.max_pages + j] = pool[used++];
+  return table;
+}
+
+void check_paging(const AttnParams& a, const std::vector<int>& seq_lens, const std::vector<int>& block_table) {
+  if (a.page_size < 1) throw UsageError("the page size must be at least 1 (got " + std::to_string(a.page_size) + ")");
+  if (a.max_pages < 1 || a.num_pages < 1) throw UsageError("a paged cache needs at least one page per sequence and in its pool");
+  if (block_table.size() != std::size_t(a.batch) * std::size_t(a.max_pages))
+    throw UsageError("the block table has " + std::to_string(block_table.size()) + " entries; batch " +
+                     std::to_string(a.batch) + " × " + std::to_string(a.max_pages) + " pages per sequence need " +
+                     std::to_string(std::size_t(a.batch) * a.max_pages));
+  for (std::size_t b = 0; b < seq_lens.size(); ++b) {
+    const int need = (seq_lens[b] + a.page_size - 1) / a.page_size;
+    if (need > a.max_pages)
+      throw UsageError("sequence " + std::to_string(b) + "'s length " + std::to_string(seq_lens[b]) + " needs " +
+                       std::to_string(need) + " pages of " + std::to_string(a.page_size) + "; its block table holds " +
+                       std::to_string(a.max_pages));
+    for (int j = 0; j < need; ++j) {
+      const int page = block_table[b * a.max_pages + j];
+      if (page < 0 || page >= a.num_pages)
+        throw UsageError("sequence " + std::to_string(b) + "'s page " + std::to_string(j) + " is page " +
+                         std::to_string(page) + ", outside the pool [0, " + std::to_string(a.num_pages) + ")");
+    }
+  }
+}
+
+void page_inputs(const AttnParams& a, Inputs& in, std::uint64_t seed) {
+  in.block_table = make_block_table(a, in.seq_lens, seed);
+  check_paging(a, in.seq_lens, in.block_table);
+  const std::size_t kvh = std::size_t(kv_heads_of(a)), D = std::size_t(a.head_dim), P = std::size_t(a.page_size);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (auto [from, to] : {std::pair{&in.k, &in.k_pages}, std::pair{&in.v, &in.v_pages}}) {
+    to->assign(std::size_t(a.num_pages) * P * kvh * D, nan);
+    for (std::size_t b = 0; b < in.seq_lens.size(); ++b)
+      for (std::size_t j = 0; j < std::size_t(in.seq_lens[b]); ++j)
+        for (std::size_t h = 0; h < kvh; ++h) {
+          const std::size_t page = std::size_t(in.block_table[b * a.max_pages + j / P]);
+          std::copy_n(from->begin() + ((b * kvh + h) * a.seq_k + j) * D, D,
+                      to->begin() + ((page * P + j % P) * kvh + h) * D);
+        }
+    // What a step reads through the table, back into [B, KVH, seq_k, d]: the references' K and V.
+    std::fill(from->begin(), from->end(), nan);
+    for (std::size_t b = 0; b < in.seq_lens.size(); ++b)
+      for (std::size_t j = 0; j < std::size_t(in.seq_lens[b]); ++j)
+        for (std::size_t h = 0; h < kvh; ++h) {
+          const std::size_t page = std::size_t(in.block_table[b * a.max_pages + j / P]);
+          std::copy_n(to->begin() + ((page * P + j % P) * kvh + h) * D, D,
+                      from->begin() + ((b * kvh + h) * a.seq_k + j) * D);
+        }
   }
 }
 
@@ -126,7 +207,11 @@ Run::Run(const StepInfo& s, const AttnParams& a, bool backward, const DeviceInpu
       workspace(workspace_bytes(s, a, backward)) {
   if (a.kv_cache && in.seq_lens.size() != std::size_t(a.batch))
     throw UsageError("a KV cache problem needs its sequences' lengths (Inputs::seq_lens)");
-  fwd = {a, in.q.get(), in.k.get(), in.v.get(), o.get(), lse.get(), workspace.get(), in.seq_lens.get()};
+  if (a.page_size > 0 && in.block_table.size() != std::size_t(a.batch) * std::size_t(a.max_pages))
+    throw UsageError("a paged KV cache problem needs its block table and pages (page_inputs)");
+  const bool paged = a.page_size > 0;
+  fwd = {a, in.q.get(), paged ? in.k_pages.get() : in.k.get(), paged ? in.v_pages.get() : in.v.get(), o.get(),
+         lse.get(), workspace.get(), in.seq_lens.get(), paged ? in.block_table.get() : nullptr};
   bwd = {a,         in.q.get(), in.k.get(), in.v.get(), o.get(),        in.dout.get(),
          lse.get(), dq.get(),   dk.get(),   dv.get(),   workspace.get()};
 }

@@ -11,6 +11,9 @@
 //                  gets is what the references and an fp32 previous step get (as float). A KV
 //                  cache (AttnParams::kv_cache): the sequences' lengths, and every K/V row past
 //                  its sequence's length NaN, so that a step that reads one gives NaN.
+//   page_inputs    a paged KV cache (AttnParams::page_size): K and V scattered into a pool of pages through
+//                  a shuffled block table, every row of an unused page NaN, then read back through the
+//                  table as the references' K and V (the references read what the step reads).
 //   DeviceInputs   those inputs on the device in one element type (a step and a previous step
 //                  that runs the same type share one copy).
 //   Run            one step's device state on one problem: its outputs, its workspace and the
@@ -61,6 +64,10 @@ struct Inputs {
   // then rowsum(dO∘O) of that O, as the backward computes it (reference_bwd_rows).
   std::vector<float> o;
   std::vector<int> seq_lens;  // a.kv_cache: the length of each sequence, [batch]; else empty
+  // a.page_size > 0 (page_inputs): [batch, max_pages] page indices (-1 where a sequence needs no page), and
+  // K and V as pages [num_pages, page_size, KVH, d]; k and v are then what the table reads back.
+  std::vector<int> block_table;
+  std::vector<float> k_pages, v_pages;
 };
 // seq_lens (a.kv_cache only; empty: every sequence seq_k long) are checked (check_seq_lens).
 Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std::vector<int> seq_lens = {},
@@ -68,6 +75,19 @@ Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std:
 // A KV cache's lengths: one per sequence, each in [0, seq_k], and causal needs seq_q <= each
 // (the first query would sit before the sequence's start). Throws UsageError saying which.
 void check_seq_lens(const AttnParams& a, const std::vector<int>& seq_lens);
+// A paged cache's shape for these lengths: page_size, the pages a sequence needs at most (max_pages, at
+// least 1), and the pool (num_pages): the pages all sequences need plus `spare` that no table names.
+AttnParams paged_params(AttnParams a, const std::vector<int>& seq_lens, int page_size, int spare = 3);
+// A block table that names every page of the pool at most once, in an order drawn from `seed`; -1 past
+// the pages a sequence's length needs.
+std::vector<int> make_block_table(const AttnParams& a, const std::vector<int>& seq_lens, std::uint64_t seed);
+// A page size of at least 1; a table of batch·max_pages entries; enough pages for each length; every
+// page a length needs inside the pool. Throws UsageError saying which sequence and page.
+void check_paging(const AttnParams& a, const std::vector<int>& seq_lens, const std::vector<int>& block_table);
+// in.k, in.v (contiguous, [B, KVH, seq_k, d]) into pages through a table drawn from `seed`; the pool's
+// rows that no sequence's length covers NaN; then in.k, in.v read back through the table (NaN past each
+// length, as make_inputs leaves them).
+void page_inputs(const AttnParams& a, Inputs& in, std::uint64_t seed);
 // "5,0,300" -> {5, 0, 300}: a comma-separated list of lengths (--cache-lens, the golden manifest);
 // UsageError naming the item that is not an integer.
 std::vector<int> parse_seq_lens(const std::string& text);
@@ -82,8 +102,11 @@ Inputs repeat_kv_heads(const AttnParams& a, const Inputs& in);
 struct DeviceInputs {
   DeviceTensor q, k, v, dout;
   DeviceBuffer<int> seq_lens;  // empty without a KV cache
+  DeviceTensor k_pages, v_pages;   // a paged cache: K and V as pages (k, v stay contiguous for a previous step)
+  DeviceBuffer<int> block_table;   // empty without pages
   DeviceInputs(DType t, const Inputs& in)
-      : q(t, in.q), k(t, in.k), v(t, in.v), dout(t, in.dout), seq_lens(in.seq_lens) {}
+      : q(t, in.q), k(t, in.k), v(t, in.v), dout(t, in.dout), seq_lens(in.seq_lens), k_pages(t, in.k_pages),
+        v_pages(t, in.v_pages), block_table(in.block_table) {}
 };
 
 struct Run {

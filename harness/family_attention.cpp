@@ -47,6 +47,7 @@ struct Flags {
   std::string dtype;  // "" (not given): the step's default problem's
   std::string input;    // --input PREFIX
   std::string cache_lens;  // --cache-lens L[,L...]
+  long long page_size = 0;  // --page-size P: a paged KV cache
   std::string inputs;      // --inputs uniform|randn ("" not given: uniform)
   bool kv_heads_given = false;  // --kv-heads on the command line (resolve)
   std::string variant;               // "" (not given): the step's first
@@ -117,7 +118,7 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
   flags = Flags{};
   flags.variants = step.variants;
   flags.batch = p.attn.batch, flags.heads = p.attn.heads, flags.seq_q = p.attn.seq_q, flags.seq_k = p.attn.seq_k;
-  flags.kv_heads = p.attn.kv_heads;
+  flags.kv_heads = p.attn.kv_heads, flags.page_size = p.attn.page_size;
   flags.head_dim = p.attn.head_dim, flags.causal = p.attn.causal, flags.bwd = p.backward;
   // A step whose default problem is grouped (the decode step: 8 K/V heads for 32) says so.
   const bool grouped = p.attn.kv_heads > 0 && p.attn.kv_heads != p.attn.heads;
@@ -190,6 +191,13 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
   else  // refused as it is read, before any other check of the problem could complain first
     parser.refuse("--cache-lens", std::string(step.name) +
                                       " has no KV cache (--cache-lens is for the split-KV decoding step)");
+  if (step.attn_rule.paged)
+    parser.add_int("--page-size", &flags.page_size, 1, 1 << 20,
+                   "a paged KV cache: K and V in pages of this many keys, [pages, page size, K/V heads, head_dim], "
+                   "through a block table drawn at random from --seed (every page used once, in a shuffled order, "
+                   "with spare pages no sequence names); with --cache-lens, or every sequence --seq-k long");
+  else
+    parser.refuse("--page-size", std::string(step.name) + " reads no paged KV cache (--page-size)");
   parser.add_string("--inputs", &flags.inputs,
                     std::string("how the random Q, K, V") + (step.attn_bwd ? " (and dO)" : "") +
                         " are drawn: uniform in [-0.5, 1.5)" + (step.attn_bwd ? ", dO in [-1, 1)" : "") +
@@ -289,6 +297,11 @@ void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
   o.randn = flags.inputs == "randn";
   if (!flags.input.empty()) read_input(parser, p, o);
   if (!flags.cache_lens.empty()) read_cache_lens(parser, p, o);
+  if (flags.page_size > 0) {  // a paged cache: every sequence seq_k long unless --cache-lens says otherwise
+    p.attn.kv_cache = true;
+    if (o.seq_lens.empty()) o.seq_lens.assign(std::size_t(p.attn.batch), p.attn.seq_k);
+    p.attn = paged_params(p.attn, o.seq_lens, int(flags.page_size));
+  }
 }
 
 // The problem a previous step runs beside `p`: `p`, or, for a fp16/bf16 problem that the
@@ -297,6 +310,7 @@ void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
 Problem prev_problem(const StepInfo& prev, const Problem& problem) {
   Problem p = problem;
   p.attn.variant = 0;
+  p.attn.page_size = p.attn.num_pages = p.attn.max_pages = 0;  // a paged cache's previous step reads it contiguous
   if (!is_lowp(p.attn.dtype) || step_supports(prev, p).empty()) return p;
   Problem q = p;
   q.attn.dtype = DType::F32;
@@ -342,6 +356,12 @@ void validate(const StepInfo& step, const Problem& p, const DeviceInfo* dev) {
 }
 
 // ---- setting up: this step's run and the previous step's, on the same inputs ---------------------
+// A paged cache (--page-size): the inputs' K and V also as pages, through a block table drawn from the seed.
+Inputs paged(const AttnParams& a, std::uint64_t seed, Inputs in) {
+  if (a.page_size > 0) page_inputs(a, in, seed + 7);
+  return in;
+}
+
 struct Runs {
   const Inputs in;            // host, rounded to the problem's type
   const DeviceInputs inputs;  // on the device, in the problem's type
@@ -351,10 +371,12 @@ struct Runs {
   bool prev_bwd = false;        // `before` runs its backward too
 
   Runs(const StepInfo& step, const StepInfo* prev, const Problem& p, const RunOptions& o)
-      : in(o.inputs.empty() ? make_inputs(p.attn, p.backward, o.seed, o.seq_lens,  // else --input, read by resolve()
-                                          o.randn ? InputDist::Randn : InputDist::Uniform)
-                            : Inputs{o.inputs[0], o.inputs[1], o.inputs[2], p.backward ? o.inputs[3] : std::vector<float>{},
-                                     {}, p.attn.kv_cache ? o.seq_lens : std::vector<int>{}}),
+      : in(paged(p.attn, o.seed,
+                 o.inputs.empty() ? make_inputs(p.attn, p.backward, o.seed, o.seq_lens,  // else --input, read by resolve()
+                                                o.randn ? InputDist::Randn : InputDist::Uniform)
+                                  : Inputs{o.inputs[0], o.inputs[1], o.inputs[2],
+                                           p.backward ? o.inputs[3] : std::vector<float>{}, {},
+                                           p.attn.kv_cache ? o.seq_lens : std::vector<int>{}})),
         inputs(p.attn.dtype, in),
         me(step, p.attn, p.backward, inputs) {
     if (!prev) return;

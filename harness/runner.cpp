@@ -38,8 +38,11 @@ std::string Problem::describe() const {
         std::snprintf(heads, sizeof heads, "H%d", attn.heads);
       else
         std::snprintf(heads, sizeof heads, "H%d KV%d", attn.heads, kv_heads_of(attn));
-      // "cache": a KV cache of capacity Sk with per-sequence lengths (step 22)
-      const char* mask = attn.kv_cache ? (attn.causal ? " cache causal" : " cache") : attn.causal ? " causal" : "";
+      // "cache": a KV cache of capacity Sk with per-sequence lengths (step 22); "cache p16": in pages of 16 keys
+      char paged[24] = "";
+      if (attn.page_size > 0) std::snprintf(paged, sizeof paged, " p%d", attn.page_size);
+      char mask[48];
+      std::snprintf(mask, sizeof mask, "%s%s%s", attn.kv_cache ? " cache" : "", paged, attn.causal ? " causal" : "");
       if (attn.seq_q == attn.seq_k)
         std::snprintf(buf, sizeof buf, "B%d %s S%d D%d%s %s%s", attn.batch, heads, attn.seq_q, attn.head_dim, mask,
                       dt, backward ? " fwd+bwd" : "");

@@ -35,6 +35,10 @@ std::string check_rule(const AttnRule& r, const AttnParams& p) {
            std::to_string(kvh) + " with " + std::to_string(p.heads) + " heads)";
   if (p.kv_cache && !r.kv_cache)
     return "this step runs no KV cache (no per-sequence lengths: --cache-lens)";
+  if (p.page_size > 0 && !r.paged) return "this step runs no paged KV cache (--page-size)";
+  if (p.page_size > 0 && !p.kv_cache) return "a paged KV cache needs per-sequence lengths (--cache-lens)";
+  if (p.page_size < 0 || (p.page_size > 0 && (p.num_pages < 1 || p.max_pages < 1)))
+    return "a paged KV cache needs a page size, a page count and pages per sequence of at least 1";
   if (static_cast<long long>(p.batch) * p.heads > r.max_batch_heads)
     return "batch·heads must be at most " + std::to_string(r.max_batch_heads) + " (grid.y)";
   return "";

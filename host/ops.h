@@ -58,6 +58,10 @@ struct AttnParams {
   // len − seq_q + i and sees keys j <= len − seq_q + i. Off: every sequence has seq_k keys, causal
   // top-left.
   bool kv_cache = false;
+  // A paged KV cache (step 23; needs kv_cache): page_size > 0 keeps K and V in pages of page_size keys,
+  // [num_pages, page_size, kv_heads, head_dim], sequence b's key j in row j % page_size of page
+  // block_table[b·max_pages + j / page_size] (AttnFwdArgs::block_table). 0: contiguous.
+  int page_size = 0, num_pages = 0, max_pages = 0;
   float scale = 0.125f;  // softmax scale, default 1/sqrt(head_dim)
   bool causal = false;
   DType dtype = DType::F32;
@@ -72,6 +76,7 @@ struct AttnFwdArgs {
   float* lse;             // [batch, heads, seq_q]
   void* workspace;        // StepInfo::fwd_workspace_bytes(p) bytes, may be null if 0
   const int* seq_lens = nullptr;  // p.kv_cache: [batch] int32 on the device, each in [0, seq_k]
+  const int* block_table = nullptr;  // p.page_size > 0: [batch, max_pages] int32 on the device (k, v: the pages)
 };
 struct AttnBwdArgs {
   AttnParams p;
@@ -107,6 +112,7 @@ struct AttnRule {
   bool positive_scale = false;            // the row max is taken on unscaled scores
   bool gqa = false;                       // runs fewer K/V heads than query heads (GQA, MQA)
   bool kv_cache = false;                  // runs a KV cache with a length per sequence (AttnParams::kv_cache)
+  bool paged = false;                     // runs a paged KV cache (AttnParams::page_size)
 };
 
 struct StepInfo {

@@ -574,6 +574,7 @@ BLOCKS = {
                                                WS_VARIANTS_BEFORE_SPLIT),
                                            "results:gqa": lambda: gqa_table(),
                                            "results:inputs": inputs_table},
+    "docs/23_paged_kv_decode.md": {"results:paged": lambda: paged_table()},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
                                    "results:decode_splits_128": lambda: decode_splits_table(
@@ -788,6 +789,36 @@ def dq_reduce_table():
         "added over the median time. \"same\": every key tile walks the query tiles from the first; \"staggered\": " \
         "key tile b starts at tile b mod T. Each element is checked after the launches.\n\n" + \
         source_line(["dq_reduce.csv"])
+
+
+def paged_table(step="23_paged_kv_decode", contiguous="22_split_kv_decode"):
+    """Doc 23: the paged decode step against the contiguous one on the same decode shapes (bench.csv): per shape,
+    step 22's time on a contiguous cache and step 23's in pages of 16 and of 1 key, with their ratios (the target:
+    pages of 16 at >= 0.95x the contiguous speed on every shape; pages of 1 reported)."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    rows = read_csv(path) if os.path.exists(path) else []
+    plain = {r["problem"]: float(r["time_ms"]) for r in rows if r["step"] == contiguous}
+    paged = {}
+    for r in rows:
+        m = re.match(r"^(.* cache) p(\d+)( .*)$", r["problem"]) if r["step"] == step else None
+        if m:
+            paged.setdefault(m.group(1) + m.group(3), {})[int(m.group(2))] = float(r["time_ms"])
+    shapes = sorted((k for k in paged if k in plain), key=lambda k: [int(x) for x in re.findall(r"\d+", k)])
+    if not shapes:
+        return f"*Not measured yet: bench.csv has no rows of {step} beside {contiguous}'s on the same shapes.*"
+    body, low = [], []
+    for k in shapes:
+        t16, t1 = paged[k].get(16), paged[k].get(1)
+        r16 = plain[k] / t16 if t16 else None
+        if r16 is not None and r16 < 0.95:
+            low.append(k)
+        body.append([k, f"{1e3 * plain[k]:.1f}", f"{1e3 * t16:.1f}" if t16 else "-", f"{r16:.2f}×" if r16 else "-",
+                     f"{1e3 * t1:.1f}" if t1 else "-", f"{plain[k] / t1:.2f}×" if t1 else "-"])
+    return md_table(["shape", "contiguous (22) µs", "pages of 16 µs", "× contiguous", "pages of 1 µs", "× contiguous"],
+                    body) + \
+        f"\n\nPages of 16 at ≥ 0.95× the contiguous speed: {len(shapes) - len(low)} of {len(shapes)} shapes" + \
+        (f" (below: {', '.join(low)})" if low else "") + ". × contiguous: step 22's time over step 23's.\n\n" + \
+        source_line(["bench.csv"])
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")

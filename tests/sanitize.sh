@@ -9,7 +9,8 @@
 #              a backward (key blocks past the last query: dK = dV = 0); shapes alternate over
 #              the element types the step runs (fp32, or f16 then bf16); each shape once per
 #              variant where the step has named variants (--variant, e.g. step 12's two dQ paths);
-#              KV caches with ragged lengths where the step takes --cache-lens (step 22)
+#              KV caches with ragged lengths where the step takes --cache-lens (step 22), paged where it
+#              takes --page-size (step 23)
 # A shape the step refuses ("does not support") is noted and skipped; at least one must run.
 # FA_SANITIZE_SHARDS=n FA_SANITIZE_SHARD=i: only every n-th accepted shape, from the i-th.
 # Exits 77 (ctest: skipped) with a message where there is no sanitizer, no CUDA device, or a GPU
@@ -72,6 +73,11 @@ case $family in
       shapes+=("--batch 3 --heads 8 --kv-heads 2 --seq-q 1 --seq-k 1100 --head-dim 128 --cache-lens 1100,0,37"
                "--batch 2 --heads 16 --kv-heads 1 --seq-q 3 --seq-k 700 --head-dim 64 --causal --cache-lens 700,5"
                "--batch 1 --heads 4 --seq-q 2 --seq-k 2100 --head-dim 96 --cache-lens 2000")
+    fi
+    # A step that reads a paged cache (--page-size; step 23): pages of 1 key, and of 7 (tiles cross pages).
+    if accepts "${small[@]}" --cache-lens 64 --page-size 16 --dtype "${dtypes[0]}"; then
+      shapes+=("--batch 3 --heads 8 --kv-heads 2 --seq-q 1 --seq-k 1100 --head-dim 128 --cache-lens 1100,0,37 --page-size 1"
+               "--batch 2 --heads 16 --kv-heads 1 --seq-q 3 --seq-k 700 --head-dim 64 --causal --cache-lens 700,5 --page-size 7")
     fi
     for i in "${!shapes[@]}"; do shapes[i]+=" --dtype ${dtypes[i % ${#dtypes[@]}]}"; done
     # A step with named variants (--help: "--variant S ... (a|b)") runs every shape in each.

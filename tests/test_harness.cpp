@@ -541,6 +541,93 @@ TEST(AttentionReference, KvCacheReadsEachSequencesKeysAlignedToItsEnd) {
 // and of a KV cache (forward: per-sequence lengths, causal at each sequence's end), written by
 // reference/make_reference.py with NumPy, against the harness's fp64 references on every head, by
 // the rule of tests/golden.h.
+// A paged KV cache (page_inputs): every page of the pool named at most once by the shuffled block table,
+// the rows a length covers holding exactly the contiguous K and V, every other row of the pool NaN, and
+// the K and V read back through the table (what the references read) equal to the contiguous ones,
+// NaN past each length. Page sizes 1 (a page per key), one that divides no length, and one above every length.
+TEST(AttentionInputs, PagedCacheHoldsEachKeyOnceThroughAShuffledTable) {
+  const int B = 3, H = 4, KVH = 2, Sq = 1, Sk = 37, D = 8;
+  fa::AttnParams a = attn(B, H, Sq, Sk, D, false, DType::F16);
+  a.kv_heads = KVH, a.kv_cache = true;
+  const std::vector<int> lens{37, 0, 20};
+  for (int page : {1, 16, 64}) {
+    SCOPED_TRACE("page size " + std::to_string(page));
+    const fa::AttnParams p = fa::attention::paged_params(a, lens, page);
+    ASSERT_EQ(p.max_pages, std::max(1, (37 + page - 1) / page));
+    ASSERT_EQ(p.num_pages, (37 + page - 1) / page + (20 + page - 1) / page + 3);  // 3 spare pages
+    const fa::attention::Inputs plain = fa::attention::make_inputs(p, false, 5, lens);
+    fa::attention::Inputs in = plain;
+    fa::attention::page_inputs(p, in, 9);
+    ASSERT_EQ(in.block_table.size(), std::size_t(B) * p.max_pages);
+    std::set<int> named;
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < p.max_pages; ++j) {
+        const int e = in.block_table[b * p.max_pages + j];
+        if (j < (lens[b] + page - 1) / page) {
+          EXPECT_TRUE(e >= 0 && e < p.num_pages) << b << ", " << j;
+          EXPECT_TRUE(named.insert(e).second) << "page " << e << " named twice";
+        } else {
+          EXPECT_EQ(e, -1);
+        }
+      }
+    std::vector<bool> covered(std::size_t(p.num_pages) * page, false);  // (page, row) a length covers
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < lens[b]; ++j) {
+        const std::size_t pg = std::size_t(in.block_table[b * p.max_pages + j / page]), row = pg * page + j % page;
+        covered[row] = true;
+        for (int h = 0; h < KVH; ++h)
+          for (int d = 0; d < D; ++d) {
+            const std::size_t logical = ((std::size_t(b) * KVH + h) * Sk + j) * D + d, paged = (row * KVH + h) * D + d;
+            EXPECT_EQ(in.k_pages[paged], plain.k[logical]);
+            EXPECT_EQ(in.v_pages[paged], plain.v[logical]);
+          }
+      }
+    for (std::size_t row = 0; row < covered.size(); ++row)
+      if (!covered[row]) EXPECT_TRUE(std::isnan(in.k_pages[row * KVH * D]) && std::isnan(in.v_pages[row * KVH * D])) << row;
+    for (std::size_t i = 0; i < plain.k.size(); ++i) {  // read back: equal, NaN where NaN (past the lengths)
+      EXPECT_EQ(std::isnan(in.k[i]), std::isnan(plain.k[i])) << i;
+      if (!std::isnan(plain.k[i])) EXPECT_EQ(in.k[i], plain.k[i]) << i;
+    }
+    fa::attention::Inputs again = plain;  // the same seed, the same table; another, another
+    fa::attention::page_inputs(p, again, 9);
+    EXPECT_EQ(again.block_table, in.block_table);
+  }
+}
+
+// A paged cache refuses, with the sequence and page named: a page size of 0, a table of the wrong size, a
+// length that needs more pages than the table holds, a page index outside the pool (-1 or num_pages).
+TEST(AttentionInputs, PagedCacheRefusesABadTable) {
+  fa::AttnParams a = attn(2, 2, 1, 40, 8, false, DType::F16);
+  a.kv_cache = true;
+  const std::vector<int> lens{40, 17};
+  const fa::AttnParams p = fa::attention::paged_params(a, lens, 16);  // 3 + 2 pages, max 3 per sequence
+  const std::vector<int> good = fa::attention::make_block_table(p, lens, 1);
+  EXPECT_NO_THROW(fa::attention::check_paging(p, lens, good));
+  auto refusal = [&](const fa::AttnParams& q, const std::vector<int>& table) {
+    try {
+      fa::attention::check_paging(q, lens, table);
+    } catch (const fa::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  fa::AttnParams zero = p;
+  zero.page_size = 0;
+  EXPECT_NE(refusal(zero, good).find("page size must be at least 1"), std::string::npos);
+  EXPECT_NE(refusal(p, {0, 1}).find("the block table has 2 entries"), std::string::npos);
+  fa::AttnParams short_table = p;
+  short_table.max_pages = 2;
+  EXPECT_NE(refusal(short_table, {0, 1, 2, 3}).find("sequence 0's length 40 needs 3 pages of 16; its block table holds 2"),
+            std::string::npos);
+  std::vector<int> bad = good;
+  bad[1] = -1;
+  EXPECT_NE(refusal(p, bad).find("sequence 0's page 1 is page -1, outside the pool [0, " + std::to_string(p.num_pages)),
+            std::string::npos);
+  bad = good;
+  bad[p.max_pages] = p.num_pages;
+  EXPECT_NE(refusal(p, bad).find("sequence 1's page 0 is page " + std::to_string(p.num_pages)), std::string::npos);
+}
+
 TEST(AttentionReference, GroupedQueryAndKvCacheMatchGoldenData) {
   int n = 0;
   for (const char* op : {"attention_gqa", "attention_cache"})

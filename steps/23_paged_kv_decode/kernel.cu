@@ -1,0 +1,521 @@
+// =============================================================================================
+// FlashAttention from scratch, step by step, in CUDA C++
+// Step 23: split-KV decoding over a paged KV cache: K and V in pages that a block table names
+//
+// What changes since step 22: where a key lives. Servers keep each sequence's cache in fixed-size pages
+// of a shared pool (vLLM's PagedAttention; FlashAttention's flash_attn_with_kvcache takes the same
+// layout): K and V are [num_pages, page_size, kv_heads, head_dim], and sequence b's key j is row
+// j % page_size of page block_table[b][j / page_size]. A sequence grows a page at a time, anywhere in
+// the pool, and no cache is ever copied to make room.
+//
+// The kernel is step 22's; only the K/V tile copy changes. Each thread's cp.async rows (16 bytes of one
+// key at a time, step 11's copy) look up their page in the sequence's row of the block table, so a tile
+// of 64 keys may come from 64 different pages: any page size from 1 up works, with no alignment between
+// pages and tiles. Why cp.async and not TMA: a TMA box is a rectangle of one tensor, so a page would
+// need a box of its own (a page of 1 key, one box per key); cp.async gathers row by row at no extra cost
+// per row, the page index being one more load that stays in L1.
+//
+// Where to look: PageCopy (the gather), the K/V lines of decode_split (the page table of this
+// sequence), launch (the block table passed down), and the sweep's paged shapes.
+//
+// Build + run:  cmake --build build --target 23_paged_kv_decode && build/bin/23_paged_kv_decode
+// Read with:    docs/23_paged_kv_decode.md
+// =============================================================================================
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "cp_async.cuh"
+#include "env.h"
+#include "launch.h"
+#include "mma_sync.cuh"
+#include "ops.h"
+
+namespace step23 {
+using namespace fa::ptx;  // step 09's ldmatrix_x4, mma_16816, pack, quad_*; step 10's cp_async_*, exp2_approx, swz
+
+const fa::StepInfo& info();
+
+constexpr int kWarp = 32, kWarps = 4, kThreads = kWarps * kWarp;
+constexpr int kBlockN = 64;            // keys per tile: 16 per warp
+constexpr int kStages = 3;             // K/V ring depth
+constexpr int kMaxSplits = 64;         // partials per row at most (the merge reads them all)
+constexpr int kMinSplitKeys = 128;     // a split attends to at least this many keys (2 tiles)
+constexpr int kMaxSeqQ = 64;           // query rows per head: decoding, not prefill (steps 11-18)
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- one instance: the head_dim and the rows of a block ------------------------------------------------
+template <int D_, int MF_>
+struct Config {
+  static constexpr int D = D_, MF = MF_, ROWS = 16 * MF;  // query rows per block: MF 16-row fragments
+  static constexpr std::size_t Q_BYTES = 2 * std::size_t(ROWS) * D;
+  static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * kStages * kBlockN) * D;  // K and V, 16-bit
+  static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
+  static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
+  // The merge reuses the ring (dead after the last tile).
+  static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + STAT_BYTES;
+  static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
+  static_assert(SMEM_BYTES <= 227 * 1024, "fits one SM's shared memory");
+};
+
+__device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }  // step 02
+
+// ---- device memory -> shared memory (step 11's TileCopy) --------------------------------------------------
+// One 16-byte chunk column per thread, rows r0, r0 + ROW_STEP, ...; rows >= seq and columns >=
+// head_dim zero-filled without being read (cp.async with 0 source bytes).
+template <int ROWS, int D>
+struct TileCopy {
+  static constexpr int CHUNKS = D / 8, ROW_STEP = kThreads / CHUNKS, VECS = ROWS / ROW_STEP;
+  static_assert(kThreads % CHUNKS == 0 && ROWS % ROW_STEP == 0 && ROW_STEP % 8 == 0, "step 11's layout");
+  int r0, c, smem_off;
+  __device__ TileCopy() : r0(threadIdx.x / CHUNKS), c(threadIdx.x % CHUNKS), smem_off(swz<D>(r0, c)) {}
+  template <class T>
+  __device__ __forceinline__ void issue(T* dst, const T* __restrict__ src, int row0, int seq, int head_dim) const {
+#pragma unroll
+    for (int i = 0; i < VECS; ++i) {
+      const bool in = row0 + r0 + i * ROW_STEP < seq && 8 * c < head_dim;
+      const T* from = in ? src + std::size_t(row0 + r0 + i * ROW_STEP) * head_dim + 8 * c : src;
+      cp_async_16(dst + smem_off + i * ROW_STEP * D, from, in ? 16 : 0);
+    }
+  }
+};
+
+// ---- new here: a K/V tile gathered from pages --------------------------------------------------------------
+// TileCopy's rows and chunks, each row's address looked up: key j of the sequence is row j % page_size of page
+// pages[j / page_size] of the pool, whose rows hold all K/V heads ([page_size, kv_heads, head_dim] per page).
+// Keys >= seq, and columns >= head_dim, zero-filled without being read (from the pool's start, never read).
+template <int ROWS, int D>
+struct PageCopy : TileCopy<ROWS, D> {
+  using Base = TileCopy<ROWS, D>;
+  template <class T>
+  __device__ __forceinline__ void issue(T* dst, const T* __restrict__ pool, const int* __restrict__ pages,
+                                        int page_size, std::size_t row_stride, int row0, int seq, int head_dim) const {
+#pragma unroll
+    for (int i = 0; i < Base::VECS; ++i) {
+      const int j = row0 + this->r0 + i * Base::ROW_STEP;
+      const bool in = j < seq && 8 * this->c < head_dim;
+      const T* from = in ? pool + (std::size_t(pages[j / page_size]) * page_size + j % page_size) * row_stride + 8 * this->c
+                         : pool;
+      cp_async_16(dst + this->smem_off + i * Base::ROW_STEP * D, from, in ? 16 : 0);
+    }
+  }
+};
+
+// ---- the split kernel: one (split, sequence·K/V head, row block) per block ----------------------------
+// grid (n_splits, batch·kv_heads, row blocks); block kThreads. T: __half or __nv_bfloat16. A group's
+// rows r = g·seq_q + i (query i of its g-th query head) are rows (kv_bh·G)·seq_q + r of Q, O and
+// LSE: the group's heads are adjacent. One split: O and LSE directly; else the partials part_o
+// [n_splits, rows_total, head_dim] and part_lse [n_splits, rows_total], rows_total = batch·heads·seq_q.
+template <class T, class C>
+__global__ void __launch_bounds__(kThreads)
+    decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                 const int* __restrict__ seq_lens, const int* __restrict__ block_table, int page_size, int max_pages,
+                 T* __restrict__ o, float* __restrict__ lse,
+                 float* __restrict__ part_o, float* __restrict__ part_lse, int kv_heads, int heads_per_kv, int seq_q,
+                 int seq_k, int head_dim, float scale, bool causal, std::size_t rows_total) {
+  constexpr int D = C::D, MF = C::MF, ROWS = C::ROWS;
+  const float sl2 = scale * kLog2e;  // step 10: exp(scale·(s − m)) = 2^(s·sl2 − m·sl2)
+  extern __shared__ uint4 smem[];
+  T* Qs = reinterpret_cast<T*>(smem);     // [ROWS, D] swizzled
+  T* Ks = Qs + ROWS * D;                  // [kStages][kBlockN, D] swizzled, a ring
+  T* Vs = Ks + kStages * kBlockN * D;     // [kStages][kBlockN, D] swizzled
+  float* Om = reinterpret_cast<float*>(Ks);  // [kWarps][ROWS, D]: each warp's O, once the ring is dead
+  float* Ms = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + C::SMEM_BYTES - C::STAT_BYTES);
+  float* Ls = Ms + kWarps * ROWS;  // Ms, Ls: [kWarps][ROWS] each warp's row max and row sum
+
+  const int split = blockIdx.x, n_splits = gridDim.x;
+  const std::size_t kv_bh = blockIdx.y;  // flattened (sequence, K/V head)
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t4 = lane % 4;  // fragment rows g, g + 8 and column pair 2·t4 (step 09)
+
+  // This sequence's keys and where causal aligns (off: query i sees keys j <= i + off).
+  const int len = seq_lens ? min(max(seq_lens[kv_bh / kv_heads], 0), seq_k) : seq_k;
+  const int off = seq_lens ? len - seq_q : 0;
+  // The group's rows; this block's are r0 .. r0 + ROWS − 1 (the last block's past n_rows: zero Q, never stored).
+  const int n_rows = heads_per_kv * seq_q, r0 = blockIdx.z * ROWS;
+  const std::size_t row_base = kv_bh * heads_per_kv * seq_q + r0;  // Q/O/LSE row of this block's row 0
+  // Keys any row sees: [0, kv_limit) (causal: the last query's). This split's chunk of them, in
+  // whole tiles: [k_begin, k_end).
+  const int kv_limit = causal ? min(len, max(0, off + seq_q)) : len;
+  const int chunk = ((kv_limit + n_splits - 1) / n_splits + kBlockN - 1) / kBlockN * kBlockN;
+  const int k_begin = split * chunk, k_end = min(kv_limit, k_begin + chunk);
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + kBlockN - 1) / kBlockN : 0;
+  // Tiles from n_free on need the mask: the chunk's ragged end, or causal keys some row may not see.
+  const int first_masked = causal ? min(k_end, max(k_begin, off + 1)) : k_end;  // row i = 0 sees j <= off
+  const int n_free = max(0, (first_masked - k_begin) / kBlockN);
+
+  q += row_base * head_dim;
+  // The pool's rows hold every K/V head of a key: this head's columns start kv_head·head_dim in, and the
+  // sequence's pages are its row of the block table.
+  const int* pages = block_table + kv_bh / kv_heads * std::size_t(max_pages);
+  const std::size_t row_stride = std::size_t(kv_heads) * head_dim;
+  k += kv_bh % kv_heads * head_dim, v += kv_bh % kv_heads * head_dim;
+  TileCopy<ROWS, D>().issue(Qs, q, 0, n_rows - r0, head_dim);
+  cp_async_commit();
+  const PageCopy<kBlockN, D> kv_copy;
+  auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages; rows >= k_end zero
+    if (t < n_tiles) {
+      kv_copy.issue(Ks + t % kStages * kBlockN * D, k, pages, page_size, row_stride, k_begin + t * kBlockN, k_end, head_dim);
+      kv_copy.issue(Vs + t % kStages * kBlockN * D, v, pages, page_size, row_stride, k_begin + t * kBlockN, k_end, head_dim);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) issue(t);
+
+  float acc[MF][D / 8][4];   // [ROWS, D] this warp's unnormalised O over its keys, C fragments
+  float m[MF][2], l[MF][2];  // rows g, g + 8 of each fragment: running max (raw score), partial sum
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf) {
+    m[mf][0] = m[mf][1] = -INFINITY, l[mf][0] = l[mf][1] = 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) acc[mf][j][0] = acc[mf][j][1] = acc[mf][j][2] = acc[mf][j][3] = 0.f;
+  }
+
+  auto attend = [&](int t, auto masked) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of tile t (and of Q) have landed ...
+    __syncthreads();               // ... and everyone's; every warp is done with tile t − 1
+    issue(t + kStages - 1);        // into the slot tile t − 1 used
+    const T* Kt = Ks + t % kStages * kBlockN * D + 16 * warp * D;  // this warp's 16 keys
+    const T* Vt = Vs + t % kStages * kBlockN * D + 16 * warp * D;  // (16 rows: the swizzle repeats every 8)
+
+    // S = Q·Kᵀ [ROWS, 16]: per k-step, one ldmatrix of K (keys 0-7 and 8-15) and MF of Q.
+    float s[MF][2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t b[4];
+      ldmatrix_x4(b, Kt + swz<D>(lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf) {
+        std::uint32_t a[4];
+        ldmatrix_x4(a, Qs + swz<D>(16 * mf + lane % 16, 2 * kk + lane / 16));
+        mma_16816<T>(s[mf][0], a, b[0], b[1]);
+        mma_16816<T>(s[mf][1], a, b[2], b[3]);
+      }
+    }
+    if constexpr (decltype(masked)::value) {  // keys past the chunk, or past what the row's query sees
+#pragma unroll
+      for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = (r0 + 16 * mf + g + 8 * (e / 2)) % seq_q;  // the row's query
+            const int key = k_begin + t * kBlockN + 16 * warp + 8 * j + 2 * t4 + e % 2;
+            if (key >= (causal ? min(k_end, i + off + 1) : k_end)) s[mf][j][e] = -INFINITY;
+          }
+    }
+
+    // The online softmax of each row over this warp's keys (step 10, one pass: 16 keys).
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float tile_max = quad_max(fmaxf(fmaxf(s[mf][0][2 * h], s[mf][0][2 * h + 1]),
+                                              fmaxf(s[mf][1][2 * h], s[mf][1][2 * h + 1])));
+        const float m_new = fmaxf(m[mf][h], tile_max), shift = safe_shift(m_new) * sl2;
+        const float alpha = exp2_approx(m[mf][h] * sl2 - shift);
+        m[mf][h] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          s[mf][j][2 * h] = exp2_approx(fmaf(s[mf][j][2 * h], sl2, -shift));
+          s[mf][j][2 * h + 1] = exp2_approx(fmaf(s[mf][j][2 * h + 1], sl2, -shift));
+          sum += s[mf][j][2 * h] + s[mf][j][2 * h + 1];
+        }
+        l[mf][h] = l[mf][h] * alpha + sum;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) acc[mf][j][2 * h] *= alpha, acc[mf][j][2 * h + 1] *= alpha;
+      }
+
+    // O += P·V: the 16 keys are one k-step, so P's C fragments are its A fragment (step 09).
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+      const std::uint32_t a[4] = {pack<T>(s[mf][0][0], s[mf][0][1]), pack<T>(s[mf][0][2], s[mf][0][3]),
+                                  pack<T>(s[mf][1][0], s[mf][1][1]), pack<T>(s[mf][1][2], s[mf][1][3])};
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        std::uint32_t b[4];
+        ldmatrix_x4_trans(b, Vt + swz<D>(lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
+        mma_16816<T>(acc[mf][2 * dd], a, b[0], b[1]);
+        mma_16816<T>(acc[mf][2 * dd + 1], a, b[2], b[3]);
+      }
+    }
+  };
+  int t = 0;
+  for (; t < min(n_free, n_tiles); ++t) attend(t, std::false_type{});
+  for (; t < n_tiles; ++t) attend(t, std::true_type{});
+  cp_async_wait<0>();
+  __syncthreads();  // the ring is dead: it holds the warps' O from here
+
+  // Merge the four warps' states of each row (step 02): M = max_w m_w, L = Σ_w l_w·2^((m_w − M)·sl2),
+  // O = Σ_w 2^((m_w − M)·sl2)·O_w / L. Each warp's m and l, then its O rescaled to M, via shared memory.
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float row_l = quad_sum(l[mf][h]);
+      const int r = warp * ROWS + 16 * mf + g + 8 * h;
+      if (t4 == 0) Ms[r] = m[mf][h], Ls[r] = row_l;
+    }
+  __syncthreads();
+#pragma unroll
+  for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * mf + g + 8 * h;
+      float M = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, Ms[w * ROWS + r]);
+      const float f = m[mf][h] == -INFINITY ? 0.f : exp2_approx((m[mf][h] - M) * sl2);  // this warp's weight
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+        *reinterpret_cast<float2*>(Om + (warp * ROWS + r) * D + 8 * j + 2 * t4) =
+            make_float2(f * acc[mf][j][2 * h], f * acc[mf][j][2 * h + 1]);
+    }
+  __syncthreads();
+
+  // Each thread: 4 dims of a row at a time, summed over the warps. LSE = M·scale + ln L (−inf, O = 0
+  // for a row that saw no key).
+  const bool direct = n_splits == 1;
+  for (int x = threadIdx.x; x < ROWS * D / 4; x += kThreads) {
+    const int r = x / (D / 4), d = 4 * (x % (D / 4));
+    if (r0 + r >= n_rows || d >= head_dim) continue;
+    float M = -INFINITY, L = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, Ms[w * ROWS + r]);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      if (Ms[w * ROWS + r] != -INFINITY) L += Ls[w * ROWS + r] * exp2_approx((Ms[w * ROWS + r] - M) * sl2);
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float4 y = *reinterpret_cast<const float4*>(Om + (w * ROWS + r) * D + d);
+      sum.x += y.x, sum.y += y.y, sum.z += y.z, sum.w += y.w;
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    sum.x *= inv, sum.y *= inv, sum.z *= inv, sum.w *= inv;
+    const float row_lse = L > 0.f ? M * scale + logf(L) : -INFINITY;
+    const std::size_t row = row_base + r;
+    if (direct) {
+      *reinterpret_cast<uint2*>(o + row * head_dim + d) =
+          make_uint2(pack<T>(sum.x, sum.y), pack<T>(sum.z, sum.w));
+      if (d == 0) lse[row] = row_lse;
+    } else {
+      *reinterpret_cast<float4*>(part_o + (split * rows_total + row) * head_dim + d) = sum;
+      if (d == 0) part_lse[split * rows_total + row] = row_lse;
+    }
+  }
+}
+
+// ---- the merge: the partials of each row into O and LSE ---------------------------------------------------
+// One warp per row; lane c holds dims 4c .. 4c + 3. LSE = M + ln Σ_s exp(LSE_s − M), M = max_s LSE_s;
+// O = Σ_s exp(LSE_s − LSE)·O_s. A row whose every split saw no key: LSE = −inf, O = 0.
+// Why it is not a loop over s: the partials were written a moment ago and sit in L2, so each load is a
+// few hundred cycles of latency and no bandwidth. A loop that loads LSE_s, then O_s, split after split,
+// pays 2·n_splits of those latencies in a row. Here the n_splits LSEs are loaded at once (lane s holds
+// LSE_s and LSE_{s+32}: kMaxSplits = 64), M and L come from warp shuffles, and then every split's weight
+// is known before any O_s arrives, so the unrolled loop keeps kCombineUnroll loads of O in flight.
+constexpr int kCombineThreads = 256, kCombineUnroll = 8;
+static_assert(kMaxSplits <= 2 * kWarp, "two split LSEs per lane");
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+template <class T>
+__global__ void __launch_bounds__(kCombineThreads)
+    combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, T* __restrict__ o,
+            float* __restrict__ lse, int n_splits, std::size_t rows_total, int head_dim) {
+  const std::size_t row = std::size_t(blockIdx.x) * (kCombineThreads / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp, d = 4 * lane;
+  if (row >= rows_total) return;  // the whole warp: the shuffles below see every lane
+  const float ls0 = lane < n_splits ? part_lse[lane * rows_total + row] : -INFINITY;  // LSE_lane
+  const float ls1 = lane + kWarp < n_splits ? part_lse[(lane + kWarp) * rows_total + row] : -INFINITY;
+  const float M = warp_max(fmaxf(ls0, ls1));
+  // A split that saw no key of the row (LSE_s = −inf) weighs 0, and so does every split when none did.
+  const float w0 = ls0 == -INFINITY ? 0.f : __expf(ls0 - M), w1 = ls1 == -INFINITY ? 0.f : __expf(ls1 - M);
+  const float L = warp_sum(w0 + w1), inv = L > 0.f ? 1.f / L : 0.f;
+  // Lanes past head_dim read the last 4 dims again and store nothing: no branch between the loads.
+  const float* from = part_o + row * head_dim + min(d, head_dim - 4);
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = 0; s0 < n_splits; s0 += kCombineUnroll) {
+    float4 y[kCombineUnroll];  // O_s of kCombineUnroll splits: the loads first, all in flight ...
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u)
+      y[u] = s0 + u < n_splits ? *reinterpret_cast<const float4*>(from + (s0 + u) * rows_total * head_dim)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) {  // ... then the sum (lanes past n_splits hold weight 0)
+      const int s = s0 + u;
+      const float w = __shfl_sync(0xffffffffu, s < kWarp ? w0 : w1, s % kWarp);  // split s's weight
+      sum.x += w * y[u].x, sum.y += w * y[u].y, sum.z += w * y[u].z, sum.w += w * y[u].w;
+    }
+  }
+  if (d < head_dim)
+    *reinterpret_cast<uint2*>(o + row * head_dim + d) =
+        make_uint2(pack<T>(sum.x * inv, sum.y * inv), pack<T>(sum.z * inv, sum.w * inv));
+  if (d == 0) lse[row] = L > 0.f ? M + logf(L) : -INFINITY;
+}
+
+// ---- the number of splits ---------------------------------------------------------------------------------
+// Blocks without splitting: batch·kv_heads·row_blocks. If that already fills the SMs, one split; else as
+// many splits as one wave of one block per SM holds (rounded down: one block past the wave runs as a
+// second wave of its own; and one block streams its chunk as fast as two halves on one SM would, without
+// their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
+int row_blocks(const fa::AttnParams& p) {
+  const int rows = p.heads / fa::kv_heads_of(p) * p.seq_q;
+  return (rows + (rows > 16 ? 32 : 16) - 1) / (rows > 16 ? 32 : 16);  // MF 1 (16 rows) or 2 (32)
+}
+// FA_STEP23_SPLITS=n pins the count (the tests' split paths): a whole number from 1 to kMaxSplits,
+// anything else a usage error (host/env.h).
+std::optional<int> pinned_splits() { return fa::env_int("FA_STEP23_SPLITS", 1, kMaxSplits, "the number of splits"); }
+// sms: fa::sm_count(), 0 without a GPU (a CPU-only caller): plan for the most splits.
+int n_splits(const fa::AttnParams& p, int sms) {
+  if (const std::optional<int> n = pinned_splits()) return *n;
+  if (sms <= 0) return kMaxSplits;
+  const long long base = (long long)p.batch * fa::kv_heads_of(p) * row_blocks(p), target = sms;
+  if (base >= target) return 1;
+  const long long want = target / base, most = std::max(1, p.seq_k / kMinSplitKeys);
+  return int(std::clamp<long long>(std::min(want, most), 1, kMaxSplits));
+}
+std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
+std::size_t workspace_bytes(const fa::AttnParams& p) {
+  const int n = n_splits(p, fa::sm_count());
+  return n > 1 ? std::size_t(n) * rows_of(p) * (p.head_dim + 1) * sizeof(float) : 0;
+}
+
+// ---- launcher ---------------------------------------------------------------------------------------------
+template <class T, class C>
+void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  static const bool ready = [] {
+    fa::opt_in_shared_memory(decode_split<T, C>, C::SMEM_BYTES, info().name);
+    return true;
+  }();
+  (void)ready;
+  const fa::AttnParams& p = a.p;
+  const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
+  const int n = n_splits(p, fa::sm_count());
+  const std::size_t rows = rows_of(p);
+  float* part_o = static_cast<float*>(a.workspace);
+  float* part_lse = part_o ? part_o + std::size_t(n) * rows * p.head_dim : nullptr;
+  if (n > 1 && !part_o)
+    throw fa::UsageError(std::string(info().name) + ": needs its workspace (" + info().workspace_note + ")");
+  const dim3 grid(unsigned(n), unsigned(p.batch * kv_heads),
+                  unsigned((heads_per_kv * p.seq_q + C::ROWS - 1) / C::ROWS));
+  decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(
+      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.seq_lens, a.block_table,
+      p.page_size, p.max_pages, static_cast<T*>(a.o), a.lse, part_o, part_lse, kv_heads, heads_per_kv,
+      p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, rows);
+  FA_CHECK_LAUNCH();
+  if (n == 1) return;
+  constexpr int kRowsPerBlock = kCombineThreads / kWarp;
+  combine<T><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kCombineThreads, 0, stream>>>(
+      part_o, part_lse, static_cast<T*>(a.o), a.lse, n, rows, p.head_dim);
+  FA_CHECK_LAUNCH();
+}
+
+template <class T, int D>
+void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  if (a.p.heads / fa::kv_heads_of(a.p) * a.p.seq_q <= 16)
+    launch<T, Config<D, 1>>(a, stream);
+  else
+    launch<T, Config<D, 2>>(a, stream);
+}
+
+void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o}, "Q, K, V and O");
+  if (!a.p.kv_cache || !a.seq_lens || a.p.page_size < 1 || !a.block_table)
+    throw fa::UsageError(std::string(info().name) + ": reads a paged KV cache: it needs the sequences' lengths (seq_lens), "
+                         "a page size and the block table");
+  const bool f16 = a.p.dtype == fa::DType::F16;
+  if (a.p.head_dim <= 64)
+    f16 ? launch_rows<__half, 64>(a, stream) : launch_rows<__nv_bfloat16, 64>(a, stream);
+  else
+    f16 ? launch_rows<__half, 128>(a, stream) : launch_rows<__nv_bfloat16, 128>(a, stream);
+}
+
+// Decoding takes a few query rows per head; prefill belongs to the forward steps. A pinned split count
+// is read here too, so that a bad one is refused before the device is opened (no GPU needed).
+std::string supports(const fa::Problem& pr) {
+  pinned_splits();  // throws fa::UsageError naming FA_STEP23_SPLITS
+  if (pr.attn.page_size < 1) return "this step reads a paged KV cache only (--page-size; step 22 reads a contiguous one)";
+  if (pr.attn.seq_q > kMaxSeqQ)
+    return "this step decodes: seq_q at most " + std::to_string(kMaxSeqQ) + " query rows per head (got " +
+           std::to_string(pr.attn.seq_q) + "; a prefill runs on steps 11-18)";
+  return "";
+}
+
+// A full cache of seq_k keys per sequence in pages of `page` keys: as many pages per sequence as that takes,
+// the pool all sequences' pages and 3 spare (the harness's paged_params for full lengths).
+fa::AttnParams paged(fa::AttnParams a, int page) {
+  a.kv_cache = true, a.page_size = page;
+  a.max_pages = (a.seq_k + page - 1) / page, a.num_pages = a.batch * a.max_pages + 3;
+  return a;
+}
+
+// Step 22's decode benchmark shapes (one query row per head, 32 query heads of d 128 over 32, 8 and 1 K/V
+// heads, batch 1, 8, 64, full caches of 1k-128k keys, K and V at most 2^30 elements each), paged in pages
+// of 16 keys and of 1 key.
+std::vector<fa::Problem> decode_sweep() {
+  std::vector<fa::Problem> out;
+  for (int page : {16, 1})
+    for (int batch : {1, 8, 64})
+      for (int kv_heads : {32, 8, 1})
+        for (int len : {1024, 4096, 16384, 65536, 131072}) {
+          if ((long long)batch * kv_heads * len * 128 > (1LL << 30)) continue;
+          fa::Problem p;
+          p.family = fa::Family::Attention;
+          p.attn.batch = batch, p.attn.heads = 32, p.attn.kv_heads = kv_heads == 32 ? 0 : kv_heads;
+          p.attn.seq_q = 1, p.attn.seq_k = len, p.attn.head_dim = 128;
+          p.attn.scale = float(1.0 / std::sqrt(128.0));
+          p.attn.dtype = fa::DType::F16;
+          p.attn = paged(p.attn, page);
+          out.push_back(p);
+        }
+  return out;
+}
+
+// One token of batch 8, 32 query heads over 8 K/V heads, a 4096-key cache in pages of 16 keys.
+fa::Problem default_problem() {
+  fa::Problem p = decode_sweep().front();
+  p.attn.batch = 8, p.attn.kv_heads = 8, p.attn.seq_k = 4096;
+  p.attn = paged(p.attn, 16);
+  return p;
+}
+
+const fa::StepInfo& info() {
+  static const fa::StepInfo i = [] {
+    fa::StepInfo s{"23_paged_kv_decode",
+                   "split-KV decoding over a paged KV cache: K/V rows gathered through a block table by cp.async",
+                   fa::Family::Attention};
+    s.attn_fwd = forward;
+    s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
+    s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
+    s.attn_rule.gqa = true;
+    s.attn_rule.kv_cache = true;
+    s.attn_rule.paged = true;
+    s.supports = supports;
+    s.fwd_workspace_bytes = workspace_bytes;
+    s.workspace_note = "the splits' partial O and LSE, n_splits·batch·heads·seq_q·(head_dim + 1) fp32";
+    s.default_problem = default_problem;
+    s.sweep = decode_sweep;
+    return s;
+  }();
+  return i;
+}
+
+}  // namespace step23

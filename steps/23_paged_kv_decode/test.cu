@@ -1,0 +1,124 @@
+// Step 23 (split-KV decoding over a paged KV cache) against step 22 on the same cache held contiguous,
+// and against the fp64 reference, with the per-row low-precision rule of harness/tolerance.h. The
+// harness scatters K and V into a pool of pages through a shuffled block table (page_inputs): every row
+// of a page no sequence's length covers, and every row past a length, is NaN, so a kernel that reads
+// one fails; the references read K and V back through the same table. Page sizes 1, 16, 64 and 256;
+// lengths 0, 1, not a multiple of the page size or of a tile; causal aligned to each sequence's end
+// with seq_q up to 16 (speculative decoding); MHA, GQA, MQA. Split counts pinned with FA_STEP23_SPLITS
+// (1, 3) and the heuristic's.
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "tensor_core_checks.h"
+
+namespace step22 {
+const fa::StepInfo& info();
+}
+namespace step23 {
+const fa::StepInfo& info();
+}
+
+namespace {
+using namespace tensor_core_checks;
+const fa::StepInfo& kStep = step23::info();
+const fa::StepInfo& kPrev = step22::info();
+
+// FA_STEP23_SPLITS=n for one scope (0: the heuristic's choice).
+struct PinSplits {
+  explicit PinSplits(int n) {
+    if (n > 0) setenv("FA_STEP23_SPLITS", std::to_string(n).c_str(), 1);
+  }
+  ~PinSplits() { unsetenv("FA_STEP23_SPLITS"); }
+};
+
+// Step 23 on `s` paged in pages of `page` keys, against fp64 (O and LSE per row, NaN fails) and, on the
+// same cache held contiguous, step 22 (every element within the rule). Rows of an empty sequence must be
+// exactly O = 0, LSE = −inf.
+void expect_paged_matches(Shape s, const std::vector<int>& lens, int page) {
+  const std::uint64_t seed = fa::fresh_seed();
+  s.kv_cache = true;
+  SCOPED_TRACE(s.str() + ", page size " + std::to_string(page) + ", seed " + std::to_string(seed));
+  const fa::AttnParams paged = fa::attention::paged_params(s.params(), lens, page);
+  Inputs in = fa::attention::make_inputs(paged, false, seed, lens);
+  fa::attention::page_inputs(paged, in, seed + 1);
+  fa::attention::Run r(kStep, paged, false, in);
+  const Outputs got = fa::attention::run_checked(r, false);
+  expect_close_lowp_to_fp64(got, s, in, false, "fp64");
+  fa::attention::Run prev(kPrev, s.params(), false, in);  // the same K, V, contiguous
+  const Outputs want = fa::attention::run_checked(prev, false);
+  expect_close_lowp(got, want.o, want.lse, lowp_reference(s, in), s, kPrev.name);
+  const std::size_t per_seq = std::size_t(s.heads) * s.seq_q;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    if (lens[b] != 0) continue;
+    for (std::size_t row = b * per_seq; row < (b + 1) * per_seq; ++row) {
+      EXPECT_EQ(got.lse[row], -std::numeric_limits<float>::infinity()) << "row " << row << " of an empty sequence";
+      for (int d = 0; d < s.head_dim; ++d) EXPECT_EQ(got.o[row * s.head_dim + d], 0.f) << "row " << row;
+    }
+  }
+}
+
+TEST(Step23PagedKvDecode, EveryPageSizeMatchesFp64AndStep22) {
+  for (int page : {1, 16, 64, 256})
+    for (fa::DType t : kTypes)
+      for (int d : {64, 128}) {
+        expect_paged_matches(Shape{4, 8, 1, 2048, d, false, 0, t, 2}, {0, 5, 2048, 1}, page);  // GQA
+        expect_paged_matches(Shape{4, 8, 1, 2048, d, true, 0, t, 2}, {64, 1, 2048, 1000}, page);
+      }
+}
+
+// Speculative decoding: up to 16 query rows per head, causal at each sequence's end; MQA (two row
+// blocks of the group's rows) and MHA; lengths that are multiples of nothing.
+TEST(Step23PagedKvDecode, SeveralQueryRowsCausalAtEachEnd) {
+  for (fa::DType t : kTypes)
+    for (int page : {16, 7})
+      for (int sq : {2, 16}) {
+        expect_paged_matches(Shape{2, 16, sq, 1500, 128, true, 0, t, 1}, {1500, 37}, page);
+        expect_paged_matches(Shape{3, 4, sq, 640, 64, true, 0, t}, {639, 640, 16}, page);
+      }
+}
+
+// The split paths pinned (one split; three, some empty for the short sequences) and the heuristic's.
+TEST(Step23PagedKvDecode, EverySplitCountMatches) {
+  for (int n : {1, 3, 0}) {
+    SCOPED_TRACE("FA_STEP23_SPLITS=" + std::to_string(n));
+    PinSplits pin(n);
+    for (fa::DType t : kTypes) {
+      expect_paged_matches(Shape{3, 8, 1, 3000, 128, true, 0, t, 2}, {3000, 130, 1}, 16);
+      expect_paged_matches(Shape{1, 32, 1, 20000, 128, false, 0, t, 1}, {19999}, 64);  // batch 1, MQA: many splits
+    }
+  }
+}
+
+// No atomics: the same inputs give the same bits.
+TEST(Step23PagedKvDecode, RunsAreBitwiseRepeatable) {
+  Shape s{2, 8, 1, 5000, 128, false, 0, fa::DType::F16, 2};
+  s.kv_cache = true;
+  const std::vector<int> lens{5000, 4321};
+  const fa::AttnParams paged = fa::attention::paged_params(s.params(), lens, 16);
+  Inputs in = fa::attention::make_inputs(paged, false, fa::fresh_seed(), lens);
+  fa::attention::page_inputs(paged, in, 3);
+  fa::attention::Run r(kStep, paged, false, in);
+  const Outputs a = fa::attention::run_checked(r, false), b = fa::attention::run_checked(r, false);
+  EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0);
+}
+
+// A contiguous cache (step 22's) is refused with the reason; so are a paged problem without its table,
+// and fp32, head dims off the rule, prefill-sized seq_q.
+TEST(Step23PagedKvDecode, RefusesWhatItCannotRun) {
+  fa::Problem pr = kStep.default_problem();
+  ASSERT_GT(pr.attn.page_size, 0);
+  pr.attn.seq_q = 65;
+  EXPECT_NE(fa::step_supports(kStep, pr).find("seq_q at most 64"), std::string::npos);
+  pr = kStep.default_problem();
+  pr.attn.page_size = 0;
+  EXPECT_NE(fa::step_supports(kStep, pr).find("paged KV cache only"), std::string::npos);
+  Shape s{1, 2, 1, 64, 64, false, 0, fa::DType::F16};
+  s.kv_cache = true;
+  const fa::AttnParams paged = fa::attention::paged_params(s.params(), {64}, 16);
+  Inputs in = fa::attention::make_inputs(paged, false, 1, {64});  // not paged: no table, no pages
+  EXPECT_THROW(fa::attention::Run(kStep, paged, false, in), fa::UsageError);
+}
+
+}  // namespace
