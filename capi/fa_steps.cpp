@@ -94,12 +94,16 @@ void check_problem(const fa::StepInfo& s, const fa::AttnParams& p, int direction
   if (direction < FA_FORWARD || direction > FA_DECODE)
     throw fa::UsageError("direction " + std::to_string(direction) + " is not 0 (forward), 1 (backward), 2 (decode)");
   if (s.family != fa::Family::Attention) throw fa::UsageError(std::string(s.name) + ": not an attention step");
+  if (s.attn_rule.paged)  // fa_attn_params has no block table yet: the ABI cannot describe its cache
+    throw fa::UsageError(std::string(s.name) + ": reads a paged KV cache, which this ABI cannot pass yet (no block "
+                         "table); use its executable, or step 22 for a contiguous cache");
   if (direction == FA_BACKWARD && !s.attn_bwd)
     throw fa::UsageError(std::string(s.name) + ": has no backward (steps with one: " +
                          steps_with([](const fa::StepInfo& t) { return t.attn_bwd != nullptr; }) + ")");
   if (direction == FA_DECODE && !s.attn_rule.kv_cache)
     throw fa::UsageError(std::string(s.name) + ": runs no KV cache (decode: " +
-                         steps_with([](const fa::StepInfo& t) { return t.attn_rule.kv_cache; }) + ")");
+                         steps_with([](const fa::StepInfo& t) { return t.attn_rule.kv_cache && !t.attn_rule.paged; }) +
+                         ")");
   const int n_variants = s.variants.empty() ? 1 : int(s.variants.size());
   if (p.variant < 0 || p.variant >= n_variants)
     throw fa::UsageError(std::string(s.name) + ": no variant " + std::to_string(p.variant) + " (it has " +
@@ -215,9 +219,9 @@ int fa_step_info_get(int index, fa_step_info* out) {
     i.workspace_note = s.workspace_note ? s.workspace_note : "";
     i.family = int(s.family);
     const bool attn = s.family == fa::Family::Attention;
-    i.has_forward = attn && s.attn_fwd;
+    i.has_forward = attn && s.attn_fwd && !s.attn_rule.paged;  // a paged step: no launch through this ABI yet
     i.has_backward = attn && s.attn_bwd;
-    i.has_decode = attn && s.attn_fwd && s.attn_rule.kv_cache;
+    i.has_decode = attn && s.attn_fwd && s.attn_rule.kv_cache && !s.attn_rule.paged;
     i.needs_cc = s.needs_cc;
     if (attn) {
       for (fa::DType t : s.attn_rule.dtypes)

@@ -48,7 +48,7 @@ typedef struct {
   const char* prev;                          /* the step it is checked against, or "" */
   const char* workspace_note;                /* what its workspace holds, or "" */
   int family;                                /* enum fa_family */
-  int has_forward, has_backward, has_decode; /* attention launchers; decode: runs a KV cache */
+  int has_forward, has_backward, has_decode; /* attention launchers; decode: runs a KV cache (none: a paged step) */
   int needs_cc;                              /* major*10 + minor of the one GPU its kernels run on; 0: any */
   int n_dtypes;
   int dtypes[3]; /* enum fa_dtype, the first is its default */

@@ -803,6 +803,34 @@ class DqReduce(unittest.TestCase):
         self.assertIn("| 32 |", table)  # 64 queries × 128 dims × 4 bytes of dQ per unit
 
 
+class PagedTable(unittest.TestCase):
+    """Doc 23's table: step 23's rows by page size against step 22's interleaved time (prev_time_ms)."""
+
+    def test_pages_of_16_and_1_against_the_contiguous_step(self):
+        import results
+        header = ["step", "problem", "time_ms", "prev_time_ms"]
+        rows = [{"step": "23_paged_kv_decode", "problem": "B1 H32 KV1 Sq1 Sk1024 D128 cache p16 f16", "time_ms": "0.010",
+                 "prev_time_ms": "0.0099"},
+                {"step": "23_paged_kv_decode", "problem": "B1 H32 KV1 Sq1 Sk1024 D128 cache p1 f16", "time_ms": "0.020",
+                 "prev_time_ms": "0.010"},
+                {"step": "23_paged_kv_decode", "problem": "B8 H32 Sq1 Sk4096 D128 cache p16 f16", "time_ms": "0.050",
+                 "prev_time_ms": "0.040"}]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bench.csv")
+            with open(path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
+                w.writeheader()
+                w.writerows(rows)
+            results.BENCH_OVERRIDE = path
+            try:
+                table = results.paged_table()
+            finally:
+                results.BENCH_OVERRIDE = None
+        self.assertIn("| B1 H32 KV1 Sq1 Sk1024 D128 cache f16 | 9.9 | 10.0 | 0.99× | 10.0 | 20.0 | 0.50× |", table)
+        self.assertIn("| B8 H32 Sq1 Sk4096 D128 cache f16 | 40.0 | 50.0 | 0.80× | - | - | - |", table)
+        self.assertIn("1 of 2 shapes (below: B8 H32 Sq1 Sk4096 D128 cache f16)", table)
+
+
 class BwdExperiments(unittest.TestCase):
     """Step 16's table of A/B experiments is frozen in docs/history/16_deterministic_backward.md: not rendered any more."""
 

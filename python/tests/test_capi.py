@@ -43,7 +43,17 @@ def add_step_lines():
 
 
 def attention_steps(lib):
-    return [s for s in lib.steps if s.family == "attention"]
+    """The attention steps this ABI launches (a paged-cache step has no launcher here: no block table yet)."""
+    return [s for s in lib.steps if s.family == "attention" and (s.has_forward or s.has_backward)]
+
+
+def test_a_paged_step_is_listed_but_refused(lib):
+    paged = [s for s in lib.steps if s.name == "23_paged_kv_decode"]
+    if not paged:
+        pytest.skip("step 23 is not in this build")
+    s = paged[0]
+    assert s.family == "attention" and not s.has_forward and not s.has_decode
+    assert "reads a paged KV cache, which this ABI cannot pass yet" in refusal(lib.check, s, problem(s), L.FORWARD)
 
 
 def refusal(fn, *args):
