@@ -757,6 +757,22 @@ def history_table(test, name, csv_name, header, rows):
             results.gpu_dir = saved
 
 
+def table_from_bench(name, rows):
+    """results.py's table function `name` rendered against a scratch bench.csv holding `rows` (dicts, one set of keys)."""
+    import results
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "bench.csv")
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+        results.BENCH_OVERRIDE = path
+        try:
+            return getattr(results, name)()
+        finally:
+            results.BENCH_OVERRIDE = None
+
+
 class DqReduce(unittest.TestCase):
     """Doc 20's dq_reduce table (profiles/microbench/dq_reduce.cu's CSV) and the per-unit backward table."""
 
@@ -782,22 +798,10 @@ class DqReduce(unittest.TestCase):
         self.assertIn("16 heads at seq 16384", table)
 
     def test_bwd_unit_table(self):
-        import results
-        header = ["step", "problem", "time_ms", "peak_value"]
         # d 128: 128 key tiles × 256 query tiles × 16 heads = 524288 units; 524288 / 132 SMs per SM
         rows = [{"step": "20_hopper_backward", "problem": "B1 H16 S16384 D128 f16 bwd", "time_ms": "17.7",
                  "peak_value": "1071"}]
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "bench.csv")
-            with open(path, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
-                w.writeheader()
-                w.writerows(rows)
-            results.BENCH_OVERRIDE = path
-            try:
-                table = results.bwd_unit_table()
-            finally:
-                results.BENCH_OVERRIDE = None
+        table = table_from_bench("bwd_unit_table", rows)
         unit_us = 17.7e3 * 132 / 524288
         self.assertIn(f"| f16 | 128 | 20 | {unit_us:.2f} | 1.29 |", table)
         self.assertIn("| 32 |", table)  # 64 queries × 128 dims × 4 bytes of dQ per unit
@@ -807,25 +811,13 @@ class PagedTable(unittest.TestCase):
     """Doc 23's table: step 23's rows by page size against step 22's interleaved time (prev_time_ms)."""
 
     def test_pages_of_16_and_1_against_the_contiguous_step(self):
-        import results
-        header = ["step", "problem", "time_ms", "prev_time_ms"]
         rows = [{"step": "23_paged_kv_decode", "problem": "B1 H32 KV1 Sq1 Sk1024 D128 cache p16 f16", "time_ms": "0.010",
                  "prev_time_ms": "0.0099"},
                 {"step": "23_paged_kv_decode", "problem": "B1 H32 KV1 Sq1 Sk1024 D128 cache p1 f16", "time_ms": "0.020",
                  "prev_time_ms": "0.010"},
                 {"step": "23_paged_kv_decode", "problem": "B8 H32 Sq1 Sk4096 D128 cache p16 f16", "time_ms": "0.050",
                  "prev_time_ms": "0.040"}]
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "bench.csv")
-            with open(path, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
-                w.writeheader()
-                w.writerows(rows)
-            results.BENCH_OVERRIDE = path
-            try:
-                table = results.paged_table()
-            finally:
-                results.BENCH_OVERRIDE = None
+        table = table_from_bench("paged_table", rows)
         self.assertIn("| B1 H32 KV1 Sq1 Sk1024 D128 cache f16 | 9.9 | 10.0 | 0.99× | 10.0 | 20.0 | 0.50× |", table)
         self.assertIn("| B8 H32 Sq1 Sk4096 D128 cache f16 | 40.0 | 50.0 | 0.80× | - | - | - |", table)
         self.assertIn("1 of 2 shapes (below: B8 H32 Sq1 Sk4096 D128 cache f16)", table)
