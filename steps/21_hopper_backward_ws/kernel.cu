@@ -6,7 +6,7 @@
 //   1. A producer warp (warpgroup 0): Q and dO by TMA into a ring of STAGES slots, the tile's LSE₂ and
 //      delta beside them; full and empty mbarriers per slot.
 //   2. Two consumer warpgroups, 64 keys each, step 20's five products; they meet only for dSᵀ (dQ = dS·K
-//      needs both halves): one named barrier per query tile, dSᵀ double-buffered. setmaxnreg: 32 / 240.
+//      needs both halves): one named barrier per query tile, dSᵀ double-buffered. setmaxnreg: 24 / 240.
 //   3. A dQ writer warp (warpgroup 0): each consumer writes its [64, D/2] fp32 part of dQ to shared memory
 //      in the accumulator's fragment order and goes on; the writer adds it to the workspace with one
 //      cp.reduce.async.bulk .add.f32 (new here). convert_dq undoes the order.
@@ -62,9 +62,13 @@ struct Config {
   static constexpr int BLOCK_N = 64 * CONSUMERS, BLOCK_M = 64, STAGES = 2, HALVES = D / kBox;
   static constexpr bool WRITER = WRITER_, DETERMINISTIC = DETERMINISTIC_;
   static constexpr int DQ_N = D / CONSUMERS;  // dQ's columns per consumer, over all BLOCK_N keys
-  // 128·32 + 256·240 = 65536: the whole register file (step 19's budget, with 32 for the producer's
-  // warpgroup, whose two warps now loop over every query tile).
-  static constexpr int PRODUCER_REGS = 32, CONSUMER_REGS = 240;
+  // setmaxnreg moves registers inside the block's allocation at entry, 168 · 384 (the launch bounds'
+  // cap), never beyond it: 128·24 + 256·240 fills it exactly (step 19's d = 128 split). Asking for more
+  // makes setmaxnreg.inc wait forever for registers no warp will release.
+  static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+  static constexpr int ENTRY_REGS = 65536 / THREADS / 8 * 8;
+  static_assert(kWarpgroup * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * THREADS,
+                "setmaxnreg: more registers than the block holds at entry (a hang, not an error)");
   static constexpr int KV_BYTES = BLOCK_N * D * 2, QD_BYTES = BLOCK_M * D * 2, DS_BYTES = BLOCK_N * BLOCK_M * 2;
   static constexpr int DQ_BYTES = BLOCK_M * DQ_N * 4;  // one consumer's staging: [64, DQ_N] fp32
   // K, V; Q[STAGES], dO[STAGES]; dSᵀ[2]; staging[CONSUMERS]; LSE₂ and delta [STAGES][BLOCK_M]; barriers; 1024.
