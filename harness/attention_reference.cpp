@@ -139,15 +139,21 @@ RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<s
   return r;
 }
 
-BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
-                             const std::vector<std::size_t>& k_rows) {
+namespace {
+// reference_bwd_rows, or with `given_only` its dq_given, dk_given alone (the rest left empty).
+BwdRowRef bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
+                   const std::vector<std::size_t>& k_rows, bool given_only) {
   refuse_kv_cache_backward(a);
+  if (given_only && in.o.empty()) throw UsageError("reference_bwd_given_rows needs a given O (Inputs::o)");
+  const bool all = !given_only;
   const std::size_t D = a.head_dim, qs = std::size_t(a.seq_q) * D, ks = std::size_t(a.seq_k) * D;
   const ref::AttnShape shape = head_shape(a, in, 0);  // every head alike without a KV cache
   const ref::Rounding lowp = rounding(a.dtype);
   BwdRowRef r{q_rows, k_rows};
-  r.dq.resize(q_rows.size() * D), r.dq_lowp.resize(q_rows.size() * D);
-  for (auto* x : {&r.dk, &r.dk_lowp, &r.dv, &r.dv_lowp}) x->resize(k_rows.size() * D);
+  if (all) {
+    r.dq.resize(q_rows.size() * D), r.dq_lowp.resize(q_rows.size() * D);
+    for (auto* x : {&r.dk, &r.dk_lowp, &r.dv, &r.dv_lowp}) x->resize(k_rows.size() * D);
+  }
   auto head = [&](std::size_t h) {  // pointers to query head h's Q, dO and the K, V it reads
     const std::size_t g = kv_head_of(a, h);
     return std::tuple{in.q.data() + h * qs, in.k.data() + g * ks, in.v.data() + g * ks, in.dout.data() + h * qs};
@@ -159,8 +165,11 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
   parallel_for(q_rows.size(), [&](std::size_t t) {
     const auto [q, k, v, dout] = head(q_rows[t] / a.seq_q);
     const int i = int(q_rows[t] % a.seq_q);
-    ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, nullptr, &r.dq[t * D]);
-    ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, lowp, &r.dq_lowp[t * D], given_o(q_rows[t] / a.seq_q));
+    if (all) {
+      ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, nullptr, &r.dq[t * D]);
+      ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, lowp, &r.dq_lowp[t * D],
+                                      given_o(q_rows[t] / a.seq_q));
+    }
     if (given)  // identity rounding: fp64, delta from the given O
       ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, no_rounding, &r.dq_given[t * D],
                                       given_o(q_rows[t] / a.seq_q));
@@ -183,9 +192,11 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
     const int i = int(t % a.seq_q);
     const auto [q, k, v, dout] = head(heads[s]);
     Stats& st = stats[s];
-    ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, nullptr, &st.lse[i], &st.delta[i]);
-    ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, lowp, &st.lse_lowp[i], &st.delta_lowp[i],
-                                  given_o(heads[s]));
+    if (all) {
+      ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, nullptr, &st.lse[i], &st.delta[i]);
+      ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, lowp, &st.lse_lowp[i], &st.delta_lowp[i],
+                                    given_o(heads[s]));
+    }
     if (given)
       ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, no_rounding, &st.lse_given[i], &st.delta_given[i],
                                     given_o(heads[s]));
@@ -200,12 +211,14 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
     for (std::size_t m = 0; m < group.size(); ++m) {
       const auto [q, k, v, dout] = head(group[m]);
       const Stats& st = stats[slot.at(group[m])];
-      ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse.data(), st.delta.data(), &j, 1, nullptr,
-                                        dk.data(), dv.data());
-      add_term(&r.dk[t * D], dk.data(), D, m == 0), add_term(&r.dv[t * D], dv.data(), D, m == 0);
-      ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_lowp.data(), st.delta_lowp.data(), &j, 1, lowp,
-                                        dk.data(), dv.data());
-      add_term(&r.dk_lowp[t * D], dk.data(), D, m == 0), add_term(&r.dv_lowp[t * D], dv.data(), D, m == 0);
+      if (all) {
+        ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse.data(), st.delta.data(), &j, 1, nullptr,
+                                          dk.data(), dv.data());
+        add_term(&r.dk[t * D], dk.data(), D, m == 0), add_term(&r.dv[t * D], dv.data(), D, m == 0);
+        ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_lowp.data(), st.delta_lowp.data(), &j, 1, lowp,
+                                          dk.data(), dv.data());
+        add_term(&r.dk_lowp[t * D], dk.data(), D, m == 0), add_term(&r.dv_lowp[t * D], dv.data(), D, m == 0);
+      }
       if (given) {  // dv: = the fp64 row up to roundoff (dV does not depend on delta), not kept
         ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_given.data(), st.delta_given.data(), &j, 1,
                                           no_rounding, dk.data(), dv.data());
@@ -214,6 +227,17 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
     }
   });
   return r;
+}
+}  // namespace
+
+BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
+                             const std::vector<std::size_t>& k_rows) {
+  return bwd_rows(a, in, q_rows, k_rows, false);
+}
+
+BwdRowRef reference_bwd_given_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
+                                   const std::vector<std::size_t>& k_rows) {
+  return bwd_rows(a, in, q_rows, k_rows, true);
 }
 
 std::vector<float> gather_rows(const std::vector<float>& all, const std::vector<std::size_t>& ids,

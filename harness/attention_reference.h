@@ -7,6 +7,8 @@
 //   reference_rows      fp64 and ref_lowp of query rows of the forward: the fp16/bf16 rule
 //   reference_bwd_rows  fp64 and ref_lowp of rows of dQ (query rows) and of dK, dV (key rows):
 //                       the fp16/bf16 rule for the backward (harness/tolerance.h)
+//   reference_bwd_given_rows  of those, what delta from a given O alone moves: for a previous
+//                       step whose forward differs (tolerance.h, add_from_prev_o)
 // Rows are named by their flattened index over all heads: (b·H + h)·seq_q + i for a query row,
 // (b·KVH + kv)·seq_k + j for a key row (KVH = H without grouped-query attention); results hold
 // the chosen rows in the order given.
@@ -56,6 +58,12 @@ struct BwdRowRef {
 // key row, and with GQA a key row sums the dK, dV terms of its group's query heads.
 BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
                              const std::vector<std::size_t>& k_rows);
+// Only dq_given and dk_given of reference_bwd_rows (the same values, bit for bit; the rest left
+// empty), for a second O given: the previous step's, when its forward differs from the step's
+// (tolerance.h, add_from_prev_o). A third of reference_bwd_rows's work. Throws UsageError without
+// a given O.
+BwdRowRef reference_bwd_given_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
+                                   const std::vector<std::size_t>& k_rows);
 
 // The rows `ids` of a [rows, per_row] result, one after the other.
 std::vector<float> gather_rows(const std::vector<float>& all, const std::vector<std::size_t>& ids, std::size_t per_row);

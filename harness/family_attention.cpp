@@ -512,7 +512,9 @@ double check_lowp(const Problem& p, const Runs& runs, const Outputs& out, const 
 //           K/V head whatever that costs: some seconds on 16 cores at seq 16384, d 128, G = 1),
 //           then ~8·G·seq_q·d per key row.
 // Every element of each gradient against the previous step's (when it runs the backward) with
-// kSampledBoundMargin times the largest per-row bound of its sampled rows. Returns max |mine -
+// kSampledBoundMargin times the largest per-row bound of its sampled rows; where the previous
+// step's O differs from this step's, those bounds of dQ and dK add what delta from its O moves
+// (tolerance.h, add_from_prev_o: a third more work on the same rows). Returns max |mine -
 // previous step| over the gradients, or -1 without them.
 double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, const Outputs* theirs, Report& report) {
   const AttnParams& a = p.attn;
@@ -544,14 +546,24 @@ double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, co
   // Against the previous step, every element: the sampled rows' largest bound times
   // kSampledBoundMargin (a row outside the sample may need more), plus one ulp of the element
   // (rtol = ulp(1)): two steps that sum in different orders may round the same gradient to
-  // neighbouring 16-bit values, and the sampled rows' ulp covers only their own magnitudes.
+  // neighbouring 16-bit values, and the sampled rows' ulp covers only their own magnitudes. A
+  // previous step with another forward (another O) carries the error of its own O as well.
+  std::vector<double> prev_bound[3] = {bound[0], bound[1], bound[2]};
+  const bool other_o = theirs && theirs->o != out.o;
+  if (other_o) {
+    Inputs prev_given = runs.in;
+    prev_given.o = theirs->o;
+    const BwdRowRef prev = reference_bwd_given_rows(a, prev_given, q_rows, k_rows);
+    add_from_prev_o(prev_bound[0], ref.dq, prev.dq_given, D);
+    add_from_prev_o(prev_bound[1], ref.dk, prev.dk_given, D);
+  }
   for (int g = 0; theirs && g < 3; ++g) {
-    const double max_bound = tol::kSampledBoundMargin * *std::max_element(bound[g].begin(), bound[g].end());
+    const double max_bound = tol::kSampledBoundMargin * *std::max_element(prev_bound[g].begin(), prev_bound[g].end());
     const CompareResult c = compare(*out.grad(g), *theirs->grad(g), Tolerance{max_bound, ulp(a.dtype, 1.0)},
                                     grad_of_queries(g) ? q_shape(a) : k_shape(a));
-    report(name + " " + kGradNames[g] + " vs " + runs.prev_label() +
-               ", every element, atol = " + std::to_string(int(tol::kSampledBoundMargin)) +
-               " × the largest per-row bound of the " + sampled[g] + " checked against fp64, rtol = 1 ulp",
+    report(name + " " + kGradNames[g] + " vs " + runs.prev_label() + ", every element, atol = " +
+               std::to_string(int(tol::kSampledBoundMargin)) + " × the largest per-row bound of the " + sampled[g] +
+               " checked against fp64" + (other_o && g < 2 ? " + what delta from its O moves" : "") + ", rtol = 1 ulp",
            c);
     err_prev = std::max(err_prev, c.max_abs_err);
   }

@@ -149,6 +149,22 @@ inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& inputs,
   r.bound[2] = fa::lowp_row_bounds(r.rows.dv, r.rows.dv_lowp, s.head_dim, s.dtype, nullptr, kAttnGradAtolFloor);
   return r;
 }
+// For a comparison with a previous step: `o` this step's O, `prev_o` the previous step's. Where they
+// differ (the two forwards differ), the previous step's gradients carry the error of its own O, so
+// the dQ and dK rows also allow what delta from prev_o alone moves (tolerance.h, add_from_prev_o);
+// where they are equal, the bounds of lowp_bwd_reference(s, inputs, o).
+inline LowpBwdReference lowp_bwd_reference_vs_prev(const Shape& s, const Inputs& inputs, const std::vector<float>& o,
+                                                   const std::vector<float>& prev_o) {
+  LowpBwdReference r = lowp_bwd_reference(s, inputs, o);
+  if (prev_o == o) return r;
+  Inputs in = inputs;
+  in.o = prev_o;
+  const fa::attention::BwdRowRef prev =
+      fa::attention::reference_bwd_given_rows(s.params(), in, r.rows.q_rows, r.rows.k_rows);
+  fa::add_from_prev_o(r.bound[0], r.rows.dq, prev.dq_given, s.head_dim);
+  fa::add_from_prev_o(r.bound[1], r.rows.dk, prev.dk_given, s.head_dim);
+  return r;
+}
 
 // fp16/bf16: dQ, dK, dV row by row against `want` (fp64 or a previous step's) with the per-row
 // bounds of `ref`.
@@ -212,7 +228,8 @@ inline void expect_matches_reference(const fa::StepInfo& step, const Shape& s, b
 
 // The step against the step before it, same inputs. fp16/bf16: `prev` runs the same type if it
 // supports it, else the fp32 shape on the rounded inputs; O (and dQ, dK, dV) within the per-row
-// bounds (the fp64 reference and ref_lowp of every row).
+// bounds (the fp64 reference and ref_lowp of every row; dQ, dK: plus what delta from the previous
+// step's O moves where its forward differs, lowp_bwd_reference_vs_prev).
 inline void expect_matches_step(const fa::StepInfo& step, const fa::StepInfo& prev, const Shape& s, bool backward) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -226,7 +243,7 @@ inline void expect_matches_step(const fa::StepInfo& step, const fa::StepInfo& pr
     const Outputs want = run(prev, ps, in, backward), got = run(step, s, in, backward);
     const std::string what = std::string(prev.name) + (ps.dtype != s.dtype ? " (fp32 on the same rounded inputs)" : "");
     expect_close_lowp(got, want.o, want.lse, lowp_reference(s, in), s, what);
-    if (backward) expect_close_lowp_grads(got, want, lowp_bwd_reference(s, in, got.o), s, what);
+    if (backward) expect_close_lowp_grads(got, want, lowp_bwd_reference_vs_prev(s, in, got.o, want.o), s, what);
     return;
   }
   expect_close(run(step, s, in, backward), run(prev, s, in, backward), s, backward, prev.name);

@@ -52,7 +52,8 @@ inline std::string trace(const fa::StepInfo& step, std::uint64_t seed, int varia
 
 // Against the previous step on the same (rounded) inputs: in fp32 if it has no fp16/bf16 path (step
 // 08), else in the same dtype and, if it has variants, the one of the same name (else its default). O and LSE (the
-// forward) and dQ, dK, dV, with the bounds of the fp64 reference and ref_lowp of every row.
+// forward) and dQ, dK, dV, with the bounds of the fp64 reference and ref_lowp of every row (dQ, dK: plus
+// what delta from the previous step's O moves where its forward differs, lowp_bwd_reference_vs_prev).
 inline void expect_matches_prev(const fa::StepInfo& step, const fa::StepInfo& prev, const Shape& s, int variant) {
   const std::uint64_t seed = fa::fresh_seed();
   SCOPED_TRACE(trace(step, seed, variant));
@@ -65,7 +66,7 @@ inline void expect_matches_prev(const fa::StepInfo& step, const fa::StepInfo& pr
   const Outputs got = run_variant(step, s, in, variant);
   const std::string what = std::string(prev.name) + (ps.dtype != s.dtype ? " (fp32 on the same rounded inputs)" : "");
   expect_close_lowp(got, want.o, want.lse, lowp_reference(s, in), s, what);
-  expect_close_lowp_grads(got, want, lowp_bwd_reference(s, in, got.o), s, what);
+  expect_close_lowp_grads(got, want, lowp_bwd_reference_vs_prev(s, in, got.o, want.o), s, what);
 }
 
 // Against fp64 on fresh inputs.

@@ -241,6 +241,20 @@ TEST(LowpTolerance, RowBoundAddsWhatDeltaFromTheGivenOMoves) {
   EXPECT_EQ(fa::lowp_row_bounds(ref, lowp, 2, DType::F16, &none), fa::lowp_row_bounds(ref, lowp, 2, DType::F16));
 }
 
+// Against a previous step with another O: each row adds max_j |ref_prev_ij − ref_ij| to the bound
+// it is given (and nothing where ref_prev = ref).
+TEST(LowpTolerance, PreviousStepsOAddsWhatItsDeltaMoves) {
+  const std::vector<double> ref{1.5, -0.5, 0.25, 0.3}, prev{1.5, -0.504, 0.25, 0.3}, lowp{1.5, -0.502, 0.25, 0.3};
+  std::vector<double> b = fa::lowp_row_bounds(ref, lowp, 2, DType::F16);
+  const std::vector<double> before = b;
+  fa::add_from_prev_o(b, ref, prev, 2);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_NEAR(b[0], before[0] + 0.004, 1e-15);
+  EXPECT_EQ(b[1], before[1]);
+  fa::add_from_prev_o(b, ref, ref, 2);
+  EXPECT_NEAR(b[0], before[0] + 0.004, 1e-15);
+}
+
 // Gradients add fp32's cancellation floor to every row: a row that is exactly 0 in both ref and
 // ref_lowp (dP = delta with one visible key) gets a bound of that floor, not of ~0.
 TEST(LowpTolerance, GradientRowBoundHasTheFp32CancellationFloor) {
@@ -761,6 +775,25 @@ TEST(AttentionReference, GivenOMovesTheGradientsOnlyThroughDelta) {
     }
     EXPECT_GT(changed, 0);
   }
+}
+
+// reference_bwd_given_rows (a previous step's O): dq_given and dk_given of reference_bwd_rows, bit
+// for bit, on a grouped problem (dK sums a group), and nothing else; without a given O it refuses.
+TEST(AttentionReference, GivenRowsAloneMatchTheFullReference) {
+  fa::AttnParams a = attn(1, 4, 12, 10, 16, true, DType::BF16);
+  a.kv_heads = 2;
+  fa::attention::Inputs in = fa::attention::make_inputs(a, true, 13);
+  const std::vector<std::size_t> q_rows{0, 1, 17, 47}, k_rows{0, 9, 13, 19};
+  EXPECT_THROW(fa::attention::reference_bwd_given_rows(a, in, q_rows, k_rows), fa::UsageError);
+  const fa::attention::RowRef fwd = fa::attention::reference_rows(a, in, all_rows(fa::attention::rows(a)));
+  for (std::size_t e = 0; e < fwd.o.size(); ++e) in.o.push_back(fa::round_to(DType::BF16, float(fwd.o[e])));
+  const fa::attention::BwdRowRef full = fa::attention::reference_bwd_rows(a, in, q_rows, k_rows),
+                                 given = fa::attention::reference_bwd_given_rows(a, in, q_rows, k_rows);
+  ASSERT_EQ(given.dq_given.size(), q_rows.size() * a.head_dim);
+  EXPECT_EQ(given.dq_given, full.dq_given);
+  EXPECT_EQ(given.dk_given, full.dk_given);
+  for (const auto* x : {&given.dq, &given.dq_lowp, &given.dk, &given.dk_lowp, &given.dv, &given.dv_lowp})
+    EXPECT_TRUE(x->empty());
 }
 
 // ---- CLI ------------------------------------------------------------------------------------
