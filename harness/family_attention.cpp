@@ -261,6 +261,11 @@ void read_input(const ArgParser& parser, Problem& p, RunOptions& o) {
 
 // --cache-lens: a KV cache, one length per sequence (or one for all); the capacity is --seq-k (or
 // --seq, or --input's K) if given, else the longest length.
+// A KV cache's sequence lengths: --cache-lens's, or, where it was not given, every sequence full.
+std::vector<int> lens_or_full(const AttnParams& a, const std::vector<int>& given) {
+  return given.empty() ? std::vector<int>(std::size_t(a.batch), a.seq_k) : given;
+}
+
 void read_cache_lens(const ArgParser& parser, Problem& p, RunOptions& o) {
   std::vector<int> lens;
   try {
@@ -298,9 +303,8 @@ void resolve(const ArgParser& parser, Problem& p, RunOptions& o) {
   if (!flags.input.empty()) read_input(parser, p, o);
   if (!flags.cache_lens.empty()) read_cache_lens(parser, p, o);
   if (flags.page_size > 0) {  // a paged cache: every sequence seq_k long unless --cache-lens says otherwise
-    p.attn.kv_cache = true;
-    if (o.seq_lens.empty()) o.seq_lens.assign(std::size_t(p.attn.batch), p.attn.seq_k);
-    p.attn = paged_params(p.attn, o.seq_lens, int(flags.page_size));
+    p.attn.kv_cache = true;     // (o.seq_lens stays empty then: --sweep's problems each have their own batch)
+    p.attn = paged_params(p.attn, lens_or_full(p.attn, o.seq_lens), int(flags.page_size));
   }
 }
 
@@ -376,7 +380,7 @@ struct Runs {
                                                 o.randn ? InputDist::Randn : InputDist::Uniform)
                                   : Inputs{o.inputs[0], o.inputs[1], o.inputs[2],
                                            p.backward ? o.inputs[3] : std::vector<float>{}, {},
-                                           p.attn.kv_cache ? o.seq_lens : std::vector<int>{}})),
+                                           p.attn.kv_cache ? lens_or_full(p.attn, o.seq_lens) : std::vector<int>{}})),
         inputs(p.attn.dtype, in),
         me(step, p.attn, p.backward, inputs) {
     if (!prev) return;
