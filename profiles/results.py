@@ -562,7 +562,9 @@ BLOCKS = {
     "docs/21_hopper_backward_ws.md": {"results:bought:21": lambda: bought_table("21"),
                                       "results:tc_bwd": lambda: tc_bwd_table("21_hopper_backward_ws", "deterministic",
                                                                              "step 20", fwd="step 19", fb_cudnn=True),
-                                      "results:ablation:21": lambda: bought_table("21", "no-writer")},
+                                      "results:ablation:21": lambda: bought_table("21", "no-writer"),
+                                      "results:bwd_unit": lambda: bwd_unit_table(
+                                          ("16_deterministic_backward", "20_hopper_backward", "21_hopper_backward_ws"))},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
@@ -734,7 +736,8 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
 # unit, by design: steps 16 and 20 add each dQ element of the tile once per key block; step 20 at d 64 splits
 # the keys between its two warpgroups and adds twice (kernel.cu, "dQ = dS·K").
 BWD_UNIT_DQ_BYTES = {"16_deterministic_backward": lambda d: 64 * d * 4,
-                     "20_hopper_backward": lambda d: 64 * d * 4 * (2 if d == 64 else 1)}
+                     "20_hopper_backward": lambda d: 64 * d * 4 * (2 if d == 64 else 1),
+                     "21_hopper_backward_ws": lambda d: 64 * d * 4}
 
 
 def bwd_unit_table(steps=("16_deterministic_backward", "20_hopper_backward"), seq=16384):
