@@ -565,6 +565,12 @@ BLOCKS = {
                                       "results:ablation:21": lambda: bought_table("21", "no-writer"),
                                       "results:bwd_unit": lambda: bwd_unit_table(
                                           ("16_deterministic_backward", "20_hopper_backward", "21_hopper_backward_ws"))},
+    "docs/24_hopper_backward_wide_tiles.md": {"results:bought:24": lambda: bought_table("24"),
+                                              "results:tc_bwd": lambda: tc_bwd_table(
+                                                  "24_hopper_backward_wide_tiles", "deterministic", "step 21",
+                                                  fwd="step 19", fb_cudnn=True),
+                                              "results:bwd_unit": lambda: bwd_unit_table(
+                                                  ("21_hopper_backward_ws", "24_hopper_backward_wide_tiles"))},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
@@ -737,7 +743,8 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
 # the keys between its two warpgroups and adds twice (kernel.cu, "dQ = dS·K").
 BWD_UNIT_DQ_BYTES = {"16_deterministic_backward": lambda d: 64 * d * 4,
                      "20_hopper_backward": lambda d: 64 * d * 4 * (2 if d == 64 else 1),
-                     "21_hopper_backward_ws": lambda d: 64 * d * 4}
+                     "21_hopper_backward_ws": lambda d: 64 * d * 4,
+                     "24_hopper_backward_wide_tiles": lambda d: 64 * d * 4}
 
 
 def bwd_unit_table(steps=("16_deterministic_backward", "20_hopper_backward"), seq=16384):
