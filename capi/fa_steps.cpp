@@ -61,7 +61,12 @@ struct Refusal {
   std::string why;
 };
 
-fa::AttnParams params_of(const fa_attn_params* c, bool kv_cache) {
+// A paged cache's shape (the fa_*_paged calls' arguments); all 0: a contiguous cache.
+struct Paging {
+  int page_size = 0, num_pages = 0, max_pages = 0;
+};
+
+fa::AttnParams params_of(const fa_attn_params* c, bool kv_cache, Paging pages = {}) {
   if (!c) throw fa::UsageError("the problem (fa_attn_params) is null");
   if (c->dtype < FA_F32 || c->dtype > FA_BF16)
     throw fa::UsageError("dtype " + std::to_string(c->dtype) + " is not one of 0 (fp32), 1 (fp16), 2 (bf16)");
@@ -73,6 +78,7 @@ fa::AttnParams params_of(const fa_attn_params* c, bool kv_cache) {
   p.scale = c->scale;
   p.variant = c->variant;
   p.kv_cache = kv_cache;
+  p.page_size = pages.page_size, p.num_pages = pages.num_pages, p.max_pages = pages.max_pages;
   return p;
 }
 
@@ -88,27 +94,46 @@ std::string steps_with(Pred has) {
   return names.empty() ? "none in this library" : out;
 }
 
-// What every call of `direction` checks first, without a device: the step has that launcher, and
-// its rule (dtypes, head_dim, GQA, sizes, its supports()) takes the problem; the variant exists.
-void check_problem(const fa::StepInfo& s, const fa::AttnParams& p, int direction) {
+bool runs_contiguous_decode(const fa::StepInfo& t) { return t.attn_fwd && t.attn_rule.kv_cache && !t.attn_rule.paged; }
+bool runs_paged_decode(const fa::StepInfo& t) { return t.attn_fwd && t.attn_rule.paged; }
+
+// What every call of `direction` checks first, without a device: the step has that launcher (a paged
+// call, `paged`, only on a step that reads a paged cache, and such a step through no other call), and
+// its rule (dtypes, head_dim, GQA, sizes, the pages' shape, its supports()) takes the problem; the
+// variant exists.
+void check_problem(const fa::StepInfo& s, const fa::AttnParams& p, int direction, bool paged = false) {
   if (direction < FA_FORWARD || direction > FA_DECODE)
     throw fa::UsageError("direction " + std::to_string(direction) + " is not 0 (forward), 1 (backward), 2 (decode)");
   if (s.family != fa::Family::Attention) throw fa::UsageError(std::string(s.name) + ": not an attention step");
-  if (s.attn_rule.paged)  // fa_attn_params has no block table yet: the ABI cannot describe its cache
-    throw fa::UsageError(std::string(s.name) + ": reads a paged KV cache, which this ABI cannot pass yet (no block "
-                         "table); use its executable, or step 22 for a contiguous cache");
+  // A paged step's launcher reads K and V through the block table and refuses a contiguous cache (step
+  // 23's supports()): said here in this ABI's terms rather than its command line's.
+  if (s.attn_rule.paged && !paged)
+    throw fa::UsageError(std::string(s.name) + ": reads a paged KV cache only: call fa_decode_paged (fa_decode, a "
+                         "contiguous cache: " + steps_with(runs_contiguous_decode) + ")");
+  if (paged && !runs_paged_decode(s))
+    throw fa::UsageError(std::string(s.name) + ": runs no paged KV cache (fa_decode_paged: " +
+                         steps_with(runs_paged_decode) + ")" +
+                         (runs_contiguous_decode(s) ? "; it reads a contiguous one through fa_decode" : ""));
+  // The rule below reads page_size 0 as a contiguous cache, which a paged call cannot mean.
+  if (paged && p.page_size == 0)
+    throw fa::UsageError(std::string(s.name) + ": a paged KV cache needs a page size of at least 1 (got 0)");
   if (direction == FA_BACKWARD && !s.attn_bwd)
     throw fa::UsageError(std::string(s.name) + ": has no backward (steps with one: " +
                          steps_with([](const fa::StepInfo& t) { return t.attn_bwd != nullptr; }) + ")");
   if (direction == FA_DECODE && !s.attn_rule.kv_cache)
-    throw fa::UsageError(std::string(s.name) + ": runs no KV cache (decode: " +
-                         steps_with([](const fa::StepInfo& t) { return t.attn_rule.kv_cache && !t.attn_rule.paged; }) +
-                         ")");
+    throw fa::UsageError(std::string(s.name) + ": runs no KV cache (decode: " + steps_with(runs_contiguous_decode) +
+                         "; paged: " + steps_with(runs_paged_decode) + ")");
   const int n_variants = s.variants.empty() ? 1 : int(s.variants.size());
   if (p.variant < 0 || p.variant >= n_variants)
     throw fa::UsageError(std::string(s.name) + ": no variant " + std::to_string(p.variant) + " (it has " +
                          std::to_string(n_variants) + ")");
   fa::check_attention_launch(s, p, {}, "");
+  // The lengths are on the device, so only their bound, seq_k, can be held to what the table reaches:
+  // with seq_k past it, a length the contract allows would read past its sequence's row of the table.
+  if (paged && static_cast<long long>(p.seq_k) > static_cast<long long>(p.max_pages) * p.page_size)
+    throw fa::UsageError(std::string(s.name) + ": seq_k (" + std::to_string(p.seq_k) +
+                         ", the capacity) must be at most max_pages·page_size = " + std::to_string(p.max_pages) +
+                         "·" + std::to_string(p.page_size) + " (the keys a row of the block table reaches)");
 }
 
 std::size_t workspace_of(const fa::StepInfo& s, const fa::AttnParams& p, int direction) {
@@ -127,8 +152,8 @@ struct Ptr {
 // The problem (check_problem), then each pointer: there (the kernels would fault on null), and
 // aligned as check_attention_launch requires; then the workspace.
 void check_launch(const fa::StepInfo& s, const fa::AttnParams& p, int direction, std::initializer_list<Ptr> ptrs,
-                  const void* workspace, std::size_t workspace_bytes) {
-  check_problem(s, p, direction);
+                  const void* workspace, std::size_t workspace_bytes, bool paged = false) {
+  check_problem(s, p, direction, paged);
   for (const Ptr& x : ptrs) {
     if (!x.ptr) throw fa::UsageError(std::string(s.name) + ": " + x.name + " is null");
     if (x.aligned) fa::check_attention_launch(s, p, {x.ptr}, x.name);
@@ -219,9 +244,10 @@ int fa_step_info_get(int index, fa_step_info* out) {
     i.workspace_note = s.workspace_note ? s.workspace_note : "";
     i.family = int(s.family);
     const bool attn = s.family == fa::Family::Attention;
-    i.has_forward = attn && s.attn_fwd && !s.attn_rule.paged;  // a paged step: no launch through this ABI yet
+    i.has_forward = attn && s.attn_fwd && !s.attn_rule.paged;  // a paged step: fa_decode_paged only
     i.has_backward = attn && s.attn_bwd;
-    i.has_decode = attn && s.attn_fwd && s.attn_rule.kv_cache && !s.attn_rule.paged;
+    i.has_decode = attn && runs_contiguous_decode(s);
+    i.has_paged_decode = attn && runs_paged_decode(s);
     i.needs_cc = s.needs_cc;
     if (attn) {
       for (fa::DType t : s.attn_rule.dtypes)
@@ -283,6 +309,23 @@ int fa_workspace_size(int index, const fa_attn_params* p, int direction, size_t*
   });
 }
 
+int fa_check_paged(int index, const fa_attn_params* p, int page_size, int num_pages, int max_pages) {
+  return guarded([&] {
+    check_problem(step_at(index), params_of(p, true, {page_size, num_pages, max_pages}), FA_DECODE, true);
+  });
+}
+
+int fa_workspace_size_paged(int index, const fa_attn_params* p, int page_size, int num_pages, int max_pages,
+                            size_t* bytes) {
+  return guarded([&] {
+    if (!bytes) throw fa::UsageError("fa_workspace_size_paged: null output");
+    const fa::StepInfo& s = step_at(index);
+    const fa::AttnParams a = params_of(p, true, {page_size, num_pages, max_pages});
+    check_problem(s, a, FA_DECODE, true);
+    *bytes = workspace_of(s, a, FA_DECODE);
+  });
+}
+
 int fa_forward(int index, const fa_attn_params* p, const void* q, const void* k, const void* v, void* o, float* lse,
                void* workspace, size_t workspace_bytes, void* stream) {
   const fa::StepInfo* s = nullptr;
@@ -312,6 +355,29 @@ int fa_decode(int index, const fa_attn_params* p, const void* q, const void* k_c
                   {o, "O"},
                   {lse, "LSE", false}},
                  workspace, workspace_bytes);
+  });
+  if (code != FA_OK) return code;
+  return launch_on_device(*s, [&] { s->attn_fwd(a, static_cast<cudaStream_t>(stream)); });
+}
+
+int fa_decode_paged(int index, const fa_attn_params* p, int page_size, int num_pages, int max_pages, const void* q,
+                    const void* k_pages, const void* v_pages, const int* block_table, const int* cache_seqlens, void* o,
+                    float* lse, void* workspace, size_t workspace_bytes, void* stream) {
+  const fa::StepInfo* s = nullptr;
+  fa::AttnFwdArgs a{};
+  const int code = guarded([&] {
+    s = &step_at(index);
+    a = {params_of(p, true, {page_size, num_pages, max_pages}), q, k_pages, v_pages, o, lse, workspace, cache_seqlens,
+         block_table};
+    check_launch(*s, a.p, FA_DECODE,
+                 {{q, "Q"},
+                  {k_pages, "the K pages"},
+                  {v_pages, "the V pages"},
+                  {block_table, "block_table", false},
+                  {cache_seqlens, "cache_seqlens", false},
+                  {o, "O"},
+                  {lse, "LSE", false}},
+                 workspace, workspace_bytes, true);
   });
   if (code != FA_OK) return code;
   return launch_on_device(*s, [&] { s->attn_fwd(a, static_cast<cudaStream_t>(stream)); });

@@ -9,6 +9,12 @@
  * type `dtype`; LSE [batch, heads, seq_q] fp32, natural log. They are asynchronous on `stream` (a
  * cudaStream_t; null: the legacy default stream) and run on the current device.
  *
+ * A paged KV cache (step 23) has calls of its own, fa_check_paged, fa_workspace_size_paged and
+ * fa_decode_paged, which take the pages' shape beside the problem: K and V are pools of pages,
+ * [num_pages, page_size, kv_heads, head_dim], and sequence b's key j is row j % page_size of page
+ * block_table[b * max_pages + j / page_size]. A step that reads a paged cache runs through them only
+ * (has_paged_decode), and the other calls refuse it; fa_decode_paged refuses a step that reads none.
+ *
  * Errors: every call returns FA_OK or an error code (the series' exit codes, host/check.h), and
  * fa_last_error() holds the message of this thread's last failed call. Arguments are checked before
  * the device is asked (the step's own rule: fa::check_attention_launch), so a refusal needs no GPU.
@@ -28,7 +34,9 @@ extern "C" {
 #define FA_API __attribute__((visibility("default")))
 #endif
 
-#define FA_ABI_VERSION 1
+/* 2: fa_step_info gained has_paged_decode (at its end: a caller built against 1 passes a smaller
+ * struct, which the library would write past), and the paged calls were added. */
+#define FA_ABI_VERSION 2
 
 enum fa_status {
   FA_OK = 0,
@@ -48,7 +56,7 @@ typedef struct {
   const char* prev;                          /* the step it is checked against, or "" */
   const char* workspace_note;                /* what its workspace holds, or "" */
   int family;                                /* enum fa_family */
-  int has_forward, has_backward, has_decode; /* attention launchers; decode: runs a KV cache (none: a paged step) */
+  int has_forward, has_backward, has_decode; /* attention launchers; decode: a contiguous KV cache (fa_decode) */
   int needs_cc;                              /* major*10 + minor of the one GPU its kernels run on; 0: any */
   int n_dtypes;
   int dtypes[3]; /* enum fa_dtype, the first is its default */
@@ -56,7 +64,8 @@ typedef struct {
   int positive_scale; /* the softmax scale must be > 0 */
   int gqa;            /* runs fewer K/V heads than query heads */
   long long max_batch_heads;
-  int n_variants; /* names: fa_step_variant */
+  int n_variants;       /* names: fa_step_variant */
+  int has_paged_decode; /* reads a paged KV cache (fa_decode_paged), and only that: no other launch call */
 } fa_step_info;
 
 typedef struct {
@@ -96,6 +105,24 @@ FA_API int fa_forward(int index, const fa_attn_params* p, const void* q, const v
 FA_API int fa_decode(int index, const fa_attn_params* p, const void* q, const void* k_cache, const void* v_cache,
                      const int* cache_seqlens, void* o, float* lse, void* workspace, size_t workspace_bytes,
                      void* stream);
+/* The paged form: the problem `p` as for fa_decode, with seq_k the capacity of each sequence, which
+ * must be at most max_pages * page_size (the keys a row of the block table reaches), and the pages'
+ * shape: page_size keys per page (at least 1), num_pages pages in the pool, max_pages entries per
+ * sequence in the table. The step's rule (fa::check_attention_launch) refuses what it cannot run.
+ * fa_check_paged and fa_workspace_size_paged ask without a device, as fa_check and fa_workspace_size. */
+FA_API int fa_check_paged(int index, const fa_attn_params* p, int page_size, int num_pages, int max_pages);
+FA_API int fa_workspace_size_paged(int index, const fa_attn_params* p, int page_size, int num_pages, int max_pages,
+                                   size_t* bytes);
+/* Forward over a paged KV cache: k_pages, v_pages [num_pages, page_size, kv_heads, head_dim] (16-byte
+ * aligned, as every tensor); block_table [batch, max_pages] and cache_seqlens [batch] int32 on the
+ * device, each length in [0, seq_k], and the first ceil(len / page_size) entries of sequence b's row
+ * in [0, num_pages): entries past them are never read (-1 is fine there). Neither is read on the host,
+ * so neither is checked here: a length or a page index outside those ranges reads outside the pool.
+ * Rows of a page past a sequence's length are never read either. */
+FA_API int fa_decode_paged(int index, const fa_attn_params* p, int page_size, int num_pages, int max_pages,
+                           const void* q, const void* k_pages, const void* v_pages, const int* block_table,
+                           const int* cache_seqlens, void* o, float* lse, void* workspace, size_t workspace_bytes,
+                           void* stream);
 /* dQ, dK, dV from dO, given the forward's O and LSE (any step's forward: they share the LSE). */
 FA_API int fa_backward(int index, const fa_attn_params* p, const void* q, const void* k, const void* v, const void* o,
                        const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace,

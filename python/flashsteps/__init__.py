@@ -1,8 +1,9 @@
 """flashsteps: the series' attention kernels (libfa_steps.so, capi/) from Python and PyTorch.
 
 Without PyTorch: ``library()`` (the C ABI through ctypes: the steps, their rules, the device) and
-``python -m flashsteps info``. With PyTorch (>= 2.4): ``attention`` and ``decode`` (flashsteps.ops),
-custom ops with autograd, imported on first use so that this package imports without torch.
+``python -m flashsteps info``. With PyTorch (>= 2.4): ``attention`` and ``decode`` (flashsteps.ops; decode
+over a contiguous KV cache, or a paged one with ``block_table=``), custom ops with autograd, imported on first
+use so that this package imports without torch.
 """
 from ._lib import (
     FlashStepsError,

@@ -5,7 +5,7 @@ Needs neither PyTorch nor a GPU: without one it says why and still lists the ste
 import argparse
 import sys
 
-from ._lib import FlashStepsError, LibraryNotFound, default_step, library
+from ._lib import KINDS, FlashStepsError, LibraryNotFound, default_step, library
 
 
 def info(out=sys.stdout) -> int:
@@ -28,7 +28,7 @@ def info(out=sys.stdout) -> int:
             print(f"  {s.name}: {s.family} (not callable from here)", file=out)
             continue
         what = [w for w, has in (("forward", s.has_forward), ("backward", s.has_backward),
-                                 ("decode", s.has_decode)) if has]
+                                 ("decode", s.has_decode), ("paged decode", s.has_paged_decode)) if has]
         rule = f"{'/'.join(s.dtypes)}, head_dim {s.head_dim_rule()}" + (", GQA" if s.gqa else "")
         if s.variants:
             rule += ", variants " + "/".join(s.variants)
@@ -39,12 +39,13 @@ def info(out=sys.stdout) -> int:
             why = lib.runs_here(s)
             where = "  [runs here]" if not why else "  [not here: another GPU]"
         print(f"  {s.name}: {' + '.join(what)}; {rule}{where}", file=out)
-    for kind in ("forward", "backward", "decode"):
+    for kind in KINDS:
+        label = kind.replace("_", " ")
         if gpu:
             try:
-                print(f"default {kind}: {default_step(kind).name}", file=out)
+                print(f"default {label}: {default_step(kind).name}", file=out)
             except FlashStepsError as e:
-                print(f"default {kind}: none ({e})", file=out)
+                print(f"default {label}: none ({e})", file=out)
             continue
         # No GPU to choose for: the choice on a Hopper GPU and on any other.
         choice = []
@@ -53,7 +54,7 @@ def info(out=sys.stdout) -> int:
                 choice.append(f"{default_step(kind, cc).name} {where}")
             except FlashStepsError:
                 choice.append(f"none {where}")
-        print(f"default {kind}: " + ", ".join(choice) + " (no GPU here to choose for)", file=out)
+        print(f"default {label}: " + ", ".join(choice) + " (no GPU here to choose for)", file=out)
     return 0
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 LIB_NAME = "libfa_steps.so"
 ENV_LIB = "FLASHSTEPS_LIB"
-ABI_VERSION = 1  # FA_ABI_VERSION of the header this module is written against
+ABI_VERSION = 2  # FA_ABI_VERSION of the header this module is written against (2: the paged calls)
 
 # enum fa_status, fa_dtype, fa_family, fa_direction (capi/fa_steps.h)
 OK, ERR_CUDA, ERR_USAGE, ERR_NO_DEVICE, ERR_WRONG_DEVICE, ERR_INTERNAL = range(6)
@@ -68,6 +68,7 @@ class _StepInfo(ctypes.Structure):
         ("gqa", ctypes.c_int),
         ("max_batch_heads", ctypes.c_longlong),
         ("n_variants", ctypes.c_int),
+        ("has_paged_decode", ctypes.c_int),
     ]
 
 
@@ -108,7 +109,8 @@ class Step:
     family: str
     has_forward: bool
     has_backward: bool
-    has_decode: bool
+    has_decode: bool  # a contiguous KV cache (decode without a block table)
+    has_paged_decode: bool  # a paged KV cache (decode with a block table), and nothing else
     needs_cc: int  # major*10 + minor of the one GPU it runs on; 0: any the build targets
     dtypes: tuple  # ("fp16", "bf16"): the first is its default
     max_head_dim: int
@@ -168,6 +170,9 @@ def _declare(lib):
         "fa_workspace_size": (c_int, [c_int, P, c_int, ctypes.POINTER(c_size_t)]),
         "fa_forward": (c_int, [c_int, P] + [_VOIDP] * 5 + [_VOIDP, c_size_t, _VOIDP]),
         "fa_decode": (c_int, [c_int, P] + [_VOIDP] * 6 + [_VOIDP, c_size_t, _VOIDP]),
+        "fa_check_paged": (c_int, [c_int, P, c_int, c_int, c_int]),
+        "fa_workspace_size_paged": (c_int, [c_int, P, c_int, c_int, c_int, ctypes.POINTER(c_size_t)]),
+        "fa_decode_paged": (c_int, [c_int, P, c_int, c_int, c_int] + [_VOIDP] * 7 + [_VOIDP, c_size_t, _VOIDP]),
         "fa_backward": (c_int, [c_int, P] + [_VOIDP] * 9 + [_VOIDP, c_size_t, _VOIDP]),
     }
     for name, (res, args) in sig.items():
@@ -207,6 +212,7 @@ class Library:
             has_forward=bool(info.has_forward),
             has_backward=bool(info.has_backward),
             has_decode=bool(info.has_decode),
+            has_paged_decode=bool(info.has_paged_decode),
             needs_cc=info.needs_cc,
             dtypes=tuple(DTYPES[info.dtypes[j]] for j in range(info.n_dtypes)),
             max_head_dim=info.max_head_dim,
@@ -245,6 +251,17 @@ class Library:
         self._raise(self.lib.fa_workspace_size(self.step(step).index, ctypes.byref(p), direction, ctypes.byref(n)))
         return n.value
 
+    def check_paged(self, step, p: AttnParams, page_size: int, num_pages: int, max_pages: int):
+        """check() for a paged KV cache: the pages' shape beside the problem (p.seq_k the capacity,
+        at most max_pages * page_size); UsageError with the reason (no device needed)."""
+        self._raise(self.lib.fa_check_paged(self.step(step).index, ctypes.byref(p), page_size, num_pages, max_pages))
+
+    def workspace_size_paged(self, step, p: AttnParams, page_size: int, num_pages: int, max_pages: int) -> int:
+        n = ctypes.c_size_t(0)
+        self._raise(self.lib.fa_workspace_size_paged(self.step(step).index, ctypes.byref(p), page_size, num_pages,
+                                                     max_pages, ctypes.byref(n)))
+        return n.value
+
     def forward(self, step, p, q, k, v, o, lse, workspace=None, workspace_bytes=0, stream=None):
         """Device pointers as ints (tensor.data_ptr()); stream a cudaStream_t as an int, or None."""
         self._raise(self.lib.fa_forward(self.step(step).index, ctypes.byref(p), q, k, v, o, lse, workspace,
@@ -254,6 +271,14 @@ class Library:
                stream=None):
         self._raise(self.lib.fa_decode(self.step(step).index, ctypes.byref(p), q, k_cache, v_cache, cache_seqlens,
                                        o, lse, workspace, workspace_bytes, stream))
+
+    def decode_paged(self, step, p, page_size, num_pages, max_pages, q, k_pages, v_pages, block_table, cache_seqlens,
+                     o, lse, workspace=None, workspace_bytes=0, stream=None):
+        """decode() over a paged cache: k_pages, v_pages [num_pages, page_size, kv_heads, head_dim],
+        block_table [batch, max_pages] int32 on the device (fa_decode_paged, capi/fa_steps.h)."""
+        self._raise(self.lib.fa_decode_paged(self.step(step).index, ctypes.byref(p), page_size, num_pages, max_pages,
+                                             q, k_pages, v_pages, block_table, cache_seqlens, o, lse, workspace,
+                                             workspace_bytes, stream))
 
     def backward(self, step, p, q, k, v, o, dout, lse, dq, dk, dv, workspace=None, workspace_bytes=0, stream=None):
         self._raise(self.lib.fa_backward(self.step(step).index, ctypes.byref(p), q, k, v, o, dout, lse, dq, dk, dv,
@@ -275,14 +300,21 @@ def library() -> Library:
 DEFAULT_FORWARD = ("19_hopper_pingpong_overlap", "11_tuned_forward")
 DEFAULT_BACKWARD = ("16_deterministic_backward",)
 DEFAULT_DECODE = ("22_split_kv_decode",)
+DEFAULT_PAGED_DECODE = ("23_paged_kv_decode",)
+KINDS = ("forward", "backward", "decode", "paged_decode")
 
 
 def default_step(kind: str, cc: int = None) -> Step:
-    """The default step for "forward", "backward" or "decode": the first of DEFAULT_<KIND> that the
-    library has and that runs on a GPU of compute capability `cc` (major*10 + minor; None: the
-    current device's). FlashStepsError (NoDeviceError without a GPU) with each candidate's reason."""
+    """The default step for "forward", "backward", "decode" or "paged_decode" (KINDS): the first of
+    DEFAULT_<KIND> that the library has and that runs on a GPU of compute capability `cc`
+    (major*10 + minor; None: the current device's). FlashStepsError (NoDeviceError without a GPU)
+    with each candidate's reason."""
     lib = library()
-    names = {"forward": DEFAULT_FORWARD, "backward": DEFAULT_BACKWARD, "decode": DEFAULT_DECODE}[kind]
+    defaults = {"forward": DEFAULT_FORWARD, "backward": DEFAULT_BACKWARD, "decode": DEFAULT_DECODE,
+                "paged_decode": DEFAULT_PAGED_DECODE}
+    if kind not in defaults:
+        raise ValueError(f"no default step of kind {kind!r} (kinds: {', '.join(KINDS)})")
+    names = defaults[kind]
     if cc is None:
         try:
             cc = lib.device()[0]

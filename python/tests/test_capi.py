@@ -43,17 +43,13 @@ def add_step_lines():
 
 
 def attention_steps(lib):
-    """The attention steps this ABI launches (a paged-cache step has no launcher here: no block table yet)."""
+    """The attention steps that fa_check asks about (a paged-cache step runs through the paged calls only:
+    paged_steps)."""
     return [s for s in lib.steps if s.family == "attention" and (s.has_forward or s.has_backward)]
 
 
-def test_a_paged_step_is_listed_but_refused(lib):
-    paged = [s for s in lib.steps if s.name == "23_paged_kv_decode"]
-    if not paged:
-        pytest.skip("step 23 is not in this build")
-    s = paged[0]
-    assert s.family == "attention" and not s.has_forward and not s.has_decode
-    assert "reads a paged KV cache, which this ABI cannot pass yet" in refusal(lib.check, s, problem(s), L.FORWARD)
+def paged_steps(lib):
+    return [s for s in lib.steps if s.has_paged_decode]
 
 
 def refusal(fn, *args):
@@ -68,8 +64,15 @@ def refusal(fn, *args):
 
 
 def test_loads_with_its_abi_version(lib):
-    assert lib.lib.fa_abi_version() == L.ABI_VERSION
+    assert lib.lib.fa_abi_version() == L.ABI_VERSION == 2  # 2: has_paged_decode and the paged calls
     assert lib.path.is_file()
+
+
+def test_another_abi_version_is_refused(lib, monkeypatch):
+    """A library built against another header would read or write fa_step_info at another size."""
+    monkeypatch.setattr(L, "ABI_VERSION", 1)
+    with pytest.raises(flashsteps.FlashStepsError, match="has ABI version 2; this package needs 1"):
+        L.Library()
 
 
 def test_lists_every_step_of_the_build_in_order(lib):
@@ -109,7 +112,11 @@ def test_the_series_steps_declare_what_the_package_relies_on(lib):
         assert s.gqa and s.positive_scale and s.needs_cc == 0
     assert fwd.has_forward and not fwd.has_backward and not fwd.has_decode
     assert bwd.has_backward and bwd.variants == ("atomic", "deterministic")
-    assert dec.has_decode
+    assert dec.has_decode and not dec.has_paged_decode
+    paged = lib.step("23_paged_kv_decode")
+    assert paged.dtypes == dec.dtypes and paged.gqa and paged.positive_scale and paged.needs_cc == 0
+    assert paged.has_paged_decode and not (paged.has_forward or paged.has_backward or paged.has_decode)
+    assert [s.name for s in paged_steps(lib)] == ["23_paged_kv_decode"]
     if "19_hopper_pingpong_overlap" in [s.name for s in lib.steps]:
         hopper = lib.step("19")
         assert hopper.needs_cc == 90 and hopper.has_forward and hopper.gqa and hopper.variants[0] == "full"
@@ -124,13 +131,18 @@ def test_default_steps_by_compute_capability(lib):
     for cc in (80, 90):
         assert L.default_step("backward", cc).name == "16_deterministic_backward"
         assert L.default_step("decode", cc).name == "22_split_kv_decode"
+        assert L.default_step("paged_decode", cc).name == "23_paged_kv_decode"
+    with pytest.raises(ValueError, match="no default step of kind 'prefill'"):
+        L.default_step("prefill", 90)
 
 
 def test_non_attention_steps_refuse_attention_calls(lib):
     for s in lib.steps:
         if s.family != "attention":
-            assert not (s.has_forward or s.has_backward or s.has_decode)
+            assert not (s.has_forward or s.has_backward or s.has_decode or s.has_paged_decode)
             assert "not an attention step" in refusal(lib.check, s, L.params(1, 1, 1, 8, 8, 64, "fp32"))
+            assert "not an attention step" in refusal(lib.check_paged, s, L.params(1, 1, 1, 1, 64, 64, "fp32"),
+                                                      16, 8, 4)
 
 
 # ---- each attention step's rule, asked through the ABI ------------------------------------------
@@ -216,6 +228,147 @@ def test_decode_step_refuses_a_prefill(lib):
     s = lib.step("22_split_kv_decode")
     lib.check(s, problem(s, seq_q=64), L.DECODE)
     assert "seq_q at most 64" in refusal(lib.check, s, problem(s, seq_q=65), L.DECODE)
+
+
+# ---- the paged calls: fa_check_paged, fa_workspace_size_paged, fa_decode_paged -------------------
+
+PAGES = dict(page_size=16, num_pages=40, max_pages=8)  # 8 pages of 16 keys per sequence: capacity 128
+
+
+def paged_problem(step, **kw):
+    """A paged decode problem the step runs: its capacity seq_k = max_pages * page_size of PAGES."""
+    return problem(step, **dict(dict(seq_q=1, seq_k=PAGES["max_pages"] * PAGES["page_size"]), **kw))
+
+
+def pages(**kw):
+    d = dict(PAGES, **kw)
+    return d["page_size"], d["num_pages"], d["max_pages"]
+
+
+def test_a_paged_step_runs_through_the_paged_calls_only(lib):
+    contiguous = [s.name for s in lib.steps if s.has_decode]
+    for s in paged_steps(lib):
+        lib.check_paged(s, paged_problem(s), *pages())
+        for direction in (L.FORWARD, L.DECODE):
+            message = refusal(lib.check, s, paged_problem(s), direction)
+            assert message.startswith(f"{s.name}: reads a paged KV cache only: call fa_decode_paged"), message
+            assert all(n in message for n in contiguous)
+        message = refusal(lib.decode, s, paged_problem(s), *([FAKE] * 6), FAKE, 1 << 30)  # fa_decode
+        assert message.startswith(f"{s.name}: reads a paged KV cache only: call fa_decode_paged"), message
+        assert refusal(lib.forward, s, paged_problem(s), *([FAKE] * 5), FAKE, 1 << 30).startswith(
+            f"{s.name}: reads a paged KV cache only")
+
+
+def test_a_step_without_a_paged_cache_refuses_the_paged_calls(lib):
+    with_pages = [s.name for s in paged_steps(lib)]
+    assert with_pages
+    for s in lib.steps:
+        if s.family != "attention" or s.has_paged_decode:
+            continue
+        message = refusal(lib.check_paged, s, paged_problem(s), *pages())
+        assert message.startswith(f"{s.name}: runs no paged KV cache (fa_decode_paged: "), message
+        assert all(n in message for n in with_pages)
+        assert ("it reads a contiguous one through fa_decode" in message) == s.has_decode
+        # The launch call too, before any device: every pointer is a valid fake.
+        args = (*pages(), *([FAKE] * 7), FAKE, 1 << 30)
+        assert refusal(lib.decode_paged, s, paged_problem(s), *args) == message
+
+
+def test_paged_step_rule(lib):
+    """The step's own rule (fa::check_attention_launch) through the paged calls: dtypes, head_dim, GQA,
+    the decode limit on seq_q, the scale."""
+    for s in paged_steps(lib):
+        for dtype in L.DTYPES:
+            p = paged_problem(s, dtype=dtype)
+            if dtype in s.dtypes:
+                lib.check_paged(s, p, *pages())
+            else:
+                assert f"this step computes in {'/'.join(s.dtypes)} only" in refusal(lib.check_paged, s, p, *pages())
+        assert f"head_dim must be a multiple of {s.head_dim_multiple}" in refusal(
+            lib.check_paged, s, paged_problem(s, head_dim=s.max_head_dim + s.head_dim_multiple), *pages())
+        lib.check_paged(s, paged_problem(s, heads=8, kv_heads=1), *pages())  # MQA
+        assert "must be a multiple of the K/V heads (3)" in refusal(
+            lib.check_paged, s, paged_problem(s, heads=4, kv_heads=3), *pages())
+        assert "seq_q at most 64" in refusal(lib.check_paged, s, paged_problem(s, seq_q=65), *pages())
+        assert "the softmax scale must be positive" in refusal(lib.check_paged, s, paged_problem(s, scale=-1.0),
+                                                               *pages())
+        assert "every size must be at least 1" in refusal(lib.check_paged, s, paged_problem(s, batch=0), *pages())
+
+
+def test_page_parameters(lib):
+    s = lib.step("23_paged_kv_decode")
+    p = paged_problem(s)
+    assert refusal(lib.check_paged, s, p, *pages(page_size=0)) == \
+        "23_paged_kv_decode: a paged KV cache needs a page size of at least 1 (got 0)"
+    rule = "a paged KV cache needs a page size, a page count and pages per sequence of at least 1"
+    for bad in (dict(page_size=-16), dict(num_pages=0), dict(max_pages=0), dict(num_pages=-1)):
+        assert rule in refusal(lib.check_paged, s, p, *pages(**bad)), bad
+    # The capacity (seq_k) is what a row of the table reaches, and no more: 8 pages of 16 keys.
+    lib.check_paged(s, paged_problem(s, seq_k=128), *pages())
+    lib.check_paged(s, paged_problem(s, seq_k=1), *pages())
+    lib.check_paged(s, paged_problem(s, seq_k=129), *pages(page_size=1, max_pages=129))  # pages of one key
+    message = refusal(lib.check_paged, s, paged_problem(s, seq_k=129), *pages())
+    assert "seq_k (129, the capacity) must be at most max_pages·page_size = 8·16" in message
+    # Sizes whose product passes 2^31 are compared without overflow.
+    lib.check_paged(s, paged_problem(s, seq_k=2**31 - 1), *pages(page_size=2**20, max_pages=2**12))
+    # The same refusals from the size query and the launch, before any device.
+    assert "(got 0)" in refusal(lib.workspace_size_paged, s, p, *pages(page_size=0))
+    assert "(got 0)" in refusal(lib.decode_paged, s, p, *pages(page_size=0), *([FAKE] * 7), FAKE, 1 << 30)
+    assert "must be at most max_pages·page_size" in refusal(lib.decode_paged, s, paged_problem(s, seq_k=129),
+                                                            *pages(), *([FAKE] * 7), FAKE, 1 << 30)
+
+
+def test_paged_pointers_are_named(lib):
+    s = lib.step("23_paged_kv_decode")
+    p = paged_problem(s)
+    names = ("Q", "the K pages", "the V pages", "block_table", "cache_seqlens", "O", "LSE")
+    for i, name in enumerate(names):
+        args = [FAKE] * 7
+        args[i] = None
+        assert refusal(lib.decode_paged, s, p, *pages(), *args, FAKE, 1 << 30) == f"23_paged_kv_decode: {name} is null"
+    for i, name in enumerate(names):
+        if name in ("block_table", "cache_seqlens", "LSE"):  # int32 and fp32 arrays: no 16-byte vector loads
+            continue
+        args = [FAKE] * 7
+        args[i] = FAKE + 8
+        assert refusal(lib.decode_paged, s, p, *pages(), *args, FAKE, 1 << 30) == \
+            f"23_paged_kv_decode: {name} must be 16-byte aligned (16-byte vector loads)"
+    message = refusal(lib.decode_paged, s, paged_problem(s, dtype="fp32"), *pages(), *([None] * 7))
+    assert "computes in fp16/bf16 only" in message  # the rule before the pointers
+    assert lib.lib.fa_check_paged(s.index, None, *pages()) == L.ERR_USAGE
+    assert "null" in lib.lib.fa_last_error().decode()
+
+
+def test_paged_workspace(lib):
+    s = lib.step("23_paged_kv_decode")
+    # Splits (and their workspace) only where the cache is long and the rows few: one sequence, one K/V head,
+    # 64k keys in 4096 pages of 16. Without a device the step plans for its most splits; on any, for at
+    # least two here. The workspace holds each split's partial O and LSE: a whole number of those.
+    p = paged_problem(s, batch=1, heads=1, kv_heads=1, seq_k=65536)
+    shape = pages(page_size=16, num_pages=4096, max_pages=4096)
+    n = lib.workspace_size_paged(s, p, *shape)
+    per_split = 1 * 1 * 1 * (s.max_head_dim + 1) * 4
+    assert n >= 2 * per_split and n % per_split == 0
+    message = refusal(lib.decode_paged, s, p, *shape, *([FAKE] * 7))
+    assert f"needs a workspace of {n} bytes" in message and "given none" in message
+    message = refusal(lib.decode_paged, s, p, *shape, *([FAKE] * 7), FAKE, n - 1)
+    assert f"given {n - 1} bytes" in message
+    assert lib.lib.fa_workspace_size_paged(s.index, ctypes.byref(p), *shape, None) == L.ERR_USAGE
+    assert "null output" in lib.lib.fa_last_error().decode()
+    # Many rows fill the SMs without splitting: no workspace on a device. Without one, the step plans
+    # for its most splits: a workspace either way, never a refusal.
+    assert lib.workspace_size_paged(s, paged_problem(s, batch=64, heads=32, kv_heads=8), *pages()) >= 0
+
+
+def test_an_accepted_paged_call_without_a_gpu_says_so(lib):
+    if has_gpu(lib):
+        pytest.skip("a GPU is present: a call with fake pointers would launch")
+    s = lib.step("23_paged_kv_decode")
+    p = paged_problem(s)
+    n = lib.workspace_size_paged(s, p, *pages())
+    with pytest.raises(flashsteps.NoDeviceError) as e:
+        lib.decode_paged(s, p, *pages(), *([FAKE] * 7), FAKE, max(n, 1))
+    assert e.value.code == L.ERR_NO_DEVICE and "no usable CUDA device" in str(e.value)
 
 
 def test_bad_dtype_code_and_null_problem(lib):
@@ -365,12 +518,14 @@ def test_info_without_a_gpu(lib):
     assert "16_deterministic_backward: forward + backward; fp16/bf16, head_dim a multiple of 8, at most 128, GQA, " \
            "variants atomic/deterministic" in out
     assert "22_split_kv_decode: forward + decode" in out
+    assert "23_paged_kv_decode: paged decode; fp16/bf16" in out
     if has_gpu(lib):
         assert "GPU: " in out and "default forward: " in out
     else:
         assert "no GPU: no usable CUDA device" in out
         assert "default forward: " in out and "11_tuned_forward elsewhere (no GPU here to choose for)" in out
         assert "default backward: 16_deterministic_backward on sm_90" in out
+        assert "default paged decode: 23_paged_kv_decode on sm_90, 23_paged_kv_decode elsewhere" in out
 
 
 def test_info_names_where_it_looked_for_the_library(tmp_path):

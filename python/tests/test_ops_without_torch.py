@@ -6,7 +6,8 @@ torch's schema inference takes (real type annotations of the supported kinds, no
 defaults); the fake implementations give the real ones' shapes and dtypes; the autograd formula
 returns a gradient per input and calls the backward op with its own argument order; attention()
 and decode() pass the ops what they expect and refuse what the library cannot see. The real
-implementations (the library on a GPU) are python.gpu's.
+implementations (the library on a GPU) are python.gpu's; decode() with a block table is checked
+the same way against the paged op.
 """
 import importlib
 import inspect
@@ -124,15 +125,16 @@ PARAM_TYPES = {Tensor, int, float, bool, str, typing.Optional[Tensor], typing.Op
                typing.Optional[float], typing.Optional[bool]}
 
 
-def test_registers_three_ops_with_fakes(ops):
+def test_registers_four_ops_with_fakes(ops):
     assert set(STUB.registered) == {"flashsteps::attention_forward", "flashsteps::attention_backward",
-                                    "flashsteps::decode"}
+                                    "flashsteps::decode", "flashsteps::decode_paged"}
     for op in STUB.registered.values():
         assert op.fake is not None, op.name
         assert op.mutates_args == ()
     assert STUB.registered["flashsteps::attention_forward"].backward is not None
     assert STUB.registered["flashsteps::attention_forward"].setup_context is not None
     assert STUB.registered["flashsteps::decode"].backward is not None  # a clear refusal, not torch's
+    assert STUB.registered["flashsteps::decode_paged"].backward is not None
 
 
 def test_signatures_are_ones_torch_infers_a_schema_for(ops):
@@ -157,6 +159,10 @@ def test_fakes_give_the_real_shapes(ops):
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
     o, lse = STUB.registered["flashsteps::decode"].fake(q, k, k, Tensor((2,), STUB.int32), False, None, "")
     assert (o.shape, lse.shape, lse.dtype) == (q.shape, (2, 8, 33), f32)
+    pages, table = Tensor((40, 16, 2, 64)), Tensor((2, 8), STUB.int32)
+    o, lse = STUB.registered["flashsteps::decode_paged"].fake(q, pages, pages, Tensor((2,), STUB.int32), table, False,
+                                                              None, "")
+    assert (o.shape, o.dtype, lse.shape, lse.dtype) == (q.shape, q.dtype, (2, 8, 33), f32)
 
 
 class Ctx:
@@ -185,8 +191,9 @@ def test_autograd_gives_a_gradient_per_input_from_the_backward_op(ops):
 
 
 def test_decode_has_no_gradient(ops):
-    with pytest.raises(NotImplementedError, match="decode has no backward"):
-        STUB.registered["flashsteps::decode"].backward(Ctx(), None, None)
+    for name in ("flashsteps::decode", "flashsteps::decode_paged"):
+        with pytest.raises(NotImplementedError, match="decode has no backward"):
+            STUB.registered[name].backward(Ctx(), None, None)
 
 
 def forward_args(ops, **kw):
@@ -240,3 +247,63 @@ def test_decode_passes_and_refuses(ops):
         ops.decode(q, kc, kc, Tensor((2,), STUB.int32))
     with pytest.raises(flashsteps.UsageError, match="int32 or int64"):
         ops.decode(q, kc, kc, Tensor((3,), STUB.float32))
+
+
+# ---- decode with a block table: the paged op -----------------------------------------------------
+
+
+def paged_args(ops, q=None, k=None, v=None, lens=None, table=None, **kw):
+    """decode() with a block table, through the stubbed paged op: the arguments the op was given."""
+    for name in ("flashsteps::decode", "flashsteps::decode_paged"):
+        STUB.registered[name].replacement = lambda q, *rest: (Tensor(q.shape), None)
+        STUB.registered[name].calls.clear()
+    q = q or Tensor((3, 8, 2, 128))
+    k = k or Tensor((50, 16, 2, 128), contiguous=False)
+    ops.decode(q, k, v or k, lens or Tensor((3,), STUB.int32), block_table=table or Tensor((3, 9), STUB.int32), **kw)
+    assert not STUB.registered["flashsteps::decode"].calls  # the contiguous op is not the one called
+    op = STUB.registered["flashsteps::decode_paged"]
+    return inspect.signature(op.fn).bind(*op.calls[-1]).arguments
+
+
+def test_decode_with_a_block_table_calls_the_paged_op(ops):
+    table = Tensor((3, 9), STUB.int32, contiguous=False)
+    a = paged_args(ops, table=table, causal=1, scale=1, step=23)
+    assert a["k_pages"].was_made_contiguous and a["v_pages"].was_made_contiguous
+    assert a["block_table"].was_made_contiguous and a["block_table"].shape == (3, 9)
+    assert (a["causal"], a["scale"], a["step"]) == (True, 1.0, "23") and isinstance(a["scale"], float)
+    a = paged_args(ops)
+    assert (a["causal"], a["scale"], a["step"]) == (False, None, "")
+    # Any pool: more or fewer pages than the batch has sequences, one K/V head (MQA).
+    paged_args(ops, k=Tensor((1, 256, 1, 128)))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(k=Tensor((2, 16, 128))), r"k must be 4-D \[num_pages, page_size, kv_heads, head_dim\]"),
+    (dict(k=Tensor((50, 16, 2, 64))), r"the pages \(50, 16, 2, 64\) must agree in head_dim"),
+    (dict(v=Tensor((50, 8, 2, 128))), "k and v must have one shape"),
+    (dict(k=Tensor((50, 16, 2, 128), dtype=STUB.bfloat16)), "one dtype"),
+    (dict(table=Tensor((3,), STUB.int32)), r"block_table must be 2-D \[batch, max_pages\] with batch = 3 "
+                                           r"\(got shape \(3,\)\)"),
+    (dict(table=Tensor((2, 9), STUB.int32)), r"with batch = 3 \(got shape \(2, 9\)\)"),
+    (dict(table=Tensor((3, 9), STUB.int64)), r"block_table must be int32 \(got torch.int64\)"),
+    (dict(table=Tensor((3, 9), STUB.int32, device="cpu")), r"block_table is on cpu:0; it must be on q's device"),
+    (dict(table=Tensor((3, 9), STUB.int32, device="cuda:1")), "it must be on q's device"),
+    (dict(lens=Tensor((2,), STUB.int32)), r"shape \[batch\] = \[3\]"),
+    (dict(lens=Tensor((3,), STUB.float32)), "int32 or int64"),
+])
+def test_decode_with_a_block_table_refuses_what_the_library_cannot_see(ops, bad, message):
+    with pytest.raises(flashsteps.UsageError, match=message):
+        paged_args(ops, **bad)
+    assert not STUB.registered["flashsteps::decode_paged"].calls  # refused before the op
+
+
+def test_decode_with_a_block_table_that_is_not_a_tensor(ops):
+    with pytest.raises(TypeError, match="block_table must be a torch.Tensor"):
+        ops.decode(Tensor((3, 8, 1, 128)), Tensor((50, 16, 2, 128)), Tensor((50, 16, 2, 128)),
+                   Tensor((3,), STUB.int32), block_table=[[0, 1]] * 3)
+
+
+def test_without_a_block_table_pages_are_not_a_cache(ops):
+    """Pages passed without their table read as a contiguous cache: its batch must then agree with q."""
+    with pytest.raises(flashsteps.UsageError, match="must agree in batch and head_dim"):
+        ops.decode(Tensor((3, 8, 1, 128)), Tensor((50, 16, 2, 128)), Tensor((50, 16, 2, 128)), Tensor((3,), STUB.int32))

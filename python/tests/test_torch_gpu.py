@@ -3,7 +3,8 @@
 Correctness is FlashAttention's rule (docs/conventions.md, "Correctness"): per row, the error
 against an fp64 reference is at most twice the error of a plain implementation in the same dtype
 (S, P, O rounded; in the backward also dP, dS and the gradients), plus one ulp of the row's largest
-value. Shapes are drawn at random with odd lengths, GQA and MQA, causal and not.
+value. Shapes are drawn at random with odd lengths, GQA and MQA, causal and not. Decoding over a
+paged cache is held to the same rule and, bit for bit, to the contiguous decode of the same cache.
 """
 import math
 import random
@@ -304,6 +305,16 @@ def test_compile_fullgraph_decode():
     assert torch.equal(compiled(q, k, v, lens), flashsteps.decode(q, k, v, lens))
 
 
+def test_opcheck_and_compile_paged_decode():
+    q, k, v = draw(3, 8, 2, 1, 320, 128, torch.bfloat16)
+    lens = torch.tensor([320, 1, 170], dtype=torch.int32, device=DEV)
+    kp, vp, table = page_cache(k, v, lens, 16, seed=5)
+    flashsteps.decode(q, kp, vp, lens, block_table=table)
+    torch.library.opcheck(torch.ops.flashsteps.decode_paged.default, (q, kp, vp, lens, table, False, None, ""))
+    compiled = torch.compile(lambda q, k, v, n, t: flashsteps.decode(q, k, v, n, block_table=t), fullgraph=True)
+    assert torch.equal(compiled(q, kp, vp, lens, table), flashsteps.decode(q, kp, vp, lens, block_table=table))
+
+
 # ---- decode ---------------------------------------------------------------------------------------
 
 
@@ -343,3 +354,101 @@ def test_decode_refusals():
         flashsteps.decode(torch.cat([q] * 65, 2), kc, vc, torch.tensor([64, 3], device=DEV))
     with pytest.raises(flashsteps.UsageError, match="shape \\[batch\\]"):
         flashsteps.decode(q, kc, vc, torch.tensor([3], device=DEV))
+
+
+# ---- decode over a paged cache --------------------------------------------------------------------
+
+
+def page_cache(kc, vc, lens, page_size, spare=3, seed=0):
+    """The caches kc, vc [batch, kv_heads, capacity, head_dim] (capacity a multiple of page_size) as pools of
+    pages [num_pages, page_size, kv_heads, head_dim] and a block table [batch, capacity / page_size] int32:
+    each sequence's pages drawn from a shuffled pool, so that neighbours in a sequence are not neighbours in
+    the pool. Every row that no length reaches (the spare pages, the tail of a last page) is NaN, and the
+    table's entries past a sequence's pages are -1: a kernel that reads either fails."""
+    batch, kv_heads, capacity, head_dim = kc.shape
+    assert capacity % page_size == 0
+    lens = [int(n) for n in lens]
+    need = [(n + page_size - 1) // page_size for n in lens]
+    num_pages = sum(need) + spare
+    order = torch.randperm(num_pages, generator=torch.Generator().manual_seed(seed))
+    table = torch.full((batch, capacity // page_size), -1, dtype=torch.int32)
+    pools = [torch.full((num_pages, page_size, kv_heads, head_dim), float("nan"), dtype=kc.dtype, device=kc.device)
+             for _ in range(2)]
+    used = 0
+    for b, n in enumerate(lens):
+        table[b, :need[b]] = order[used:used + need[b]].to(torch.int32)
+        used += need[b]
+        j = torch.arange(n)
+        page, row = table[b, j // page_size].long().to(kc.device), (j % page_size).to(kc.device)
+        for pool, cache in zip(pools, (kc, vc)):
+            pool[page, row] = cache[b, :, :n].transpose(0, 1)  # [n, kv_heads, head_dim]
+            # The pool read back through the table is the sequence's cache (this helper checked, not the kernel).
+            assert torch.equal(pool[page, row].transpose(0, 1), cache[b, :, :n])
+    return pools[0], pools[1], table.to(kc.device)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("page_size", (1, 16, 256))
+@pytest.mark.parametrize("kv_heads, causal", ((8, False), (2, True), (1, False), (1, True)), ids=("MHA", "GQA-causal",
+                                                                                                  "MQA", "MQA-causal"))
+def test_paged_decode_rule_and_the_contiguous_cache(kv_heads, causal, page_size, dtype):
+    """Lengths 0 and 1 (not causal: a causal sequence needs seq_q keys), and ones that are not multiples of
+    16 or 256, over a capacity of 768 keys; causal with 4 query rows (speculative decoding)."""
+    seq_q = 4 if causal else 1
+    lens = torch.tensor([4, 17, 517, 768] if causal else [0, 1, 517, 768], dtype=torch.int32, device=DEV)
+    q, kc, vc = draw(4, 8, kv_heads, seq_q, 768, 128, dtype)
+    for b, n in enumerate(lens.tolist()):  # past each length: never read, in either form
+        kc[b, :, n:] = float("nan")
+        vc[b, :, n:] = float("nan")
+    kp, vp, table = page_cache(kc, vc, lens, page_size, seed=page_size * 10 + kv_heads)
+    o, lse = torch.ops.flashsteps.decode_paged(q, kp, vp, lens, table, causal, None, "")
+    # The default paged step is step 22's kernel with the gather in place of its tile copy: the same tiles,
+    # and the same split plan (both take it from seq_k, here one capacity of 768 keys), so the same bits.
+    want_o, want_lse = torch.ops.flashsteps.decode(q, kc, vc, lens, causal, None, "")
+    assert torch.equal(o, want_o) and torch.equal(lse, want_lse), "paged and contiguous decode differ"
+    assert torch.equal(flashsteps.decode(q, kp, vp, lens, block_table=table, causal=causal), o)
+    assert o.shape == q.shape and o.dtype == dtype and lse.shape == (4, 8, seq_q)
+    for b, n in enumerate(lens.tolist()):
+        if n == 0:  # no key: O = 0, LSE = -inf (docs/conventions.md, "KV cache")
+            assert torch.equal(o[b], torch.zeros_like(o[b])) and bool((lse[b] == -math.inf).all())
+            continue
+        qb, kb, vb = q[b:b + 1], kc[b:b + 1, :, :n], vc[b:b + 1, :, :n]
+        ref, _ = _decode_ref(qb, kb, vb, causal, None)
+        lowp, _ = _decode_ref(qb, kb, vb, causal, dtype)
+        assert_rule(f"paged decode O of sequence {b} (length {n})", o[b:b + 1], ref, lowp, dtype)
+
+
+def test_paged_decode_refusals():
+    q, kc, vc = draw(2, 4, 2, 1, 64, 64, torch.float16)
+    lens = torch.tensor([64, 3], dtype=torch.int32, device=DEV)
+    kp, vp, table = page_cache(kc, vc, lens, 16)  # 4 + 1 pages and 3 spare; capacity 64
+    num_pages = kp.shape[0]
+
+    def refused(match, q=q, kp=kp, vp=vp, lens=lens, table=table, **kw):
+        with pytest.raises(flashsteps.UsageError, match=match):
+            flashsteps.decode(q, kp, vp, lens, block_table=table, **kw)
+
+    flashsteps.decode(q, kp, vp, lens, block_table=table)  # accepted as it is
+    refused(r"cache_seqlens must lie in \[0, 64\] \(max_pages·page_size = 4·16\); got 3 to 65",
+            lens=torch.tensor([65, 3], dtype=torch.int32, device=DEV))
+    refused(r"cache_seqlens must lie in \[4, 64\]", q=torch.cat([q] * 4, 2), causal=True)  # 3 keys, 4 queries
+    bad = table.clone()
+    bad[1, 0] = num_pages
+    refused(rf"block_table\[1, 0\] = {num_pages} is outside the pool of {num_pages} pages; sequence 1 "
+            r"\(length 3\) reads its first 1 entries", table=bad)
+    bad = table.clone()
+    bad[0, 3] = -1
+    refused(r"block_table\[0, 3\] = -1 is outside the pool", table=bad)
+    far = table.clone()
+    far[1, 1:] = 1 << 30  # past sequence 1's one page: never read, not refused
+    assert torch.equal(flashsteps.decode(q, kp, vp, lens, block_table=far), flashsteps.decode(q, kp, vp, lens,
+                                                                                              block_table=table))
+    refused("a paged KV cache needs a page size of at least 1 \\(got 0\\)", kp=kp[:, :0], vp=vp[:, :0])
+    refused("seq_q at most 64", q=torch.cat([q] * 65, 2))
+    refused("computes in fp16/bf16 only", q=q.float(), kp=kp.float(), vp=vp.float())
+    refused("22_split_kv_decode: runs no paged KV cache \\(decode with block_table: 23_paged_kv_decode\\); it reads "
+            "a contiguous one: decode without block_table", step="22")
+    refused("block_table must be int32", table=table.long())
+    only_paged = "23_paged_kv_decode: reads a paged KV cache only: pass block_table"
+    with pytest.raises(flashsteps.UsageError, match=only_paged):
+        flashsteps.decode(q, kc, vc, lens, step="23")
