@@ -149,8 +149,13 @@ void page_inputs(const AttnParams& a, Inputs& in, std::uint64_t seed) {
 
 const char* input_dist_name(InputDist d) { return d == InputDist::Randn ? "randn" : "uniform"; }
 
+std::vector<int> lens_or_full(const AttnParams& a, std::vector<int> seq_lens) {
+  if (seq_lens.empty()) seq_lens.assign(std::size_t(a.batch), a.seq_k);
+  return seq_lens;
+}
+
 Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std::vector<int> seq_lens, InputDist dist) {
-  if (a.kv_cache && seq_lens.empty()) seq_lens.assign(std::size_t(a.batch), a.seq_k);
+  if (a.kv_cache) seq_lens = lens_or_full(a, std::move(seq_lens));
   check_seq_lens(a, seq_lens);
   Inputs in{std::vector<float>(q_elems(a)), std::vector<float>(k_elems(a)), std::vector<float>(k_elems(a)),
             std::vector<float>(with_dout ? q_elems(a) : 0), {}, std::move(seq_lens)};

@@ -75,6 +75,9 @@ Inputs make_inputs(const AttnParams& a, bool with_dout, std::uint64_t seed, std:
 // A KV cache's lengths: one per sequence, each in [0, seq_k], and causal needs seq_q <= each
 // (the first query would sit before the sequence's start). Throws UsageError saying which.
 void check_seq_lens(const AttnParams& a, const std::vector<int>& seq_lens);
+// A KV cache's lengths as given, or, where none are given, every sequence seq_k long (the one place
+// that rule lives: make_inputs, the paged layout and --input all read it).
+std::vector<int> lens_or_full(const AttnParams& a, std::vector<int> seq_lens);
 // A paged cache's shape for these lengths: page_size, the pages a sequence needs at most (max_pages, at
 // least 1), and the pool (num_pages): the pages all sequences need plus `spare` that no table names.
 AttnParams paged_params(AttnParams a, const std::vector<int>& seq_lens, int page_size, int spare = 3);

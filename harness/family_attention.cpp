@@ -261,11 +261,6 @@ void read_input(const ArgParser& parser, Problem& p, RunOptions& o) {
 
 // --cache-lens: a KV cache, one length per sequence (or one for all); the capacity is --seq-k (or
 // --seq, or --input's K) if given, else the longest length.
-// A KV cache's sequence lengths: --cache-lens's, or, where it was not given, every sequence full.
-std::vector<int> lens_or_full(const AttnParams& a, const std::vector<int>& given) {
-  return given.empty() ? std::vector<int>(std::size_t(a.batch), a.seq_k) : given;
-}
-
 void read_cache_lens(const ArgParser& parser, Problem& p, RunOptions& o) {
   std::vector<int> lens;
   try {

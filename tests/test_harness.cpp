@@ -608,6 +608,17 @@ TEST(AttentionInputs, PagedCacheHoldsEachKeyOnceThroughAShuffledTable) {
   }
 }
 
+// No lengths given means every sequence full, for the problem's own batch (a --sweep problem's, not the
+// default problem's: the paged sweep once took 8 lengths into a batch of 1); given lengths stay as they are.
+TEST(AttentionInputs, LengthsDefaultToFullForTheProblemsOwnBatch) {
+  fa::AttnParams a;
+  a.batch = 3, a.seq_k = 70;
+  EXPECT_EQ(fa::attention::lens_or_full(a, {}), (std::vector<int>{70, 70, 70}));
+  EXPECT_EQ(fa::attention::lens_or_full(a, {5, 0, 9}), (std::vector<int>{5, 0, 9}));
+  a.batch = 1;
+  EXPECT_EQ(fa::attention::lens_or_full(a, {}), (std::vector<int>{70}));
+}
+
 // A paged cache refuses, with the sequence and page named: a page size of 0, a table of the wrong size, a
 // length that needs more pages than the table holds, a page index outside the pool (-1 or num_pages).
 TEST(AttentionInputs, PagedCacheRefusesABadTable) {
