@@ -667,12 +667,16 @@ def bought_table(nn, variant=""):
     body = [[dt, str(d), "causal" if c else "-"] + [f"{cells[(dt, d, c, s)]:.2f}×" if (dt, d, c, s) in cells else "-"
                                                      for s in seqs] for dt, d, c in groups]
     v = sorted(x for k, x in cells.items() if k[3] >= TARGET_MIN_SEQ)
+    # A step whose idea targets one head_dim (step 24: d = 64) is judged on that head_dim's cells: each d's median.
+    by_d = {d: sorted(x for k, x in cells.items() if k[1] == d and k[3] >= TARGET_MIN_SEQ) for d in {k[1] for k in cells}}
+    per_d = "".join(f"at d = {d}, median over {len(w)} cells {w[len(w) // 2]:.2f}× (from {w[0]:.2f}× to {w[-1]:.2f}×); "
+                    for d, w in sorted(by_d.items()) if w) if len(by_d) > 1 else ""
     what = f"{'the ' + variant + ' variant' + chr(39) + 's' if variant else 'its'} {'backward' if backward else 'forward'}"
     return md_table(["dtype", "d", "causal"] + [f"seq {s}" for s in seqs], body) + \
         f"\n\nStep {nn}: {what} time against step {prev[:2]}'s ({prev}, its default variant), timed interleaved in the " \
         f"same process on the same inputs: step {prev[:2]}'s time over step {nn}'s, above 1: step {nn} is faster. " + \
         (f"Median over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: {v[len(v) // 2]:.2f}× (from {v[0]:.2f}× to "
-         f"{v[-1]:.2f}×); " if v else f"No cell with seq ≥ {TARGET_MIN_SEQ}; ") + \
+         f"{v[-1]:.2f}×); " if v else f"No cell with seq ≥ {TARGET_MIN_SEQ}; ") + per_d + \
         "shapes batch·seq = 16384, heads = 2048/d.\n\n" + source_line(["bench.csv"])
 
 
@@ -687,6 +691,7 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
     if not cells:
         return f"*No backward rows of {step} in bench.csv yet.*"
     body, ratios = [], {"flash": [], "other_flash": [], "cudnn": [], "fb": [], "fb_cudnn": [], "det": []}
+    cudnn_by_d = {}  # a step whose idea targets one head_dim (24: d = 64) is judged on its cells
     for key in sorted(cells, key=lambda k: (TC_DTYPES.index(k[0]), k[1], k[2], k[3])):
         c = cells[key]
         dt, d, causal, seq = key
@@ -703,6 +708,8 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
                 return "-"
             if key and seq >= TARGET_MIN_SEQ:
                 ratios[key].append(b / a)
+                if key == "cudnn":
+                    cudnn_by_d.setdefault(d, []).append(b / a)
             return f"{b / a:.2f}×"
         row = [dt, str(d), "causal" if causal else "-", str(seq), rate(mine)]
         if other:
@@ -723,6 +730,11 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
         if v:
             summary.append([what, str(len(v)), f"{v[0]:.2f}×", f"{v[len(v) // 2]:.2f}×", f"{v[-1]:.2f}×",
                             f"{sum(x >= 1.0 for x in v)} of {len(v)}"])
+        if key == "cudnn" and len(cudnn_by_d) > 1:
+            for d, w in sorted(cudnn_by_d.items()):
+                w = sorted(w)
+                summary.append([f"{what}, d = {d}", str(len(w)), f"{w[0]:.2f}×", f"{w[len(w) // 2]:.2f}×",
+                                f"{w[-1]:.2f}×", f"{sum(x >= 1.0 for x in w)} of {len(w)}"])
     head = ["dtype", "d", "causal", "seq", f"{step[:2]} TFLOP/s"] + \
         ([f"{other} TFLOP/s", f"default × {other}"] if other else []) + \
         [f"× {prev}", "× SDPA-FA2"] + ([f"{other} × SDPA-FA2"] if other_vs_sdpa else []) + \
