@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "check.h"
+#include "parallel.h"
 #include "random.h"
 
 namespace fa::attention {
@@ -125,25 +126,30 @@ void page_inputs(const AttnParams& a, Inputs& in, std::uint64_t seed) {
   in.block_table = make_block_table(a, in.seq_lens, seed);
   check_paging(a, in.seq_lens, in.block_table);
   const std::size_t kvh = std::size_t(kv_heads_of(a)), D = std::size_t(a.head_dim), P = std::size_t(a.page_size);
+  const std::size_t S = std::size_t(a.seq_k), rows = in.seq_lens.size() * S;
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto nan_fill = [&](std::vector<float>& t) {
+    parallel_ranges(t.size(), [&](std::size_t begin, std::size_t end) { std::fill(t.begin() + begin, t.begin() + end, nan); });
+  };
+  // One (sequence b, key j) per index, every K/V head of it: make_block_table gives each (b, page) its own
+  // page, so no two indices touch the same row and the host's cores can share the copies.
+  auto each_row = [&](const auto& copy) {
+    parallel_ranges(rows, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        const std::size_t b = i / S, j = i % S;
+        if (j >= std::size_t(in.seq_lens[b])) continue;
+        const std::size_t page = std::size_t(in.block_table[b * a.max_pages + j / P]);
+        for (std::size_t h = 0; h < kvh; ++h) copy(((b * kvh + h) * S + j) * D, ((page * P + j % P) * kvh + h) * D);
+      }
+    });
+  };
   for (auto [from, to] : {std::pair{&in.k, &in.k_pages}, std::pair{&in.v, &in.v_pages}}) {
-    to->assign(std::size_t(a.num_pages) * P * kvh * D, nan);
-    for (std::size_t b = 0; b < in.seq_lens.size(); ++b)
-      for (std::size_t j = 0; j < std::size_t(in.seq_lens[b]); ++j)
-        for (std::size_t h = 0; h < kvh; ++h) {
-          const std::size_t page = std::size_t(in.block_table[b * a.max_pages + j / P]);
-          std::copy_n(from->begin() + ((b * kvh + h) * a.seq_k + j) * D, D,
-                      to->begin() + ((page * P + j % P) * kvh + h) * D);
-        }
+    to->resize(std::size_t(a.num_pages) * P * kvh * D);
+    nan_fill(*to);
+    each_row([&](std::size_t row, std::size_t slot) { std::copy_n(from->begin() + row, D, to->begin() + slot); });
     // What a step reads through the table, back into [B, KVH, seq_k, d]: the references' K and V.
-    std::fill(from->begin(), from->end(), nan);
-    for (std::size_t b = 0; b < in.seq_lens.size(); ++b)
-      for (std::size_t j = 0; j < std::size_t(in.seq_lens[b]); ++j)
-        for (std::size_t h = 0; h < kvh; ++h) {
-          const std::size_t page = std::size_t(in.block_table[b * a.max_pages + j / P]);
-          std::copy_n(to->begin() + ((page * P + j % P) * kvh + h) * D, D,
-                      from->begin() + ((b * kvh + h) * a.seq_k + j) * D);
-        }
+    nan_fill(*from);
+    each_row([&](std::size_t row, std::size_t slot) { std::copy_n(to->begin() + slot, D, from->begin() + row); });
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "check.h"
+#include "parallel.h"
 
 namespace fa {
 
@@ -61,7 +62,9 @@ RoundFn rounding(DType t) {
 
 void round_to(DType t, std::vector<float>& v) {
   if (is_lowp(t))
-    for (float& x : v) x = round_to(t, x);
+    parallel_ranges(v.size(), [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) v[i] = round_to(t, v[i]);
+    });
 }
 
 double ulp(DType t, double x) {
@@ -84,7 +87,9 @@ void DeviceTensor::upload(const std::vector<float>& host) {
     return;
   }
   std::vector<std::uint16_t> bits(count_);
-  for (std::size_t i = 0; i < count_; ++i) bits[i] = to_bits(type_, host[i]);
+  parallel_ranges(count_, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) bits[i] = to_bits(type_, host[i]);
+  });
   FA_CUDA_CHECK(cudaMemcpy(get(), bits.data(), count_ * 2, cudaMemcpyHostToDevice));
 }
 
@@ -97,7 +102,9 @@ std::vector<float> DeviceTensor::download() const {
   }
   std::vector<std::uint16_t> bits(count_);
   FA_CUDA_CHECK(cudaMemcpy(bits.data(), get(), count_ * 2, cudaMemcpyDeviceToHost));
-  for (std::size_t i = 0; i < count_; ++i) host[i] = from_bits(type_, bits[i]);
+  parallel_ranges(count_, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) host[i] = from_bits(type_, bits[i]);
+  });
   return host;
 }
 

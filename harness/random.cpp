@@ -4,7 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <thread>
+
+#include "parallel.h"
 
 namespace fa {
 namespace {
@@ -24,15 +25,9 @@ inline std::uint64_t draw53(std::uint64_t key, std::size_t i) {
 // v[i] = value(i) for every i, split over the host's cores for large vectors (value(i) depends on i alone).
 template <class Value>
 void fill_each(std::vector<float>& v, const Value& value) {
-  auto fill = [&](std::size_t begin, std::size_t end) {
+  parallel_ranges(v.size(), [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) v[i] = value(i);
-  };
-  const std::size_t n = v.size();
-  const unsigned workers = n < (1u << 20) ? 1u : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned w = 1; w < workers; ++w) pool.emplace_back(fill, n * w / workers, n * (w + 1) / workers);
-  fill(0, n / workers);
-  for (auto& t : pool) t.join();
+  });
 }
 }  // namespace
 

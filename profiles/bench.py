@@ -46,8 +46,9 @@ one (the plot, too, draws the uniform rows only); randn runs must write elsewher
 (problem) this run did not re-measure: with --steps naming forward-only steps, SDPA's forward is
 measured again beside them (same run), and its backward rows stay those measured beside the backward
 steps; with --steps naming only steps with a backward (07, 08), the reverse: SDPA's bwd and fwd+bwd
-rows are measured again and its forward rows (the forward steps' baselines) kept; with --steps 22 alone,
-only SDPA's decode rows are measured again (and the grouped-query and MHA rows kept). Uniform and randn rows
+rows are measured again and its forward rows (the forward steps' baselines) kept; with --steps naming
+the decode steps alone (22, 23), only SDPA's decode rows are measured again (and the grouped-query and MHA
+rows kept). Uniform and randn rows
 are kept apart: a step measured now replaces only its rows of the inputs it was measured on.
 
 Without PyTorch the baselines are skipped, without matplotlib the plot: each is said, and the CSV
@@ -408,6 +409,7 @@ def bracket_mean(before, after):
 # 32, 8 and 1 K/V heads, batch 1, 8, 64, full caches of 1k-128k keys, K and V at most 2^30 elements each.
 DECODE_BATCHES, DECODE_KV_HEADS, DECODE_LENS = (1, 8, 64), (32, 8, 1), (1024, 4096, 16384, 65536, 131072)
 DECODE_HEADS, DECODE_DIM = 32, 128
+DECODE_STEPS = {"22", "23"}  # the steps timed on these shapes (23: paged, in pages of 16 and of 1 key)
 
 
 def copy_gbs(torch, flush, reps, warmup):
@@ -689,9 +691,9 @@ def main(argv=None):
             built = step_exes(a.build, set())
             device, tensor_peak = device_info(built[0]) if built else (device, -1.0)
         modes = "fwd" if a.gqa_only else auto_sdpa_modes(a.sdpa_modes, bool(only), list(map(has_backward, exes)))
-        # --steps 22 alone: only the decode baselines. SDPA's rows of the other problems belong to the run
-        # that measured the steps beside them, and --merge must keep those.
-        decode_only = only == {"22"} and a.sdpa_modes == "auto"
+        # --steps naming decode steps alone (22, 23): only the decode baselines. SDPA's rows of the other
+        # problems belong to the run that measured the steps beside them, and --merge must keep those.
+        decode_only = bool(only) and only <= DECODE_STEPS and a.sdpa_modes == "auto"
     # SDPA's attention rows are measured twice, before and after the steps, and the rows hold the mean
     # (bracket_mean): the steps' sweep takes minutes, and the GPU's clocks drift over them.
     bracket = bool(torch and exes and not a.gqa_only and not decode_only)
@@ -711,7 +713,7 @@ def main(argv=None):
                 say(f"== SDPA baselines{', second pass' if bracket else ''} (PyTorch {torch.__version__}; rows: {modes})")
                 after = sdpa_rows(torch, tensor_peak, a.reps, a.warmup, modes, inputs=inputs)
                 rows += bracket_mean(before, after)[0] if bracket else after
-            if not a.gqa_only and modes in ("all", "fwd") and (not only or "22" in only):  # step 22's baselines
+            if not a.gqa_only and modes in ("all", "fwd") and (not only or only & DECODE_STEPS):  # the decode baselines
                 say("== SDPA baselines, decoding (step 22's shapes)")
                 rows += sdpa_decode_rows(torch, a.reps, a.warmup, inputs)
             if modes in ("all", "fwd") and not decode_only:  # the forward baselines: also grouped-query attention's

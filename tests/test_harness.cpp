@@ -608,6 +608,35 @@ TEST(AttentionInputs, PagedCacheHoldsEachKeyOnceThroughAShuffledTable) {
   }
 }
 
+// The same on a cache of more than 2^20 (sequence, key) rows, where page_inputs splits its copies over the
+// host's cores (harness/parallel.h): the pool and the read-back equal a serial gather through the same table.
+TEST(AttentionInputs, PagedCacheOverManyCoresEqualsASerialGather) {
+  const int B = 2, KVH = 2, Sk = (1 << 19) + 77, D = 8, page = 7;
+  fa::AttnParams a = attn(B, 4, 1, Sk, D, false, DType::BF16);
+  a.kv_heads = KVH, a.kv_cache = true;
+  const std::vector<int> lens{Sk, Sk - 1000};
+  const fa::AttnParams p = fa::attention::paged_params(a, lens, page);
+  const fa::attention::Inputs plain = fa::attention::make_inputs(p, false, 11, lens);
+  fa::attention::Inputs in = plain;
+  fa::attention::page_inputs(p, in, 3);
+  std::vector<float> pool(std::size_t(p.num_pages) * page * KVH * D, std::numeric_limits<float>::quiet_NaN());
+  for (int b = 0; b < B; ++b)
+    for (int j = 0; j < lens[b]; ++j)
+      for (int h = 0; h < KVH; ++h)
+        for (int d = 0; d < D; ++d) {
+          const std::size_t pg = std::size_t(in.block_table[b * p.max_pages + j / page]);
+          pool[((pg * page + j % page) * KVH + h) * D + d] = plain.k[((std::size_t(b) * KVH + h) * Sk + j) * D + d];
+        }
+  ASSERT_EQ(in.k_pages.size(), pool.size());
+  std::size_t differ = 0, back = 0;
+  for (std::size_t i = 0; i < pool.size(); ++i)
+    differ += std::isnan(pool[i]) ? !std::isnan(in.k_pages[i]) : in.k_pages[i] != pool[i];
+  for (std::size_t i = 0; i < plain.k.size(); ++i)
+    back += std::isnan(plain.k[i]) ? !std::isnan(in.k[i]) : in.k[i] != plain.k[i];
+  EXPECT_EQ(differ, 0u) << "elements of the K pool unlike a serial gather";
+  EXPECT_EQ(back, 0u) << "elements of K read back through the table unlike the contiguous K";
+}
+
 // No lengths given means every sequence full, for the problem's own batch (a --sweep problem's, not the
 // default problem's: the paged sweep once took 8 lengths into a batch of 1); given lengths stay as they are.
 TEST(AttentionInputs, LengthsDefaultToFullForTheProblemsOwnBatch) {
