@@ -438,7 +438,7 @@ def backward_roles():
     return fig
 
 
-# ---- steps 07, 08 and 12: which tiles each backward kernel walks (step 16 has no dQ kernel) ----------------------
+# ---- steps 07, 08 and 12: which tiles each backward kernel walks (steps 13-16 have no dQ kernel) -----------------
 def backward_tiles():
     n = 8
     fig = new_figure(8.4, 3.9)
@@ -462,8 +462,9 @@ def backward_tiles():
         ax.set_xlabel("key block"), ax.set_ylabel("query tile")
         ax.set_title(title, fontsize=8)
         ax.set_aspect("equal")
-    fig.suptitle("The causal backward as two kernels (steps 07, 08, and 12's default; step 16 accumulates dQ in its "
-                 "dK/dV kernel):\nblue tiles unmasked, orange masked, grey never visited", fontsize=8.5, y=0.995)
+    fig.suptitle("The causal backward as two kernels (steps 07, 08, and 12's default; 12's atomic variant and steps "
+                 "13-16 add dQ\nin their dK/dV kernel, so only the left walk): blue tiles unmasked, orange masked, "
+                 "grey never visited", fontsize=8.5, y=0.995)
     return fig
 
 
