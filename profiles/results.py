@@ -571,6 +571,14 @@ BLOCKS = {
                                                   fwd="step 19", fb_cudnn=True),
                                               "results:bwd_unit": lambda: bwd_unit_table(
                                                   ("21_hopper_backward_ws", "24_hopper_backward_wide_tiles"))},
+    "docs/25_hopper_backward_pingpong.md": {"results:bought:25": lambda: bought_table("25"),
+                                            "results:ablation:25": lambda: bought_table("25", "no-pingpong"),
+                                            "results:tc_bwd": lambda: tc_bwd_table(
+                                                "25_hopper_backward_pingpong", "deterministic", "step 24",
+                                                fwd="step 19", fb_cudnn=True),
+                                            "results:bwd_unit": lambda: bwd_unit_table(
+                                                ("21_hopper_backward_ws", "24_hopper_backward_wide_tiles",
+                                                 "25_hopper_backward_pingpong"))},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
@@ -756,7 +764,8 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
 BWD_UNIT_DQ_BYTES = {"16_deterministic_backward": lambda d: 64 * d * 4,
                      "20_hopper_backward": lambda d: 64 * d * 4 * (2 if d == 64 else 1),
                      "21_hopper_backward_ws": lambda d: 64 * d * 4,
-                     "24_hopper_backward_wide_tiles": lambda d: 64 * d * 4}
+                     "24_hopper_backward_wide_tiles": lambda d: 64 * d * 4,
+                     "25_hopper_backward_pingpong": lambda d: 64 * d * 4}
 
 
 def bwd_unit_table(steps=("16_deterministic_backward", "20_hopper_backward"), seq=16384):

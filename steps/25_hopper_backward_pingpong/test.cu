@@ -1,0 +1,90 @@
+// Step 25 (step 24 with its two consumers taking turns on the tensor cores and dQ issued a tile late;
+// step 21 itself at d > 64; sm_90a) against step 24 (its variant of the same name, else its default: the
+// ablation against step 24's full step) and against the fp64 reference, with the per-row low-precision rule of harness/tolerance.h. The shared checks of
+// tests/tc_backward_checks.h: realistic shapes, seq_q ≠ seq_k both ways, golden inputs, edge shapes (ragged
+// tiles, causal rows past the keys, one query tile and many), padded head dims, GQA and MQA, a causal row
+// that sees no key (zero gradients, never NaN), and what it refuses.
+#include "tc_backward_checks.h"
+
+namespace step24 {
+const fa::StepInfo& info();
+}
+namespace step25 {
+const fa::StepInfo& info();
+}
+
+namespace {
+using namespace tc_backward_checks;
+const fa::StepInfo& kStep = step25::info();
+const fa::StepInfo& kPrev = step24::info();
+constexpr int kFull = 0, kNoPingpong = 1, kDeterministic = 2;
+
+TEST(Step25HopperBackwardPingpong, DeclaresItsVariants) {
+  ASSERT_EQ(kStep.variants, (std::vector<std::string>{"full", "no-pingpong", "deterministic"}));
+}
+TEST(Step25HopperBackwardPingpong, MatchesStep24OnRealisticShapes) { matches_prev_on_realistic_shapes(kStep, kPrev, kFull); }
+TEST(Step25HopperBackwardPingpong, MatchesStep24WhenSeqQDiffersFromSeqK) {
+  matches_prev_when_seq_q_differs_from_seq_k(kStep, kPrev, kFull);
+}
+TEST(Step25HopperBackwardPingpong, MatchesGoldenInputs) {
+  for (fa::DType t : kTypes) expect_matches_golden(kStep, /*backward=*/true, t);
+}
+TEST(Step25HopperBackwardPingpong, MatchesFp64OnEdgeShapes) { matches_fp64_on_edge_shapes(kStep, kFull); }
+TEST(Step25HopperBackwardPingpong, PaddedHeadDims) { matches_fp64_with_padded_head_dims(kStep, kFull); }
+TEST(Step25HopperBackwardPingpong, GroupedKvHeadsMatchFp64) { grouped_kv_heads_match_fp64_backward(kStep, kFull); }
+TEST(Step25HopperBackwardPingpong, RowWithoutVisibleKeysGetsNoGradient) {
+  row_without_visible_keys_gets_no_gradient(kStep, kFull);
+}
+// The ablation (the lagged dQ and the mbarrier exchange, no token): step 24 and fp64 on the edge shapes.
+TEST(Step25HopperBackwardPingpong, NoPingpongMatchesStep24AndFp64) {
+  matches_prev_on_realistic_shapes(kStep, kPrev, kNoPingpong);
+  matches_fp64_on_edge_shapes(kStep, kNoPingpong);
+}
+// The deterministic variant: right (step 24's deterministic variant, fp64 edge shapes), and the same bits
+// run after run on shapes with many key blocks per query tile, causal (its descending order) and not. GQA
+// is refused, with a message.
+TEST(Step25HopperBackwardPingpong, DeterministicMatchesStep24AndFp64) {
+  matches_prev_on_realistic_shapes(kStep, kPrev, kDeterministic);
+  matches_fp64_on_edge_shapes(kStep, kDeterministic);
+}
+TEST(Step25HopperBackwardPingpong, DeterministicIsBitwiseRepeatable) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (const Shape& s : {Shape{2, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 1024, 1024, d, true, 0, t}})
+        expect_bitwise_repeatable(kStep, s, kDeterministic);
+}
+TEST(Step25HopperBackwardPingpong, DeterministicRefusesGqa) {
+  const Shape s{1, 4, 128, 128, 64, false, 0, fa::DType::F16, 2};
+  try {
+    fa::attention::Run r(kStep, params(s, kDeterministic), true, random_inputs(s, 1));
+    r.checked_forward();
+    r.checked_backward();
+    FAIL() << "the deterministic variant ran GQA";
+  } catch (const fa::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not run GQA"), std::string::npos) << e.what();
+  }
+}
+TEST(Step25HopperBackwardPingpong, RefusesWhatItCannotRun) { refuses_what_it_cannot_run_backward(kStep); }
+
+// The turn count and the lagged dQ at their edges: one query tile (no lag: dQ only after the loop), two
+// (one lagged, one after), an odd number, and causal blocks that see no query tile at all (seq_q < seq_k,
+// so the last key blocks have nothing to do and must hand no turn on).
+TEST(Step25HopperBackwardPingpong, TileCountsAtTheEdgesMatchFp64) {
+  for (fa::DType t : kTypes)
+    for (int variant : {kFull, kNoPingpong})
+      for (const Shape& s : {Shape{1, 2, 100, 300, 64, false, 0, t}, Shape{1, 2, 256, 256, 64, true, 0, t},
+                             Shape{2, 1, 383, 200, 64, false, 0, t}, Shape{1, 2, 130, 700, 64, true, 0, t}})
+        expect_matches_fp64(kStep, s, variant);
+}
+
+// dQ_accum holds whole tiles at d <= 64 (step 24's workspace); at d > 64 the step runs step 21, with its.
+TEST(Step25HopperBackwardPingpong, WorkspaceIsStep24s) {
+  fa::AttnParams p;
+  p.batch = 2, p.heads = 8, p.seq_q = 1000, p.seq_k = 3000, p.head_dim = 40, p.dtype = fa::DType::F16;
+  EXPECT_EQ(kStep.bwd_workspace_bytes(p), kPrev.bwd_workspace_bytes(p));
+  p.kv_heads = 2;
+  EXPECT_EQ(kStep.bwd_workspace_bytes(p), kPrev.bwd_workspace_bytes(p));
+  p.head_dim = 72;
+  EXPECT_EQ(kStep.bwd_workspace_bytes(p), kPrev.bwd_workspace_bytes(p));
+}
+}  // namespace
