@@ -14,11 +14,12 @@
 //   3. A token (step 19's two named barriers) orders the consumers' groups of products: consumer 0's
 //      Sᵀ and dPᵀ, consumer 1's, consumer 0's dV, dK and dQ, consumer 1's, ... Each group runs on the
 //      tensor cores while the other consumer computes its exponentials or waits for its turn.
-// d = 128 keeps step 21's tile, as step 24 does. Variants: "no-pingpong" (changes 1 and 2 without the
-// token: the ablation), "deterministic" (step 21's fixed order of the dQ additions).
+// Both head dims run this kernel: d = 64 on step 24's tile (128 queries, dQ split by queries), d = 128 on
+// step 21's (64 queries, dQ split by dims), which step 24 had left to step 21's kernel. Variants:
+// "no-pingpong" (changes 1 and 2 without the token: the ablation), "deterministic" (step 21's fixed order).
 //
-// Per query tile it, each consumer (c: this warpgroup's 64 keys, and its 64 queries of dQ):
-//   wait qd_full[s]   turn: Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ [64, 128], pass   Pᵀ under dPᵀ, then dSᵀ  (step 24)
+// Per query tile it, each consumer (c: this warpgroup's 64 keys, and its [64, 64] part of dQ):
+//   wait qd_full[s]   turn: Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ [64, BLOCK_M], pass   Pᵀ under dPᵀ, then dSᵀ  (step 24)
 //   wait ds_empty[it % 2]; dSᵀ into buffer it % 2; fence; arrive ds_full[it % 2]
 //   wait ds_full[(it − 1) % 2]   turn: dV += Pᵀ·dO, dK += dSᵀ·Q, dQ_c(it − 1) = dS·K, pass
 //   wait; hand slot s back; arrive ds_empty[(it − 1) % 2]; staging c holds dQ_c(it − 1) (step 21's writer)
@@ -48,9 +49,6 @@
 namespace step19 {
 const fa::StepInfo& info();  // the forward of this step (the warp-specialised Hopper forward)
 }
-namespace step21 {
-const fa::StepInfo& info();  // the backward at d > 64 (step 24's BASE, unchanged there)
-}
 
 namespace step25 {
 using namespace fa::ptx;  // step 09's pack, unpack; steps 17-19's hopper.cuh
@@ -67,9 +65,11 @@ constexpr int kStagingThreads = kWarpgroup + kWarp;  // a consumer and the write
 template <int D_, bool PINGPONG_ = true, bool DETERMINISTIC_ = false>
 struct Config {
   static constexpr int D = D_, CONSUMERS = 2, THREADS = (CONSUMERS + 1) * kWarpgroup;
-  static constexpr int BLOCK_N = 64 * CONSUMERS, BLOCK_M = 128, STAGES = 2, HALVES = D / kBox;
-  static constexpr bool PINGPONG = PINGPONG_, DETERMINISTIC = DETERMINISTIC_;
-  static constexpr int DQ_ROWS = BLOCK_M / CONSUMERS, DQ_N = D;  // dQ per consumer: its 64 queries, all dims
+  // WIDE (d = 64): step 24's tile of 128 queries, dQ split by queries. d = 128: step 21's tile of 64, dQ split by
+  // dims (128 queries would need 256 registers for Sᵀ and dPᵀ alone). Either way a consumer's dQ is [64, 64].
+  static constexpr bool WIDE = D == 64, PINGPONG = PINGPONG_, DETERMINISTIC = DETERMINISTIC_;
+  static constexpr int BLOCK_N = 64 * CONSUMERS, BLOCK_M = WIDE ? 128 : 64, STAGES = 2, HALVES = D / kBox;
+  static constexpr int DQ_ROWS = 64, DQ_N = 64;  // consumer c: rows 64·c .. (WIDE) or columns 64·c .. (d = 128)
   // setmaxnreg moves registers inside the block's allocation at entry, 168 · 384 (the launch bounds'
   // cap), never beyond it: 128·24 + 256·240 fills it exactly (step 19's d = 128 split). Asking for more
   // makes setmaxnreg.inc wait forever for registers no warp will release.
@@ -83,38 +83,28 @@ struct Config {
   // (kv_full, qd_full and qd_empty per slot, ds_full and ds_empty per dSᵀ buffer); 1024.
   static constexpr int SMEM_BYTES = 2 * KV_BYTES + 2 * STAGES * QD_BYTES + 2 * DS_BYTES + CONSUMERS * DQ_BYTES +
                                     2 * STAGES * BLOCK_M * 4 + 8 * (1 + 2 * STAGES + 4) + 1024;
-  static_assert(D == 64, "d = 64 only: Sᵀ and dPᵀ of 128 queries fill 128 registers, dK and dV another 2·D/2");
+  static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
+  static_assert(BLOCK_M / CONSUMERS * (WIDE ? 1 : CONSUMERS) == DQ_ROWS && D / (WIDE ? 1 : CONSUMERS) == DQ_N, "dQ parts");
   static_assert(SMEM_BYTES <= 227 * 1024, "an sm_90 block's shared memory");
 };
 
 // ---- step 20's: wgmma with A read transposed (M contiguous) and B transposed (N contiguous) ------------
 // D[64, N] = A·B or D += A·B, A [64, 16] MN-major and B [16, N] MN-major in shared memory: dQ = dS·K with
 // dS stored as dSᵀ [keys][queries] and K as [keys][dims]. The two 1s before the closing brace are
-// imm-trans-a and imm-trans-b (16-bit types only). N = 32: half a 128-byte swizzle row of K, the descriptor
-// starting 64 bytes into it (the swizzle is a function of the address, as a K-major k-step's 32 bytes are).
+// imm-trans-a and imm-trans-b (16-bit types only). N = 64 here: one 64-dim box of K.
 template <int N, class T>
 __device__ __forceinline__ void wgmma_tt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int accumulate) {
-  static_assert(N == 32 || N == 64, "N = 32 or 64 here");
+  static_assert(N == 64, "N = 64 here");
   constexpr bool kF16 = std::is_same_v<T, __half>;
 #define FA_WGMMA_TT(SHAPE, TY, LIST, A, B, S)                                                             \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " S ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" LIST \
   "}, " A ", " B ", p, 1, 1, 1, 1;\n}\n"
-#define FA_WGMMA_P16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-#define FA_WGMMA_D16                                                                                    \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define FA_WGMMA_TT_AB "l"(desc_a), "l"(desc_b), "r"(accumulate)
-  if constexpr (N == 64 && kF16)
+  if constexpr (kF16)
     asm volatile(FA_WGMMA_TT("m64n64k16", "f16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_TT_AB);
-  else if constexpr (N == 64)
-    asm volatile(FA_WGMMA_TT("m64n64k16", "bf16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_TT_AB);
-  else if constexpr (kF16)
-    asm volatile(FA_WGMMA_TT("m64n32k16", "f16", FA_WGMMA_P16, "%16", "%17", "%18") : FA_WGMMA_D16 : FA_WGMMA_TT_AB);
   else
-    asm volatile(FA_WGMMA_TT("m64n32k16", "bf16", FA_WGMMA_P16, "%16", "%17", "%18") : FA_WGMMA_D16 : FA_WGMMA_TT_AB);
+    asm volatile(FA_WGMMA_TT("m64n64k16", "bf16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_TT_AB);
 #undef FA_WGMMA_TT
-#undef FA_WGMMA_P16
-#undef FA_WGMMA_D16
 #undef FA_WGMMA_TT_AB
 }
 
@@ -159,7 +149,8 @@ __global__ void preprocess(const T* __restrict__ o, const T* __restrict__ dout, 
 }
 
 // dQ_accum in fragment order: per (head, query tile, consumer c) a block of [64, DQ_N] fp32, float4 slot
-// (j·4 + warp)·32 + lane holding rows 64·c + 16·warp + g and + 8 of the tile, columns 8·j + 2·q4 and + 1.
+// (j·4 + warp)·32 + lane holding rows 16·warp + g and + 8 of the part, columns 8·j + 2·q4 and + 1; the part is
+// rows 64·c .. of the tile (WIDE) or its columns 64·c .. (d = 128).
 template <class C>
 __device__ __forceinline__ float* dq_part(float* dq_accum, int bh, int n_mt, int mt, int c) {
   return dq_accum + ((std::size_t(bh) * n_mt + mt) * C::CONSUMERS + c) * (C::DQ_ROWS * C::DQ_N);
@@ -336,12 +327,14 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
   };
   if (wg == 1 && n_iter > 0) pass_turn();
 
-  // dQ_c of tile t = dS[64·c .., all keys]·K [64 queries, D dims] (step 24's), from dSᵀ buffer t % 2.
+  // dQ_c of tile t from dSᵀ buffer t % 2, over all 128 keys: WIDE, dS[64·c .., :]·K, A from box c of dSᵀ
+  // (step 24's); d = 128, dS·K[:, 64·c ..], B from box c of K (step 21's split by dims, one box per consumer).
+  const std::uint32_t dq_a = ds_addr + (C::WIDE ? wg * kDsBox : 0), dq_b = k_addr + (C::WIDE ? 0 : wg * kKvLbo);
   auto issue_dq = [&](float (&dq)[DQ_N / 2], int t) {
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-      wgmma_tt<DQ_N, T>(dq, smem_desc(ds_addr + (t % 2) * C::DS_BYTES + wg * kDsBox + kk * 2048, kKvLbo, kSbo),
-                        smem_desc(k_addr + kk * 2048, kKvLbo, kSbo), kk > 0);
+      wgmma_tt<DQ_N, T>(dq, smem_desc(dq_a + (t % 2) * C::DS_BYTES + kk * 2048, kKvLbo, kSbo),
+                        smem_desc(dq_b + kk * 2048, kKvLbo, kSbo), kk > 0);
   };
   // dQ_c out in fragment order (8-column group j of this thread's rows is one float4), to the writer warp.
   auto stage_dq = [&](const float (&dq)[DQ_N / 2]) {
@@ -363,7 +356,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     mbarrier_wait(&qd_full[s], it / STAGES & 1);
 
     // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: both operands K-major (d contiguous), this warpgroup's 64 keys as M.
-    float st[BLOCK_M / 2], dpt[BLOCK_M / 2];  // [64 keys, 128 queries]: register i = key key0 + 8·(i/2 % 2),
+    float st[BLOCK_M / 2], dpt[BLOCK_M / 2];  // [64 keys, BLOCK_M queries]: register i = key key0 + 8·(i/2 % 2),
                                               // query m0 + 8·(i/4) + 2·q4 + i % 2
     take_turn();
     wgmma_fence();
@@ -371,7 +364,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t a = k_addr + (kk / 4) * kKvLbo + wg * 64 * 128 + (kk % 4) * 32;
       const std::uint32_t b = q_addr + (s * HALVES + kk / 4) * kQdLbo + (kk % 4) * 32;
-      wgmma_ss<BLOCK_M, T>(st, smem_desc(a, 16, kSbo), smem_desc(b, 16, kSbo), kk > 0);  // N = 128 queries
+      wgmma_ss<BLOCK_M, T>(st, smem_desc(a, 16, kSbo), smem_desc(b, 16, kSbo), kk > 0);  // N = BLOCK_M queries
     }
     wgmma_commit();
 #pragma unroll
@@ -423,7 +416,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
     // dV += Pᵀ·dO and dK += dSᵀ·Q (A from registers, B read transposed), and dQ of the previous tile, whose
     // dSᵀ both consumers stored a tile ago: this consumer never waits here for the other's exponentials.
     if (it > 0) mbarrier_wait(&ds_full[(it - 1) % 2], (it - 1) / 2 & 1);
-    float dq[DQ_N / 2];  // register i = query (tile it − 1) 64·wg + 16·warp + g + 8·(i/2 % 2), dim 8·(i/4) + 2·q4 + i % 2
+    float dq[DQ_N / 2];  // tile it − 1, register i: part row 16·warp + g + 8·(i/2 % 2), part column 8·(i/4) + 2·q4 + i % 2
     take_turn();
     wgmma_fence();
 #pragma unroll
@@ -470,7 +463,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
 
 // ---- kernel 3: dQ_accum (fragment order) -> dQ, scaled and rounded; one thread per float4 slot --------------
 // Slot i: lane i % 32, warp i / 32 % 4, group j = i / 128 % (DQ_N/8), consumer c, query tile mt, head bh (the
-// inverse of dq_part's order); rows 128·mt + 64·c + 16·warp + g (x, y) and + 8 (z, w), columns 8·j + 2·q4, + 1.
+// inverse of dq_part's order); rows BLOCK_M·mt (+ 64·c, WIDE) + 16·warp + g (x, y) and + 8 (z, w), columns
+// (64·c, d = 128) + 8·j + 2·q4 and + 1.
 template <class T, class C>
 __global__ void convert_dq(const float4* __restrict__ acc, T* __restrict__ dq, long long slots, int n_mt, int seq_q,
                            int head_dim, float scale) {
@@ -480,7 +474,8 @@ __global__ void convert_dq(const float4* __restrict__ acc, T* __restrict__ dq, l
     const long long part = i / PART;
     const int c = int(part % C::CONSUMERS), mt = int(part / C::CONSUMERS % n_mt);
     const long long bh = part / C::CONSUMERS / n_mt;
-    const int row = mt * C::BLOCK_M + C::DQ_ROWS * c + 16 * warp + lane / 4, col = 8 * j + 2 * (lane % 4);
+    const int row = mt * C::BLOCK_M + (C::WIDE ? 64 * c : 0) + 16 * warp + lane / 4;
+    const int col = (C::WIDE ? 0 : 64 * c) + 8 * j + 2 * (lane % 4);
     if (col >= head_dim) continue;
     const float4 v = acc[i];
     T* out = dq + (bh * seq_q + row) * head_dim + col;
@@ -498,20 +493,20 @@ __global__ void round_to(const float* __restrict__ from, T* __restrict__ to, lon
 }
 
 // ---- launcher --------------------------------------------------------------------------------------------
-// Workspace (fp32): dQ_accum [bh, query tiles, 128·64] in fragment order (whole tiles: seq_q rounded up to 128,
-// head_dim to 64), the turn counters [bh, query tiles] (deterministic), delta and LSE₂ [bh,
+// Workspace (fp32): dQ_accum [bh, query tiles, BLOCK_M·D] in fragment order (whole tiles: seq_q rounded up to 128,
+// head_dim to the instance's D), the turn counters [bh, query tiles of 64 or more] (deterministic), delta and LSE₂ [bh,
 // seq_q]; with GQA also dK and dV sums [kv_bh, seq_k, head_dim]. Each part starts 256-byte aligned.
 struct Workspace {
   std::size_t dq, turns, delta, lse2, dk, dv, total;
   static Workspace of(const fa::AttnParams& p) {
     const std::size_t bh = std::size_t(p.batch) * p.heads, kv_bh = std::size_t(p.batch) * fa::kv_heads_of(p);
-    const std::size_t rows = (std::size_t(p.seq_q) + 127) / 128 * 128, d = 64;
+    const std::size_t rows = (std::size_t(p.seq_q) + 127) / 128 * 128, d = p.head_dim <= 64 ? 64 : 128;
     const bool gqa = kv_bh != bh;
     auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
     Workspace w{};
     w.dq = 0;
     w.turns = up(bh * rows * d * 4);
-    w.delta = w.turns + up(bh * rows / 128 * 4);
+    w.delta = w.turns + up(bh * rows / 64 * 4);
     w.lse2 = w.delta + up(bh * p.seq_q * 4);
     w.dk = w.lse2 + up(bh * p.seq_q * 4);
     w.dv = w.dk + (gqa ? up(kv_bh * p.seq_k * p.head_dim * 4) : 0);
@@ -519,10 +514,7 @@ struct Workspace {
     return w;
   }
 };
-// d > 64 runs step 21, with its workspace.
-std::size_t bwd_workspace(const fa::AttnParams& p) {
-  return p.head_dim <= 64 ? Workspace::of(p).total : step21::info().bwd_workspace_bytes(p);
-}
+std::size_t bwd_workspace(const fa::AttnParams& p) { return Workspace::of(p).total; }
 
 template <class T, class C>
 void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
@@ -598,8 +590,11 @@ void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
   // GQA's dK and dV sums are still added in any order: refused, not silently varying.
   if (a.p.variant == kDeterministic && a.p.heads != fa::kv_heads_of(a.p))
     throw fa::UsageError(std::string(info().name) + ": the deterministic variant does not run GQA/MQA yet");
-  if (a.p.head_dim > 64) return step21::info().attn_bwd(a, stream);  // d > 64: step 21's tile, unchanged
-  a.p.dtype == fa::DType::F16 ? launch_variant<__half, 64>(a, stream) : launch_variant<__nv_bfloat16, 64>(a, stream);
+  const bool f16 = a.p.dtype == fa::DType::F16;
+  if (a.p.head_dim <= 64)
+    f16 ? launch_variant<__half, 64>(a, stream) : launch_variant<__nv_bfloat16, 64>(a, stream);
+  else
+    f16 ? launch_variant<__half, 128>(a, stream) : launch_variant<__nv_bfloat16, 128>(a, stream);
 }
 
 // The FlashAttention-2 benchmark shape at seq 2048, head_dim 64 (batch 8, 32 heads), fp16, fwd + bwd (step 21's).
@@ -612,8 +607,8 @@ fa::Problem default_problem() {
 const fa::StepInfo& info() {
   static const fa::StepInfo i = [] {
     fa::StepInfo s{"25_hopper_backward_pingpong",
-                   "the Hopper backward at d = 64 with its two consumers taking turns on the tensor cores (ping-pong), "
-                   "dQ issued a tile late (step 21's backward at d > 64; sm_90a)",
+                   "the warp-specialised Hopper backward with its two consumers taking turns on the tensor cores "
+                   "(ping-pong), dQ issued a tile late (step 24's tile at d = 64, step 21's at d = 128; sm_90a)",
                    fa::Family::Attention};
     s.attn_fwd = step19::info().attn_fwd;
     s.attn_bwd = backward;
@@ -624,9 +619,9 @@ const fa::StepInfo& info() {
     s.fwd_workspace_bytes = step19::info().fwd_workspace_bytes;  // with the forward, its tile counter
     s.bwd_workspace_bytes = bwd_workspace;
     s.workspace_note =
-        "forward: step 19's tile counter; backward at d <= 64: dQ_accum in fragment order, batch·heads·seq_q "
-        "(rounded up to 128)·64 fp32, a counter per query tile, delta and LSE₂, batch·heads·seq_q fp32 each; with "
-        "GQA also dK and dV sums, batch·kv_heads·seq_k·head_dim fp32 each; at d > 64, step 21's";
+        "forward: step 19's tile counter; backward: dQ_accum in fragment order, batch·heads·seq_q (rounded up to "
+        "128)·head_dim (64 or 128) fp32, a counter per query tile, delta and LSE₂, batch·heads·seq_q fp32 each; with "
+        "GQA also dK and dV sums, batch·kv_heads·seq_k·head_dim fp32 each";
     s.default_problem = default_problem;
     s.needs_cc = 90;
     return s;
