@@ -190,7 +190,7 @@ void add_flags(ArgParser& parser, const StepInfo& step, Problem& p) {
                       "query with its last key");
   else  // refused as it is read, before any other check of the problem could complain first
     parser.refuse("--cache-lens", std::string(step.name) +
-                                      " has no KV cache (--cache-lens is for the split-KV decoding step)");
+                                      " has no KV cache (--cache-lens is for the decoding steps: split-KV and paged)");
   if (step.attn_rule.paged)
     parser.add_int("--page-size", &flags.page_size, 1, 1 << 20,
                    "a paged KV cache: K and V in pages of this many keys, [pages, page size, K/V heads, head_dim], "
@@ -272,7 +272,11 @@ void read_cache_lens(const ArgParser& parser, Problem& p, RunOptions& o) {
   p.attn.kv_cache = true;
   if (!parser.given("--seq-k") && !parser.given("--seq") && flags.input.empty())
     p.attn.seq_k = std::max(1, *std::max_element(lens.begin(), lens.end()));
-  check_seq_lens(p.attn, lens);
+  try {  // the lengths' refusals name the flag, as its parse errors do
+    check_seq_lens(p.attn, lens);
+  } catch (const UsageError& e) {
+    throw UsageError("--cache-lens " + flags.cache_lens + ": " + e.what());
+  }
   o.seq_lens = std::move(lens);
 }
 

@@ -87,7 +87,8 @@ foreach(step 05_flash_forward 06_causal_stages 09_tensor_core_forward 10_swizzle
                sh -c "${exe} --help | grep -q -e --bwd && echo '--bwd in --help' || echo '--bwd not in --help'")
   add_cli_test(${step}.bwd_refused 2 "--bwd: ${step} has no backward pass" ${exe} --bwd)
   # a step without a KV cache refuses --cache-lens itself, before the lengths (2 for batch 3) are looked at
-  add_cli_test(${step}.cache_lens_refused 2 "--cache-lens: ${step} has no KV cache" ${exe} --batch 3 --cache-lens 1,2)
+  add_cli_test(${step}.cache_lens_refused 2 "--cache-lens: ${step} has no KV cache [(]--cache-lens is for the decoding steps: split-KV and paged[)]"
+               ${exe} --batch 3 --cache-lens 1,2)
   add_cli_test(${step}.page_size_refused 2 "--page-size: ${step} reads no paged KV cache" ${exe} --page-size 16)
 endforeach()
 foreach(step 04_naive_attention 07_flash_backward 08_backward_delta_reuse)

@@ -190,6 +190,12 @@ TEST(AttentionFamily, CacheLengthsAreParsedCheckedAndRefusedWithoutAKvCache) {
   };
   EXPECT_NE(refusal({"--batch", "2", "--cache-lens", "5,-1"}).find("sequence 1's length -1 is negative"),
             std::string::npos);
+  // Every refusal of the lengths names the flag and what it was given, as its parse errors do.
+  EXPECT_EQ(refusal({"--batch", "2", "--cache-lens", "5,-1"}), "--cache-lens 5,-1: sequence 1's length -1 is negative");
+  EXPECT_EQ(refusal({"--batch", "1", "--seq-k", "64", "--cache-lens", "65"}).rfind("--cache-lens 65: sequence 0's", 0), 0u)
+      << refusal({"--batch", "1", "--seq-k", "64", "--cache-lens", "65"});
+  EXPECT_EQ(refusal({"--batch", "3", "--cache-lens", "1,2"}).rfind("--cache-lens 1,2: a KV cache needs", 0), 0u)
+      << refusal({"--batch", "3", "--cache-lens", "1,2"});
   EXPECT_NE(refusal({"--batch", "1", "--seq-k", "64", "--cache-lens", "65"}).find("above the cache capacity"),
             std::string::npos);
   EXPECT_NE(refusal({"--batch", "1", "--seq-q", "4", "--causal", "--cache-lens", "3"}).find("below seq_q 4"),
