@@ -592,6 +592,7 @@ BLOCKS = {
                                            "results:inputs": inputs_table},
     "docs/23_paged_kv_decode.md": {"results:paged": lambda: paged_table()},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
+                                   "results:decode_one_launch": lambda: decode_variant_table("one-launch"),
                                    "results:decode_splits": lambda: decode_splits_table(),
                                    "results:decode_splits_128": lambda: decode_splits_table(
                                        os.path.join(DECODE, "history", "ceiling128_decode_splits.csv"))},
@@ -1262,6 +1263,33 @@ def decode_cells(path=None):
         got.setdefault(key, {})[r["step"]] = (t, fp_float(r["rate"]), fp_float(r["pct_peak"]),
                                               2.0 * p["batch"] * p["kv_heads"] * p["seq_k"] * p["d"] * 2)
     return got
+
+
+def decode_variant_table(variant):
+    """Step 22's variant `variant` against its default on the decode sweep, from the same bench.py run (rows
+    '... cache f16 [variant]' beside the default's): both times, and the default's time over the variant's."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    rows = [r for r in (read_csv(path) if os.path.exists(path) else []) if r["step"] == DECODE]
+    base = {r["problem"]: fp_float(r["time_ms"]) for r in rows}
+    body, ratios = [], []
+    for r in rows:
+        if not r["problem"].endswith(f" [{variant}]"):
+            continue
+        problem = r["problem"][: -len(variant) - 3]
+        p, t, t0 = split_problem(problem, gqa=True, cache=True), fp_float(r["time_ms"]), base.get(problem)
+        if not p or not t or not t0:
+            continue
+        ratios.append(t0 / t)
+        body.append([str(p["batch"]), str(p["kv_heads"]), str(p["seq_k"]), f"{t0 * 1e3:.1f}", f"{t * 1e3:.1f}",
+                     f"{t0 / t:.2f}×"])
+    if not body:
+        return (f"*Not measured yet: bench.csv has no rows of step 22's {variant} variant "
+                f"(`python3 profiles/bench.py --steps 22 --variants two-launches,{variant}` on a GPU).*")
+    v = sorted(ratios)
+    return md_table(["batch", "K/V heads", "keys", "two launches µs", f"{variant} µs", "two launches / " + variant],
+                    body) + \
+        f"\n\nThe same bench.py run; above 1.00× the {variant} variant is faster. Median over {len(v)} shapes " \
+        f"{v[len(v) // 2]:.2f}× (from {v[0]:.2f}× to {v[-1]:.2f}×).\n\n" + source_line(["bench.csv"])
 
 
 def decode_table():

@@ -3,7 +3,8 @@
 // reference on KV caches with a length per sequence (causal aligned to each sequence's end), with
 // the per-row low-precision rule of harness/tolerance.h. make_inputs sets every K/V row past a
 // sequence's length to NaN, so a kernel that reads one fails. Split counts are pinned with
-// FA_STEP22_SPLITS to take the one-split path, the merge, and splits that see no key.
+// FA_STEP22_SPLITS to take the one-split path, the merge, and splits that see no key. The variant
+// one-launch gives the default's bits.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -107,6 +108,33 @@ TEST(Step22SplitKvDecode, RunsAreBitwiseRepeatable) {
   const Outputs a = fa::attention::run_checked(r, false), b = fa::attention::run_checked(r, false);
   EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0);
+}
+
+// The one-launch variant merges with the same merge_row after a grid barrier, so it must give the default's
+// bits: on shapes the heuristic splits (MQA with 64 splits and 32 rows, GQA, ragged and empty sequences),
+// with 3 splits pinned, and with 64 pinned on a grid too large to be resident at once (the fallback to two
+// launches). And it is right against fp64 on its own.
+TEST(Step22SplitKvDecode, OneLaunchGivesTheDefaultsBits) {
+  for (int n : {0, 3, 64}) {
+    SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
+    PinSplits pin(n);
+    for (fa::DType t : kTypes)
+      for (int d : {64, 128})
+        for (Shape s : {Shape{3, 8, 1, 3000, d, true, 0, t, 2}, Shape{1, 32, 1, 20000, d, false, 0, t, 1}}) {
+          s.kv_cache = true;
+          const std::uint64_t seed = fa::fresh_seed();
+          SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
+          const std::vector<int> lens = s.batch == 3 ? std::vector<int>{3000, 130, 0} : std::vector<int>{19999};
+          const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
+          fa::AttnParams one = s.params();
+          one.variant = 1;
+          fa::attention::Run r0(kStep, s.params(), false, in), r1(kStep, one, false, in);
+          const Outputs a = fa::attention::run_checked(r0, false), b = fa::attention::run_checked(r1, false);
+          EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0) << "O differs";
+          EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0) << "LSE differs";
+          expect_close_lowp_to_fp64(b, s, in, false, "fp64 (one-launch)");
+        }
+  }
 }
 
 // The split heuristic: one split where the grid is full without (many sequences and K/V heads),
