@@ -678,13 +678,13 @@ def bought_table(nn, variant=""):
     v = sorted(x for k, x in cells.items() if k[3] >= TARGET_MIN_SEQ)
     # A step whose idea targets one head_dim (step 24: d = 64) is judged on that head_dim's cells: each d's median.
     by_d = {d: sorted(x for k, x in cells.items() if k[1] == d and k[3] >= TARGET_MIN_SEQ) for d in {k[1] for k in cells}}
-    per_d = "".join(f"at d = {d}, median over {len(w)} cells {w[len(w) // 2]:.2f}× (from {w[0]:.2f}× to {w[-1]:.2f}×); "
+    per_d = "".join(f"at d = {d}, median over {len(w)} cells {median(w):.2f}× (from {w[0]:.2f}× to {w[-1]:.2f}×); "
                     for d, w in sorted(by_d.items()) if w) if len(by_d) > 1 else ""
     what = f"{'the ' + variant + ' variant' + chr(39) + 's' if variant else 'its'} {'backward' if backward else 'forward'}"
     return md_table(["dtype", "d", "causal"] + [f"seq {s}" for s in seqs], body) + \
         f"\n\nStep {nn}: {what} time against step {prev[:2]}'s ({prev}, its default variant), timed interleaved in the " \
         f"same process on the same inputs: step {prev[:2]}'s time over step {nn}'s, above 1: step {nn} is faster. " + \
-        (f"Median over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: {v[len(v) // 2]:.2f}× (from {v[0]:.2f}× to "
+        (f"Median over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: {median(v):.2f}× (from {v[0]:.2f}× to "
          f"{v[-1]:.2f}×); " if v else f"No cell with seq ≥ {TARGET_MIN_SEQ}; ") + per_d + \
         "shapes batch·seq = 16384, heads = 2048/d.\n\n" + source_line(["bench.csv"])
 
@@ -737,12 +737,12 @@ def tc_bwd_table(step="12_tensor_core_backward", other="atomic", prev="step 08",
                       ("fb_cudnn", "fwd+bwd × SDPA-cuDNN"), ("det", f"default × {other}")):
         v = sorted(ratios[key])
         if v:
-            summary.append([what, str(len(v)), f"{v[0]:.2f}×", f"{v[len(v) // 2]:.2f}×", f"{v[-1]:.2f}×",
+            summary.append([what, str(len(v)), f"{v[0]:.2f}×", f"{median(v):.2f}×", f"{v[-1]:.2f}×",
                             f"{sum(x >= 1.0 for x in v)} of {len(v)}"])
         if key == "cudnn" and len(cudnn_by_d) > 1:
             for d, w in sorted(cudnn_by_d.items()):
                 w = sorted(w)
-                summary.append([f"{what}, d = {d}", str(len(w)), f"{w[0]:.2f}×", f"{w[len(w) // 2]:.2f}×",
+                summary.append([f"{what}, d = {d}", str(len(w)), f"{w[0]:.2f}×", f"{median(w):.2f}×",
                                 f"{w[-1]:.2f}×", f"{sum(x >= 1.0 for x in w)} of {len(w)}"])
     head = ["dtype", "d", "causal", "seq", f"{step[:2]} TFLOP/s"] + \
         ([f"{other} TFLOP/s", f"default × {other}"] if other else []) + \
@@ -1289,7 +1289,7 @@ def decode_variant_table(variant):
     return md_table(["batch", "K/V heads", "keys", "two launches µs", f"{variant} µs", "two launches / " + variant],
                     body) + \
         f"\n\nThe same bench.py run; above 1.00× the {variant} variant is faster. Median over {len(v)} shapes " \
-        f"{v[len(v) // 2]:.2f}× (from {v[0]:.2f}× to {v[-1]:.2f}×).\n\n" + source_line(["bench.csv"])
+        f"{median(v):.2f}× (from {v[0]:.2f}× to {v[-1]:.2f}×).\n\n" + source_line(["bench.csv"])
 
 
 def decode_table():
@@ -1434,16 +1434,24 @@ def hopper_ablation_table(step=HOPPER_PP, path=None, variants=None):
         "removes the pipelining as well as the warp specialisation.\n\n" + source
 
 
+# The backward steps the headline may name, latest first: the first with its whole sweep in bench.csv.
+HEADLINE_BWD = ("25_hopper_backward_pingpong", "24_hopper_backward_wide_tiles", "21_hopper_backward_ws", TC_BWD[-1])
+
+
 def headline_block():
     """README's headline: where the series ends against both SDPA backends, from bench.csv: the last forward
-    step (19) and the last backward step (16), median (min-max) of SDPA's time over the step's, seq >= 1024."""
+    step (19) and the latest backward step measured on the whole sweep (HEADLINE_BWD), median (min-max) of SDPA's
+    time over the step's, seq >= 1024."""
     def spread(r):
         r = sorted(r)
         return f"{median(r):.2f}× ({r[0]:.2f}-{r[-1]:.2f}×, {len(r)} cells)" if r else "not measured"
 
     times = tc_times()
     fwd = {c: t for c, t in times[HOPPER_PP].items() if c[3] >= TARGET_MIN_SEQ}
-    bwd = {c: v for c, v in bwd_cells(TC_BWD[-1]).items() if c[3] >= TARGET_MIN_SEQ and ("bwd", "") in v}
+    def measured(step):
+        return {c: v for c, v in bwd_cells(step).items() if c[3] >= TARGET_MIN_SEQ and ("bwd", "") in v}
+    bwd_step = next((st for st in HEADLINE_BWD if len(measured(st)) >= 40), TC_BWD[-1])
+    bwd = measured(bwd_step)
     f_flash = [times["sdpa_flash"][c] / t for c, t in fwd.items() if c in times["sdpa_flash"]]
     f_cudnn = [times["sdpa_cudnn"][c] / t for c, t in fwd.items() if c in times["sdpa_cudnn"]]
     b_flash = [v[("bwd", "sdpa_flash")] / v[("bwd", "")] for v in bwd.values() if ("bwd", "sdpa_flash") in v]
@@ -1453,7 +1461,7 @@ def headline_block():
             f"and not; above 1.00× the step is faster):\n\n" +
             md_table(["", "× SDPA FlashAttention-2", "× SDPA cuDNN"],
                      [[f"forward, step 19 ({HOPPER_PP})", spread(f_flash), spread(f_cudnn)],
-                      [f"backward, step 16 ({TC_BWD[-1]})", spread(b_flash), spread(b_cudnn)]]) +
+                      [f"backward, step {bwd_step[:2]} ({bwd_step})", spread(b_flash), spread(b_cudnn)]]) +
             "\n\n" + tc_source())
 
 
