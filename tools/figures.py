@@ -16,6 +16,8 @@ measurements (never drawn by hand).
   wgmma_operand    step 17: a K-major 128-byte-swizzled operand tile: core matrices, the descriptor's SBO and LBO,
                    the swizzle, the start address per k-step (numbers read from its kernel.cu)
   backward_roles   step 21: its warp roles over three query tiles, from its Config's and barriers' constants
+  backward_pingpong step 25: three query tiles in lockstep (step 24) and in ping-pong, ideal durations from doc 25's
+                   napkin arithmetic (peak rates) and step 25's query tile
   climb            every attention forward step's TFLOP/s at one shape from profiles/h100/bench.csv,
                    beside SDPA's two backends and the card's peaks
 
@@ -435,6 +437,84 @@ def backward_roles():
     ax.set_title(f"Step 21's roles: warpgroup 0 keeps {prod_regs} registers (producer, dQ writer), the consumers "
                  f"{cons_regs}; a ring of {stages} Q/dO slots\n(schematic: the consumers meet at the dSᵀ barrier, "
                  "the writer adds each tile's dQ while they start the next)", fontsize=8)
+    return fig
+
+
+# ---- step 25: one query tile's groups in lockstep (step 24) and in ping-pong, at d = 64, from the napkin math ------
+def backward_pingpong():
+    src = read("steps/25_hopper_backward_pingpong/kernel.cu")
+    block_m = int(re.search(r"BLOCK_M = WIDE \? (\d+)", src).group(1))  # d = 64's query tile
+    # Doc 25's arithmetic, per consumer (64 keys × block_m queries, d = 64): the five products at one SM's share of
+    # the dense peak (1071 TFLOP/s over 132 SMs), group A two of them, group B three; E's exponentials at 16 per
+    # clock and ten other operations per element at 128 lanes per clock, at 1.98 GHz. Two E's at once share the
+    # special-function units and the lanes, each at half speed; two groups at once share the tensor cores.
+    per_sm = 1071e12 / 132
+    prod = 2 * 64 * block_m * 64 / per_sm * 1e6  # one product, µs
+    dur = {"A": 2 * prod, "B": 3 * prod, "E": (64 * block_m / 16 + 64 * block_m * 10 / 128) / 1.98e3}
+    tiles, dt = 3, 0.001
+
+    def simulate(pingpong):
+        # Each consumer runs A, E, B per tile and waits for each. A group of products is issued to the tensor
+        # cores, which run issued groups one after another (in issue order); two E's at once run at half speed.
+        # Lockstep: B only once both consumers' E are done (step 24's meeting). Ping-pong: groups are issued in
+        # the token's order (c0 A, c1 A, c0 B, c1 B, ...), each as soon as its turn has come.
+        seq = [(k, tl) for tl in range(tiles) for k in "AEB"]
+        order = [(c, k, tl) for tl in range(tiles) for k in "AB" for c in (0, 1)]
+        pos, state, left, start, out = [0, 0], ["idle", "idle"], [0.0, 0.0], [0.0, 0.0], []
+        queue, turn, t = [], 0, 0.0
+        while min(pos) < len(seq):
+            for c in (0, 1):  # issue what can be issued, or start an E
+                if pos[c] >= len(seq) or state[c] != "idle":
+                    continue
+                k, tl = seq[pos[c]]
+                if k == "E":
+                    state[c], left[c], start[c] = "E", dur["E"], t
+                elif pingpong and order[turn] != (c, k, tl):
+                    continue
+                elif not pingpong and k == "B" and (pos[1 - c] < pos[c] or state[1 - c] == "E"):
+                    continue
+                else:
+                    queue.append([c, k, tl, dur[k], None])
+                    state[c] = "waits"
+                    turn += pingpong
+            if queue:  # the tensor cores: the oldest issued group
+                g = queue[0]
+                g[4] = t if g[4] is None else g[4]
+                g[3] -= dt
+                if g[3] <= 0:
+                    out.append((g[0], g[1], g[2], g[4], t + dt))
+                    queue.pop(0)
+                    pos[g[0]], state[g[0]] = pos[g[0]] + 1, "idle"
+            busy = [c for c in (0, 1) if state[c] == "E"]
+            for c in busy:
+                left[c] -= dt / len(busy)
+                if left[c] <= 0:
+                    out.append((c, "E", seq[pos[c]][1], start[c], t + dt))
+                    pos[c], state[c] = pos[c] + 1, "idle"
+            t += dt
+        return out, t
+
+    fig = new_figure(8.8, 4.6)
+    col = {"A": COLORS["full"], "B": "#2f5f9e", "E": COLORS["diagonal"]}
+    runs = [simulate(False), simulate(True)]
+    end = max(r[1] for r in runs)
+    for i, (title, (events, total)) in enumerate(zip(["step 24: the consumers in lockstep",
+                                                       "step 25: ping-pong (the token)"], runs)):
+        ax = fig.add_axes([0.14, 0.53 - 0.38 * i, 0.84, 0.27])
+        for c, k, tl, a, b in events:
+            ax.add_patch(Rectangle((a, 1 - c + 0.15), b - a, 0.7, facecolor=col[k], edgecolor="white"))
+            ax.text((a + b) / 2, 1 - c + 0.5, f"{k}{tl}", ha="center", va="center", fontsize=6)
+        ax.set_xlim(0, end * 1.02), ax.set_ylim(0, 2)
+        ax.set_yticks([1.5, 0.5], ["consumer 0", "consumer 1"], fontsize=7)
+        ax.set_title(f"{title}: {tiles} tiles in {total:.2f} µs (ideal)", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel("µs (ideal durations from the peak rates, d = 64, one SM)", fontsize=8)
+    fig.legend([Rectangle((0, 0), 1, 1, facecolor=c) for c in col.values()],
+               ["A: Sᵀ, dPᵀ (tensor cores)", "B: dV, dK, lagged dQ (tensor cores)", "E: exponentials, dSᵀ (CUDA cores)"],
+               loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.suptitle("Per query tile, ideal: in lockstep the tensor cores wait while both consumers compute E; with the "
+                 "turns, one consumer's E runs under the other's products\n(doc 25's napkin math; the measured "
+                 "tiles are longer, doc 24's per-unit table)", fontsize=8)
     return fig
 
 
@@ -891,7 +971,7 @@ FIGURES = {"causal_tiles": causal_tiles, "mma_fragments": mma_fragments, "swizzl
            "memory_hierarchy": memory_hierarchy, "lane_map": lane_map, "lane_map_backward": lane_map_backward, "softmax_passes": softmax_passes,
            "merge_tree": merge_tree, "matmul_tiles": matmul_tiles, "delta_flow": delta_flow,
            "bytes_per_mma": bytes_per_mma, "warp_tile_intensity": warp_tile_intensity,
-           "decode_bandwidth": decode_bandwidth}
+           "decode_bandwidth": decode_bandwidth, "backward_pingpong": backward_pingpong}
 
 
 def svg(fig):
