@@ -172,6 +172,27 @@ inline void deterministic_variant_is_bitwise_reproducible(const fa::StepInfo& st
       }
 }
 
+// The Hopper backward steps' deterministic variant (steps 21, 24, 25): the same bits run after run on shapes with
+// many key blocks per query tile, causal (its descending order) and not, both head dims; GQA refused (their
+// dK and dV sums over a group still add in any order) with a message, never run.
+inline void hopper_deterministic_is_bitwise_repeatable(const fa::StepInfo& step) {
+  for (fa::DType t : kTypes)
+    for (int d : {64, 128})
+      for (const Shape& s : {Shape{2, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 1024, 1024, d, true, 0, t}})
+        expect_bitwise_repeatable(step, s, variant_of(step, "deterministic"));
+}
+inline void hopper_deterministic_refuses_gqa(const fa::StepInfo& step) {
+  const Shape s{1, 4, 128, 128, 64, false, 0, fa::DType::F16, 2};
+  try {
+    fa::attention::Run r(step, params(s, variant_of(step, "deterministic")), true, random_inputs(s, 1));
+    r.checked_forward();
+    r.checked_backward();
+    FAIL() << "the deterministic variant ran GQA";
+  } catch (const fa::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not run GQA"), std::string::npos) << e.what();
+  }
+}
+
 // The workspace: delta (one float per query row); the atomic variant also its fp32 dQ accumulator.
 inline void workspace_is_delta_plus_the_atomic_accumulator(const fa::StepInfo& step) {
   fa::AttnParams p;

@@ -43,23 +43,8 @@ TEST(Step21HopperBackwardWs, DeterministicMatchesStep20AndFp64) {
   matches_prev_on_realistic_shapes(kStep, kPrev, kDeterministic);
   matches_fp64_on_edge_shapes(kStep, kDeterministic);
 }
-TEST(Step21HopperBackwardWs, DeterministicIsBitwiseRepeatable) {
-  for (fa::DType t : kTypes)
-    for (int d : {64, 128})
-      for (const Shape& s : {Shape{2, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 1024, 1024, d, true, 0, t}})
-        expect_bitwise_repeatable(kStep, s, kDeterministic);
-}
-TEST(Step21HopperBackwardWs, DeterministicRefusesGqa) {
-  const Shape s{1, 4, 128, 128, 64, false, 0, fa::DType::F16, 2};
-  try {
-    fa::attention::Run r(kStep, params(s, kDeterministic), true, random_inputs(s, 1));
-    r.checked_forward();
-    r.checked_backward();
-    FAIL() << "the deterministic variant ran GQA";
-  } catch (const fa::UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("does not run GQA"), std::string::npos) << e.what();
-  }
-}
+TEST(Step21HopperBackwardWs, DeterministicIsBitwiseRepeatable) { hopper_deterministic_is_bitwise_repeatable(kStep); }
+TEST(Step21HopperBackwardWs, DeterministicRefusesGqa) { hopper_deterministic_refuses_gqa(kStep); }
 TEST(Step21HopperBackwardWs, RefusesWhatItCannotRun) { refuses_what_it_cannot_run_backward(kStep); }
 
 // dQ_accum holds whole tiles: seq_q rounded up to 64 rows, head_dim to the instance's 64 or 128.
