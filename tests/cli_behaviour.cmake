@@ -105,6 +105,13 @@ add_cli_test(run_all.unknown_step 2 "--steps: no built step '99' [(]built: ${_bu
              ${exe} --steps 01,99)
 add_cli_test(run_all.empty_step 2 "--steps '01,,02': an empty item" ${exe} --steps 01,,02)
 add_cli_test(run_all.repeated_step 2 "--steps '01,1': 01_safe_softmax is named twice" ${exe} --steps 01,1)
+# profiles/smoke.sh (a step's first run on a GPU, each --check under a timeout): its refusals, and with no
+# device it stops at the first run with the step's own message, not after a line per shape.
+set(_smoke ${PROJECT_SOURCE_DIR}/profiles/smoke.sh)
+add_cli_test(smoke.unknown_step 2 "smoke.sh: no step '99' in" bash ${_smoke} --bin $<TARGET_FILE_DIR:run_all> 99)
+add_cli_test(smoke.bad_timeout 2 "--timeout needs whole seconds" bash ${_smoke} --timeout 0 01)
+add_cli_test(smoke.no_device 1 "^smoke.sh: error: no CUDA device"
+             env CUDA_VISIBLE_DEVICES=-1 bash ${_smoke} --bin $<TARGET_FILE_DIR:run_all> 01)
 add_cli_test(run_all.repeated_flag 2 "--steps given twice" ${exe} --steps 01 --steps 02)
 add_cli_test(run_all.csv_and_json 2 "--csv conflicts with --json" ${exe} --json --csv)
 add_cli_test(run_all.reps_overflow 2 "--reps: ${_huge} is out of range" ${exe} --reps ${_huge})
