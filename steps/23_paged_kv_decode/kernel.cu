@@ -18,9 +18,13 @@
 // Where to look: PageCopy (the gather), the K/V lines of decode_split (the page table of this
 // sequence), launch (the block table passed down), and the sweep's paged shapes.
 //
+// Variant "one-launch", as in step 22: the split kernel launched cooperatively, its blocks merging the partials
+// after a grid barrier, with the combine kernel's merge_row: one launch, the same bits.
+//
 // Build + run:  cmake --build build --target 23_paged_kv_decode && build/bin/23_paged_kv_decode
 // Read with:    docs/23_paged_kv_decode.md
 // =============================================================================================
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -109,12 +113,18 @@ struct PageCopy : TileCopy<ROWS, D> {
   }
 };
 
+// The one-launch variant's merge, after the grid barrier: every warp of the grid merges rows (below).
+template <class T>
+__device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
+                                   std::size_t rows_total, int head_dim);
+
 // ---- the split kernel: one (split, sequence·K/V head, row block) per block ----------------------------
 // grid (n_splits, batch·kv_heads, row blocks); block kThreads. T: __half or __nv_bfloat16. A group's
 // rows r = g·seq_q + i (query i of its g-th query head) are rows (kv_bh·G)·seq_q + r of Q, O and
 // LSE: the group's heads are adjacent. One split: O and LSE directly; else the partials part_o
 // [n_splits, rows_total, head_dim] and part_lse [n_splits, rows_total], rows_total = batch·heads·seq_q.
-template <class T, class C>
+// ONE_LAUNCH (a variant, launched cooperatively: every block resident): then a grid barrier and the merge.
+template <class T, class C, bool ONE_LAUNCH = false>
 __global__ void __launch_bounds__(kThreads)
     decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                  const int* __restrict__ seq_lens, const int* __restrict__ block_table, int page_size, int max_pages,
@@ -314,6 +324,11 @@ __global__ void __launch_bounds__(kThreads)
       if (d == 0) part_lse[split * rows_total + row] = row_lse;
     }
   }
+  if constexpr (ONE_LAUNCH) {
+    if (direct) return;
+    cooperative_groups::this_grid().sync();  // every split's partials written, and visible (a gpu-scope fence)
+    merge_rows_of_grid<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim);
+  }
 }
 
 // ---- the merge: the partials of each row into O and LSE ---------------------------------------------------
@@ -336,15 +351,15 @@ __device__ __forceinline__ float warp_sum(float x) {
   for (int o = kWarp / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
+// One row's merge by one warp (lane: dims 4·lane ..): the combine kernel's body, and the one-launch variant's
+// after its grid barrier. __ldcg: the partials were written by other blocks, read past this SM's L1.
 template <class T>
-__global__ void __launch_bounds__(kCombineThreads)
-    combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, T* __restrict__ o,
-            float* __restrict__ lse, int n_splits, std::size_t rows_total, int head_dim) {
-  const std::size_t row = std::size_t(blockIdx.x) * (kCombineThreads / kWarp) + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp, d = 4 * lane;
-  if (row >= rows_total) return;  // the whole warp: the shuffles below see every lane
-  const float ls0 = lane < n_splits ? part_lse[lane * rows_total + row] : -INFINITY;  // LSE_lane
-  const float ls1 = lane + kWarp < n_splits ? part_lse[(lane + kWarp) * rows_total + row] : -INFINITY;
+__device__ __forceinline__ void merge_row(const float* __restrict__ part_o, const float* __restrict__ part_lse,
+                                          T* __restrict__ o, float* __restrict__ lse, int n_splits,
+                                          std::size_t rows_total, int head_dim, std::size_t row, int lane) {
+  const int d = 4 * lane;
+  const float ls0 = lane < n_splits ? __ldcg(part_lse + lane * rows_total + row) : -INFINITY;  // LSE_lane
+  const float ls1 = lane + kWarp < n_splits ? __ldcg(part_lse + (lane + kWarp) * rows_total + row) : -INFINITY;
   const float M = warp_max(fmaxf(ls0, ls1));
   // A split that saw no key of the row (LSE_s = −inf) weighs 0, and so does every split when none did.
   const float w0 = ls0 == -INFINITY ? 0.f : __expf(ls0 - M), w1 = ls1 == -INFINITY ? 0.f : __expf(ls1 - M);
@@ -356,7 +371,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     float4 y[kCombineUnroll];  // O_s of kCombineUnroll splits: the loads first, all in flight ...
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u)
-      y[u] = s0 + u < n_splits ? *reinterpret_cast<const float4*>(from + (s0 + u) * rows_total * head_dim)
+      y[u] = s0 + u < n_splits ? __ldcg(reinterpret_cast<const float4*>(from + (s0 + u) * rows_total * head_dim))
                                : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {  // ... then the sum (lanes past n_splits hold weight 0)
@@ -369,6 +384,23 @@ __global__ void __launch_bounds__(kCombineThreads)
     *reinterpret_cast<uint2*>(o + row * head_dim + d) =
         make_uint2(pack<T>(sum.x * inv, sum.y * inv), pack<T>(sum.z * inv, sum.w * inv));
   if (d == 0) lse[row] = L > 0.f ? M + logf(L) : -INFINITY;
+}
+// Warp w of the grid (blocks in launch order, kWarps each) merges rows w, w + all warps, ...: the same
+// merge_row as the combine kernel, so the two variants give the same bits.
+template <class T>
+__device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
+                                   std::size_t rows_total, int head_dim) {
+  const std::size_t warps = std::size_t(gridDim.x) * gridDim.y * gridDim.z * kWarps;
+  std::size_t w = ((std::size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * kWarps + threadIdx.x / kWarp;
+  for (; w < rows_total; w += warps) merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, w, threadIdx.x % kWarp);
+}
+template <class T>
+__global__ void __launch_bounds__(kCombineThreads)
+    combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, T* __restrict__ o,
+            float* __restrict__ lse, int n_splits, std::size_t rows_total, int head_dim) {
+  const std::size_t row = std::size_t(blockIdx.x) * (kCombineThreads / kWarp) + threadIdx.x / kWarp;
+  if (row >= rows_total) return;  // the whole warp: the shuffles see every lane
+  merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, row, threadIdx.x % kWarp);
 }
 
 // ---- the number of splits ---------------------------------------------------------------------------------
@@ -399,13 +431,22 @@ std::size_t workspace_bytes(const fa::AttnParams& p) {
 }
 
 // ---- launcher ---------------------------------------------------------------------------------------------
+// The variants (StepInfo::variants, in this order): the split kernel then the combine kernel (the default),
+// and one cooperative launch whose blocks merge after a grid barrier.
+enum Variant { kTwoLaunches, kOneLaunch };
+
 template <class T, class C>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  static const bool ready = [] {
+  // Once per instance: more than 48 KB of dynamic shared memory, and how many blocks of the one-launch
+  // kernel can be resident at once (its grid must be, or the barrier would wait for blocks never started).
+  static const int resident = [] {
     fa::opt_in_shared_memory(decode_split<T, C>, C::SMEM_BYTES, info().name);
-    return true;
+    fa::opt_in_shared_memory(decode_split<T, C, true>, C::SMEM_BYTES, info().name);
+    int per_sm = 0;
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_split<T, C, true>, kThreads,
+                                                                C::SMEM_BYTES));
+    return per_sm * fa::sm_count();
   }();
-  (void)ready;
   const fa::AttnParams& p = a.p;
   const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
   const int n = n_splits(p, fa::sm_count());
@@ -416,15 +457,30 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     throw fa::UsageError(std::string(info().name) + ": needs its workspace (" + info().workspace_note + ")");
   const dim3 grid(unsigned(n), unsigned(p.batch * kv_heads),
                   unsigned((heads_per_kv * p.seq_q + C::ROWS - 1) / C::ROWS));
-  decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(
-      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.seq_lens, a.block_table,
-      p.page_size, p.max_pages, static_cast<T*>(a.o), a.lse, part_o, part_lse, kv_heads, heads_per_kv,
-      p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, rows);
+  const T *q = static_cast<const T*>(a.q), *k = static_cast<const T*>(a.k), *v = static_cast<const T*>(a.v);
+  T* o = static_cast<T*>(a.o);
+  // One launch where there is something to merge and the grid fits at once (a pinned count may not).
+  if (p.variant == kOneLaunch && n > 1 && (long long)grid.x * grid.y * grid.z <= resident) {
+    cudaLaunchAttribute cooperative{};
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = C::SMEM_BYTES;
+    config.stream = stream, config.attrs = &cooperative, config.numAttrs = 1;
+    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_split<T, C, true>, q, k, v, a.seq_lens, a.block_table,
+                                     p.page_size, p.max_pages, o, a.lse, part_o, part_lse, kv_heads, heads_per_kv,
+                                     p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, rows));
+    return;
+  }
+  decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, a.seq_lens, a.block_table, p.page_size,
+                                                                 p.max_pages, o, a.lse, part_o, part_lse, kv_heads,
+                                                                 heads_per_kv, p.seq_q, p.seq_k, p.head_dim, p.scale,
+                                                                 p.causal, rows);
   FA_CHECK_LAUNCH();
   if (n == 1) return;
   constexpr int kRowsPerBlock = kCombineThreads / kWarp;
   combine<T><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kCombineThreads, 0, stream>>>(
-      part_o, part_lse, static_cast<T*>(a.o), a.lse, n, rows, p.head_dim);
+      part_o, part_lse, o, a.lse, n, rows, p.head_dim);
   FA_CHECK_LAUNCH();
 }
 
@@ -507,6 +563,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
+    s.variants = {"two-launches", "one-launch"};  // one-launch: the merge after a grid barrier, same bits
     s.attn_rule.paged = true;
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;

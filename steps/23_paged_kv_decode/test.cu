@@ -104,6 +104,33 @@ TEST(Step23PagedKvDecode, RunsAreBitwiseRepeatable) {
   EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0);
 }
 
+// The one-launch variant (step 22's): the same merge after a grid barrier, so the default's bits, paged, with
+// the heuristic's splits (batch 1, MQA: 64 of them), 3 pinned, and 64 pinned on a grid too large to be resident
+// at once (the fallback to two launches).
+TEST(Step23PagedKvDecode, OneLaunchGivesTheDefaultsBits) {
+  for (int n : {0, 3, 64}) {
+    SCOPED_TRACE("FA_STEP23_SPLITS=" + std::to_string(n));
+    PinSplits pin(n);
+    for (fa::DType t : kTypes)
+      for (Shape s : {Shape{3, 8, 1, 3000, 128, true, 0, t, 2}, Shape{1, 32, 1, 20000, 64, false, 0, t, 1}}) {
+        s.kv_cache = true;
+        const std::vector<int> lens = s.batch == 3 ? std::vector<int>{3000, 130, 0} : std::vector<int>{19999};
+        const std::uint64_t seed = fa::fresh_seed();
+        SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
+        const fa::AttnParams paged = fa::attention::paged_params(s.params(), lens, 16);
+        Inputs in = fa::attention::make_inputs(paged, false, seed, lens);
+        fa::attention::page_inputs(paged, in, seed + 1);
+        fa::AttnParams one = paged;
+        one.variant = 1;
+        fa::attention::Run r0(kStep, paged, false, in), r1(kStep, one, false, in);
+        const Outputs a = fa::attention::run_checked(r0, false), b = fa::attention::run_checked(r1, false);
+        EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0) << "O differs";
+        EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0) << "LSE differs";
+        expect_close_lowp_to_fp64(b, s, in, false, "fp64 (one-launch)");
+      }
+  }
+}
+
 // A contiguous cache (step 22's) is refused with the reason; so are a paged problem without its table,
 // and fp32, head dims off the rule, prefill-sized seq_q.
 TEST(Step23PagedKvDecode, RefusesWhatItCannotRun) {
