@@ -112,7 +112,7 @@ TEST(Step23PagedKvDecode, OneLaunchGivesTheDefaultsBits) {
     SCOPED_TRACE("FA_STEP23_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
     for (fa::DType t : kTypes)
-      for (Shape s : {Shape{3, 8, 1, 3000, 128, true, 0, t, 2}, Shape{1, 32, 1, 20000, 64, false, 0, t, 1}}) {
+      for (Shape s : {Shape{3, 8, 1, 3000, 128, false, 0, t, 2}, Shape{1, 32, 1, 20000, 64, true, 0, t, 1}}) {
         s.kv_cache = true;
         const std::vector<int> lens = s.batch == 3 ? std::vector<int>{3000, 130, 0} : std::vector<int>{19999};
         const std::uint64_t seed = fa::fresh_seed();
