@@ -13,9 +13,10 @@
 // of 64 keys may come from 64 different pages: any page size from 1 up works, with no alignment between
 // pages and tiles. Why cp.async and not TMA: a TMA box is a rectangle of one tensor, so a page would
 // need a box of its own (a page of 1 key, one box per key); cp.async gathers row by row at no extra cost
-// per row, the page index being one more load that stays in L1.
+// per row, the page index being one more load that stays in L1. The row's page is j / page_size, found
+// by a multiply-high and a shift (PageDiv), since a decode warp has little else to issue per row.
 //
-// Where to look: PageCopy (the gather), the K/V lines of decode_split (the page table of this
+// Where to look: PageDiv and PageCopy (the gather), the K/V lines of decode_split (the page table of this
 // sequence), launch (the block table passed down), and the sweep's paged shapes.
 //
 // Variant "one-launch", as in step 22: the split kernel launched cooperatively, its blocks merging the partials
@@ -93,22 +94,48 @@ struct TileCopy {
 };
 
 // ---- new here: a K/V tile gathered from pages --------------------------------------------------------------
+// j / page_size for every key row, without the ~20 instructions of an integer division: the divisor is fixed
+// per launch, so the host finds m and s with floor(j / d) = floor(j·m / 2^(31 + s + 1)) for every j < 2^31
+// (m = ceil(2^(31 + ceil(log2 d)) / d), the round-up method of Granlund and Montgomery): one multiply-high and
+// one shift on the device. Decoding issues little else per key, so the division alone doubled the
+// instructions of the gather (the ncu panel of doc 23).
+struct PageDiv {
+  unsigned mul = 0, shift = 0;  // mul 0: d = 1, the quotient is j
+  int d = 1;
+  explicit PageDiv(int divisor) : d(divisor) {
+    if (d == 1) return;
+    unsigned lg = 0;
+    while ((1u << lg) < unsigned(d)) ++lg;  // ceil(log2 d) >= 1
+    mul = unsigned(((1ull << (31 + lg)) + unsigned(d) - 1) / unsigned(d)), shift = lg - 1;
+  }
+  __host__ __device__ __forceinline__ int quotient(int j) const {
+#ifdef __CUDA_ARCH__
+    return mul ? int(__umulhi(unsigned(j), mul) >> shift) : j;
+#else
+    return mul ? int((std::uint64_t(unsigned(j)) * mul >> 32) >> shift) : j;
+#endif
+  }
+};
+
 // TileCopy's rows and chunks, each row's address looked up: key j of the sequence is row j % page_size of page
 // pages[j / page_size] of the pool, whose rows hold all K/V heads ([page_size, kv_heads, head_dim] per page).
-// Keys >= seq, and columns >= head_dim, zero-filled without being read (from the pool's start, never read).
+// K and V share the lookup (the same key, the same offset in either pool). Keys >= seq, and columns >=
+// head_dim, zero-filled without being read (from the pool's start, never read).
 template <int ROWS, int D>
 struct PageCopy : TileCopy<ROWS, D> {
   using Base = TileCopy<ROWS, D>;
   template <class T>
-  __device__ __forceinline__ void issue(T* dst, const T* __restrict__ pool, const int* __restrict__ pages,
-                                        int page_size, std::size_t row_stride, int row0, int seq, int head_dim) const {
+  __device__ __forceinline__ void issue(T* k_dst, T* v_dst, const T* __restrict__ k, const T* __restrict__ v,
+                                        const int* __restrict__ pages, PageDiv page, std::size_t row_stride, int row0,
+                                        int seq, int head_dim) const {
 #pragma unroll
     for (int i = 0; i < Base::VECS; ++i) {
-      const int j = row0 + this->r0 + i * Base::ROW_STEP;
+      const int j = row0 + this->r0 + i * Base::ROW_STEP, p = page.quotient(j);
       const bool in = j < seq && 8 * this->c < head_dim;
-      const T* from = in ? pool + (std::size_t(pages[j / page_size]) * page_size + j % page_size) * row_stride + 8 * this->c
-                         : pool;
-      cp_async_16(dst + this->smem_off + i * Base::ROW_STEP * D, from, in ? 16 : 0);
+      // key j's row of the pool: row j − p·page_size of page pages[p]
+      const std::size_t at = in ? (std::size_t(pages[p]) * page.d + (j - p * page.d)) * row_stride + 8 * this->c : 0;
+      cp_async_16(k_dst + this->smem_off + i * Base::ROW_STEP * D, k + at, in ? 16 : 0);
+      cp_async_16(v_dst + this->smem_off + i * Base::ROW_STEP * D, v + at, in ? 16 : 0);
     }
   }
 };
@@ -127,7 +154,7 @@ __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T
 template <class T, class C, bool ONE_LAUNCH = false>
 __global__ void __launch_bounds__(kThreads)
     decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                 const int* __restrict__ seq_lens, const int* __restrict__ block_table, int page_size, int max_pages,
+                 const int* __restrict__ seq_lens, const int* __restrict__ block_table, PageDiv page, int max_pages,
                  T* __restrict__ o, float* __restrict__ lse,
                  float* __restrict__ part_o, float* __restrict__ part_lse, int kv_heads, int heads_per_kv, int seq_q,
                  int seq_k, int head_dim, float scale, bool causal, std::size_t rows_total) {
@@ -173,8 +200,8 @@ __global__ void __launch_bounds__(kThreads)
   const PageCopy<kBlockN, D> kv_copy;
   auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages; rows >= k_end zero
     if (t < n_tiles) {
-      kv_copy.issue(Ks + t % kStages * kBlockN * D, k, pages, page_size, row_stride, k_begin + t * kBlockN, k_end, head_dim);
-      kv_copy.issue(Vs + t % kStages * kBlockN * D, v, pages, page_size, row_stride, k_begin + t * kBlockN, k_end, head_dim);
+      kv_copy.issue(Ks + t % kStages * kBlockN * D, Vs + t % kStages * kBlockN * D, k, v, pages, page, row_stride,
+                    k_begin + t * kBlockN, k_end, head_dim);
     }
     cp_async_commit();
   };
@@ -468,12 +495,12 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = C::SMEM_BYTES;
     config.stream = stream, config.attrs = &cooperative, config.numAttrs = 1;
     FA_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_split<T, C, true>, q, k, v, a.seq_lens, a.block_table,
-                                     p.page_size, p.max_pages, o, a.lse, part_o, part_lse, kv_heads, heads_per_kv,
+                                     PageDiv(p.page_size), p.max_pages, o, a.lse, part_o, part_lse, kv_heads, heads_per_kv,
                                      p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, rows));
     return;
   }
-  decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, a.seq_lens, a.block_table, p.page_size,
-                                                                 p.max_pages, o, a.lse, part_o, part_lse, kv_heads,
+  decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, a.seq_lens, a.block_table,
+                                                                 PageDiv(p.page_size), p.max_pages, o, a.lse, part_o, part_lse, kv_heads,
                                                                  heads_per_kv, p.seq_q, p.seq_k, p.head_dim, p.scale,
                                                                  p.causal, rows);
   FA_CHECK_LAUNCH();
