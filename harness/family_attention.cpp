@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <tuple>
 
@@ -650,6 +651,12 @@ std::vector<ResultRow> time_runs(const StepInfo& step, const StepInfo* prev, con
   for (std::size_t b = 0; b < runs.in.seq_lens.size(); ++b)
     kv_bytes += 2.0 * runs.in.seq_lens[b] * kv_heads_of(p.attn) * p.attn.head_dim * dtype_bytes(p.attn.dtype);
   std::vector<ResultRow> out{make_row(step, prev, p, dev, o, "fwd", tf[0].median_ms, f_prev, 1.0, kv_bytes)};
+  if (p.attn.kv_cache && !o.quiet) {  // decoding: the host's share of a call, beside the GPU's
+    char line[160];
+    std::snprintf(line, sizeof line, "  host: %.2f us per call to enqueue %s (50 calls back to back)",
+                  host_us_per_call(fwd[0]), step.name);
+    say(o, line);
+  }
   if (!p.backward) return out;
   std::vector<Launch> bwd{[&](cudaStream_t s) { me.backward(s); }};
   if (runs.prev_bwd) bwd.push_back([&](cudaStream_t s) { before->backward(s); });

@@ -1,6 +1,7 @@
 #include "timer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "buffer.h"
@@ -52,6 +53,16 @@ std::vector<Timing> time_interleaved(const std::vector<Launch>& launches, const 
 
 Timing time_launches(const Launch& launch, const TimingOptions& opt, cudaStream_t stream) {
   return time_interleaved({launch}, opt, stream).front();
+}
+
+double host_us_per_call(const Launch& launch, int calls, cudaStream_t stream) {
+  launch(stream);
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) launch(stream);
+  const auto t1 = std::chrono::steady_clock::now();
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / calls;
 }
 
 }  // namespace fa

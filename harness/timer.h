@@ -29,4 +29,9 @@ Timing time_launches(const Launch& launch, const TimingOptions& opt, cudaStream_
 std::vector<Timing> time_interleaved(const std::vector<Launch>& launches, const TimingOptions& opt,
                                      cudaStream_t stream = nullptr);
 
+// The host's cost of one call: the time to enqueue `calls` launches back to back (nothing waited for
+// between them; the queue holds them all), per call, in µs, after one warm-up call. What a decode step's
+// launcher does per call (checks, the split rule, the launch API) shows here, apart from the GPU's time.
+double host_us_per_call(const Launch& launch, int calls = 50, cudaStream_t stream = nullptr);
+
 }  // namespace fa
