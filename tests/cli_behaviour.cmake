@@ -115,3 +115,12 @@ add_cli_test(smoke.no_device 1 "^smoke.sh: error: no CUDA device"
 add_cli_test(run_all.repeated_flag 2 "--steps given twice" ${exe} --steps 01 --steps 02)
 add_cli_test(run_all.csv_and_json 2 "--csv conflicts with --json" ${exe} --json --csv)
 add_cli_test(run_all.reps_overflow 2 "--reps: ${_huge} is out of range" ${exe} --reps ${_huge})
+
+# profiles/suite_detached.sh (the whole suite in one ctest run that outlives a device call): its refusals,
+# none of which starts anything.
+set(_suite ${PROJECT_SOURCE_DIR}/profiles/suite_detached.sh)
+add_cli_test(suite_detached.no_command 2 "say start or wait" bash ${_suite})
+add_cli_test(suite_detached.bad_wait 2 "wait takes whole seconds" bash ${_suite} wait soon)
+add_cli_test(suite_detached.bad_jobs 2 "start takes only -j N" bash ${_suite} start -j many)
+add_cli_test(suite_detached.nothing_started 1 "no suite started"
+             env FA_SUITE_DIR=${CMAKE_CURRENT_BINARY_DIR}/no_suite_here bash ${_suite} wait 0)
