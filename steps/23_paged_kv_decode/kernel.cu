@@ -97,8 +97,8 @@ struct TileCopy {
 // j / page_size for every key row, without the ~20 instructions of an integer division: the divisor is fixed
 // per launch, so the host finds m with floor(j / d) = floor(j·m / 2^(31 + L)) for every j < 2^31, where
 // L = ceil(log2 d) and m = ceil(2^(31 + L) / d) (the round-up method of Granlund and Montgomery): on the
-// device one multiply-high (the top 32 bits) and a shift by L − 1. Decoding issues little else per key, so the division alone doubled the
-// instructions of the gather (the ncu panel of doc 23).
+// device one multiply-high (the top 32 bits) and a shift by L − 1. Decoding issues little else per key, so
+// the division alone doubled the instructions of the gather (the ncu panel of doc 23).
 struct PageDiv {
   unsigned mul = 0, shift = 0;  // mul 0: d = 1, the quotient is j
   int d = 1;
