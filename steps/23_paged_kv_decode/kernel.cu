@@ -477,6 +477,7 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   const fa::AttnParams& p = a.p;
   const int kv_heads = fa::kv_heads_of(p), heads_per_kv = p.heads / kv_heads;
   const int n = n_splits(p, fa::sm_count());
+  const PageDiv page(p.page_size);  // the page of key j: j / page_size by a multiply-high
   const std::size_t rows = rows_of(p);
   float* part_o = static_cast<float*>(a.workspace);
   float* part_lse = part_o ? part_o + std::size_t(n) * rows * p.head_dim : nullptr;
@@ -494,13 +495,13 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     cudaLaunchConfig_t config{};
     config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = C::SMEM_BYTES;
     config.stream = stream, config.attrs = &cooperative, config.numAttrs = 1;
-    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_split<T, C, true>, q, k, v, a.seq_lens, a.block_table,
-                                     PageDiv(p.page_size), p.max_pages, o, a.lse, part_o, part_lse, kv_heads, heads_per_kv,
-                                     p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, rows));
+    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_split<T, C, true>, q, k, v, a.seq_lens, a.block_table, page,
+                                     p.max_pages, o, a.lse, part_o, part_lse, kv_heads, heads_per_kv, p.seq_q,
+                                     p.seq_k, p.head_dim, p.scale, p.causal, rows));
     return;
   }
-  decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, a.seq_lens, a.block_table,
-                                                                 PageDiv(p.page_size), p.max_pages, o, a.lse, part_o, part_lse, kv_heads,
+  decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, a.seq_lens, a.block_table, page,
+                                                                 p.max_pages, o, a.lse, part_o, part_lse, kv_heads,
                                                                  heads_per_kv, p.seq_q, p.seq_k, p.head_dim, p.scale,
                                                                  p.causal, rows);
   FA_CHECK_LAUNCH();

@@ -73,7 +73,8 @@ TEST(Step23PagedKvDecode, PageDivisionHoldsForManyPageSizes) {
   std::vector<int> pages;
   for (int page = 2; page <= 40; ++page) pages.push_back(page);
   for (int page : {65, 100, 1000, 4096}) pages.push_back(page);
-  for (int page : pages) expect_paged_matches(Shape{3, 4, 1, 1500, 64, false, 0, fa::DType::F16, 2}, {1500, 1499, 777}, page);
+  for (int page : pages)
+    expect_paged_matches(Shape{3, 4, 1, 1500, 64, false, 0, fa::DType::F16, 2}, {1500, 1499, 777}, page);
 }
 
 // Speculative decoding: up to 16 query rows per head, causal at each sequence's end; MQA (two row
