@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # profiles/suite_detached.sh: the whole test suite in one ctest run that outlives a device call.
-# On an H100 the suite takes longer at -j12 (about 14 minutes, sanitizers included) than one device call may
-# run (10), and a call's processes end when it returns, except one started in a session of its own (setsid),
-# which runs on while the machine is held. So one call builds and starts the suite detached, and the next
-# calls, made back to back while the machine is warm, wait for it and collect its logs.
+# On an H100 the suite, sanitizers included, takes longer at -j12 than one device call may run (its
+# "Total Test time" in ctest.log says how long), and a call's processes end when it returns, except one
+# started in a session of its own (setsid), which runs on while the machine is held. So one call builds and
+# starts the suite detached, and the next calls, made back to back while the machine is warm, wait for it
+# and collect its logs.
 #
 #   bash profiles/suite_detached.sh start [-j N]     # needs a built build/; starts ctest detached, returns at once
 #   bash profiles/suite_detached.sh wait SECONDS     # waits up to SECONDS for it to end; prints how many tests
