@@ -579,6 +579,15 @@ BLOCKS = {
                                             "results:bwd_unit": lambda: bwd_unit_table(
                                                 ("21_hopper_backward_ws", "24_hopper_backward_wide_tiles",
                                                  "25_hopper_backward_pingpong"))},
+    "docs/26_hopper_backward_lean_softmax.md": {"results:bought:26": lambda: bought_table("26"),
+                                                "results:ablation:26": lambda: bought_table("26", "mask-every-tile"),
+                                                "results:tc_bwd": lambda: tc_bwd_table(
+                                                    "26_hopper_backward_lean_softmax", "mask-every-tile", "step 25",
+                                                    fwd="step 19", fb_cudnn=True),
+                                                "results:bwd_unit": lambda: bwd_unit_table(
+                                                    ("24_hopper_backward_wide_tiles", "25_hopper_backward_pingpong",
+                                                     "26_hopper_backward_lean_softmax")),
+                                                "results:sass_mix": lambda: sass_mix_table()},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
@@ -766,7 +775,8 @@ BWD_UNIT_DQ_BYTES = {"16_deterministic_backward": lambda d: 64 * d * 4,
                      "20_hopper_backward": lambda d: 64 * d * 4 * (2 if d == 64 else 1),
                      "21_hopper_backward_ws": lambda d: 64 * d * 4,
                      "24_hopper_backward_wide_tiles": lambda d: 64 * d * 4,
-                     "25_hopper_backward_pingpong": lambda d: 64 * d * 4}
+                     "25_hopper_backward_pingpong": lambda d: 64 * d * 4,
+                     "26_hopper_backward_lean_softmax": lambda d: 64 * d * 4}
 
 
 def bwd_unit_table(steps=("16_deterministic_backward", "20_hopper_backward"), seq=16384):
@@ -1434,8 +1444,62 @@ def hopper_ablation_table(step=HOPPER_PP, path=None, variants=None):
         "removes the pipelining as well as the warp specialisation.\n\n" + source
 
 
+# Step 26's evidence: ncu's per-instruction counts of the main backward kernel (`--page source --print-source
+# sass --csv` of a SourceCounters capture, B8 S2048 fp16, H32 at d 64 and H16 at d 128), steps 25 and 26.
+SASS_GROUPS = (("MUFU.EX2", ("MUFU.EX2",)), ("fp32 FFMA, FMUL, FADD", ("FFMA", "FMUL", "FADD")),
+               ("tests and selects (FSETP, ISETP, PLOP3, FSEL, SEL)", ("FSETP", "ISETP", "PLOP3", "FSEL", "SEL")),
+               ("moves (MOV, IMAD.MOV)", ("MOV", "IMAD.MOV")), ("pack, unpack (F2FP, HADD2.F32, PRMT)", ("F2FP", "HADD2", "PRMT")),
+               ("shared loads (LDS)", ("LDS",)), ("shared stores (STS)", ("STS",)), ("HGMMA", ("HGMMA",)))
+
+
+def sass_mix_table():
+    """Warp instructions executed per element of S (per warp-wide MUFU.EX2, one per element in both steps), by
+    opcode group, and the share of the kernel's stall samples that fall on each group, for steps 25 and 26."""
+    folder = os.path.join(gpu_dir(), "26_hopper_backward_lean_softmax", "sass")
+    counts = {}
+    for step in ("25", "26"):
+        for d in (64, 128):
+            path = os.path.join(folder, f"{step}_d{d}.csv.gz")
+            if not os.path.exists(path):
+                return f"*No instruction counts in profiles/{GPU}/26_hopper_backward_lean_softmax/sass yet.*"
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                rows = list(csv.reader(f))
+            head = rows[1]
+            at = {h: i for i, h in enumerate(head)}
+            groups = {g: [0, 0] for g, _ in SASS_GROUPS}
+            total, samples = 0, 0
+            for r in rows[2:]:
+                op = r[at["Source"]].strip()
+                op = op.split(None, 1)[1] if op.startswith("@") else op
+                mnemonic = op.split()[0] if op else ""
+                n, smp = int(r[at["Instructions Executed"]]), int(r[at["Warp Stall Sampling (All Samples)"]])
+                total, samples = total + n, samples + smp
+                for g, prefixes in SASS_GROUPS:
+                    if any(mnemonic == p or mnemonic.startswith(p + ".") for p in prefixes):
+                        groups[g][0] += n
+                        groups[g][1] += smp
+                        break
+            counts[(step, d)] = (groups, total, samples)
+    cols = [(s, d) for d in (64, 128) for s in ("25", "26")]
+    body = []
+    for g, _ in SASS_GROUPS + (("every instruction", ()),):
+        line = [g]
+        for k in cols:
+            groups, total, samples = counts[k]
+            ex2 = groups["MUFU.EX2"][0]
+            n, smp = (total, samples) if not _ else groups[g]
+            line.append(f"{n / ex2:.2f} ({100 * smp / samples:.0f}%)")
+        body.append(line)
+    header = ["opcode group"] + [f"step {s}, d = {d}" for s, d in cols]
+    return md_table(header, body) + "\n\nWarp instructions executed per warp-wide exponential (one MUFU.EX2 per element " \
+        "of S in both steps), that is per element of S and thread; in brackets the group's share of the main kernel's " \
+        "stall samples (all warps: consumers, producer and writer). ncu SourceCounters, one backward of B8 S2048 fp16 " \
+        "(H32 at d = 64, H16 at d = 128). \"every instruction\" counts the groups not listed too (addresses, " \
+        "barriers, branches).\n\n" + source_line(["26_hopper_backward_lean_softmax/sass/*.csv.gz"])
+
+
 # The backward steps the headline may name, latest first: the first with its whole sweep in bench.csv.
-HEADLINE_BWD = ("25_hopper_backward_pingpong", "24_hopper_backward_wide_tiles", "21_hopper_backward_ws", TC_BWD[-1])
+HEADLINE_BWD = ("26_hopper_backward_lean_softmax", "25_hopper_backward_pingpong", "24_hopper_backward_wide_tiles", "21_hopper_backward_ws", TC_BWD[-1])
 
 
 def headline_block():

@@ -1,0 +1,648 @@
+// =============================================================================================
+// FlashAttention from scratch, step by step, in CUDA C++
+// Step 26: the softmax backward on a diet: each element of Pᵀ and dSᵀ costs its arithmetic and little else
+//
+// What changes since step 25: only the elementwise work between the products (E: Pᵀ from Sᵀ, dSᵀ from
+// dPᵀ). The schedule, the tiles, the barriers and the five products are step 25's. Step 25 paid, per
+// element, far more instructions than the arithmetic needs, and with two warps per scheduler the consumers
+// could not hide them. Three changes, all in E:
+//   1. 2^x by ex2.approx.ftz (step 10's exp2_approx, one MUFU.EX2), where step 25's exp2f added a test and
+//      two multiplies per element to keep results below 2^-126 (which P never needs: they round to zero).
+//   2. The mask only where it can bite: keys past seq_k (the last key block) and keys above the diagonal
+//      (causal, the first tiles of a block). Every other tile takes a path with no test at all. Rows past
+//      seq_q need none: their LSE₂ is +inf (the producer's), so exp2 gives 0 by itself.
+//   3. LSE₂ and delta read once per pair of columns (one 8-byte load for four elements), not once per
+//      element under the mask's predicate.
+// The choice of path is one branch per tile, uniform over the warpgroup, with no wgmma inside it.
+// Variants: "mask-every-tile" (change 2 off: the ablation), "deterministic" (step 21's fixed order).
+//
+// Per query tile it, each consumer (c: this warpgroup's 64 keys, and its [64, 64] part of dQ), as in step 25:
+//   wait qd_full[s]   turn: Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ [64, BLOCK_M], pass   E: Pᵀ under dPᵀ, then dSᵀ  (new)
+//   wait ds_empty[it % 2]; dSᵀ into buffer it % 2; fence; arrive ds_full[it % 2]
+//   wait ds_full[(it − 1) % 2]   turn: dV += Pᵀ·dO, dK += dSᵀ·Q, dQ_c(it − 1) = dS·K, pass
+//   wait; hand slot s back; arrive ds_empty[(it − 1) % 2]; staging c holds dQ_c(it − 1) (step 21's writer)
+// and after the last tile its dQ, alone.
+//
+// Build + run:  cmake --build build --target 26_hopper_backward_lean_softmax && build/bin/26_hopper_backward_lean_softmax
+// Read with:    docs/26_hopper_backward_lean_softmax.md
+// =============================================================================================
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "check.h"
+#include "cp_async.cuh"
+#include "hopper.cuh"
+#include "launch.h"
+#include "mma_sync.cuh"
+#include "ops.h"
+#include "tensor_map.h"
+
+namespace step19 {
+const fa::StepInfo& info();  // the forward of this step (the warp-specialised Hopper forward)
+}
+
+namespace step26 {
+using namespace fa::ptx;  // step 09's pack, unpack; step 10's exp2_approx; steps 17-19's hopper.cuh
+
+const fa::StepInfo& info();  // bottom of the file: the step's name for messages
+
+constexpr int kWarp = 32, kWarpgroup = 128;
+constexpr int kBox = 64;  // dims per TMA box: 64 16-bit elements = 128 bytes, one swizzle row
+constexpr float kLog2e = 1.4426950408889634f;
+// Named barriers (0 is __syncthreads): staging c is full / free; consumer c's turn on the tensor cores.
+constexpr int kBarDqFull = 2, kBarDqEmpty = 4, kBarTurn = 6;
+constexpr int kStagingThreads = kWarpgroup + kWarp;  // a consumer and the writer warp meet there
+
+template <int D_, bool MASK_EVERY_TILE_ = false, bool DETERMINISTIC_ = false>
+struct Config {
+  static constexpr int D = D_, CONSUMERS = 2, THREADS = (CONSUMERS + 1) * kWarpgroup;
+  // WIDE (d = 64): step 24's tile of 128 queries, dQ split by queries. d = 128: step 21's tile of 64, dQ split by
+  // dims (128 queries would need 256 registers for Sᵀ and dPᵀ alone). Either way a consumer's dQ is [64, 64].
+  static constexpr bool WIDE = D == 64, MASK_EVERY_TILE = MASK_EVERY_TILE_, DETERMINISTIC = DETERMINISTIC_;
+  static constexpr int BLOCK_N = 64 * CONSUMERS, BLOCK_M = WIDE ? 128 : 64, STAGES = 2, HALVES = D / kBox;
+  static constexpr int DQ_ROWS = 64, DQ_N = 64;  // consumer c: rows 64·c .. (WIDE) or columns 64·c .. (d = 128)
+  // setmaxnreg moves registers inside the block's allocation at entry, 168 · 384 (the launch bounds'
+  // cap), never beyond it: 128·24 + 256·240 fills it exactly (step 19's d = 128 split). Asking for more
+  // makes setmaxnreg.inc wait forever for registers no warp will release.
+  static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+  static constexpr int ENTRY_REGS = 65536 / THREADS / 8 * 8;
+  static_assert(kWarpgroup * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * THREADS,
+                "setmaxnreg: more registers than the block holds at entry (a hang, not an error)");
+  static constexpr int KV_BYTES = BLOCK_N * D * 2, QD_BYTES = BLOCK_M * D * 2, DS_BYTES = BLOCK_N * BLOCK_M * 2;
+  static constexpr int DQ_BYTES = DQ_ROWS * DQ_N * 4;  // one consumer's staging: [64, 64] fp32
+  // K, V; Q[STAGES], dO[STAGES]; dSᵀ[2]; staging[CONSUMERS]; LSE₂ and delta [STAGES][BLOCK_M]; barriers
+  // (kv_full, qd_full and qd_empty per slot, ds_full and ds_empty per dSᵀ buffer); 1024.
+  static constexpr int SMEM_BYTES = 2 * KV_BYTES + 2 * STAGES * QD_BYTES + 2 * DS_BYTES + CONSUMERS * DQ_BYTES +
+                                    2 * STAGES * BLOCK_M * 4 + 8 * (1 + 2 * STAGES + 4) + 1024;
+  static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
+  static_assert(BLOCK_M / CONSUMERS * (WIDE ? 1 : CONSUMERS) == DQ_ROWS && D / (WIDE ? 1 : CONSUMERS) == DQ_N, "dQ parts");
+  static_assert(SMEM_BYTES <= 227 * 1024, "an sm_90 block's shared memory");
+};
+
+// ---- step 20's: wgmma with A read transposed (M contiguous) and B transposed (N contiguous) ------------
+// D[64, N] = A·B or D += A·B, A [64, 16] MN-major and B [16, N] MN-major in shared memory: dQ = dS·K with
+// dS stored as dSᵀ [keys][queries] and K as [keys][dims]. The two 1s before the closing brace are
+// imm-trans-a and imm-trans-b (16-bit types only). N = 64 here: one 64-dim box of K.
+template <int N, class T>
+__device__ __forceinline__ void wgmma_tt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int accumulate) {
+  static_assert(N == 64, "N = 64 here");
+  constexpr bool kF16 = std::is_same_v<T, __half>;
+#define FA_WGMMA_TT(SHAPE, TY, LIST, A, B, S)                                                             \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " S ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" LIST \
+  "}, " A ", " B ", p, 1, 1, 1, 1;\n}\n"
+#define FA_WGMMA_TT_AB "l"(desc_a), "l"(desc_b), "r"(accumulate)
+  if constexpr (kF16)
+    asm volatile(FA_WGMMA_TT("m64n64k16", "f16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_TT_AB);
+  else
+    asm volatile(FA_WGMMA_TT("m64n64k16", "bf16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_TT_AB);
+#undef FA_WGMMA_TT
+#undef FA_WGMMA_TT_AB
+}
+
+// ---- new here: the bulk reduction, shared memory -> global, by the bulk copy engine -------------------
+// `bytes` (a multiple of 16) of fp32 at shared address src are added element-wise to global dst (both
+// 16-byte aligned), each element's add a relaxed gpu-scope atomic that flushes subnormals. One thread
+// issues it; it completes in a bulk group: commit, then wait_group.read before the source is rewritten
+// (PTX ISA, "cp.reduce.async.bulk"), wait_group for the writes themselves.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, std::uint32_t src, std::uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Deterministic: step 16's acquire load and release add of a tile's counter, and a proxy fence on each
+// side, since the additions they order are the bulk copy engine's (the async proxy).
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+// ---- kernel 1: delta = rowsum(dO ∘ O) per query row, and the LSE in base 2 (step 20's) ---------------------
+template <class T>
+__global__ void preprocess(const T* __restrict__ o, const T* __restrict__ dout, const float* __restrict__ lse,
+                           float* __restrict__ delta, float* __restrict__ lse2, long long rows, int head_dim) {
+  const long long row = (long long)blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarp;
+  float sum = 0.f;
+  for (int c = lane; c < head_dim; c += kWarp)
+    sum += float(o[row * head_dim + c]) * float(dout[row * head_dim + c]);
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off /= 2) sum += __shfl_xor_sync(~0u, sum, off);
+  if (lane == 0) delta[row] = sum, lse2[row] = lse[row] == -INFINITY ? INFINITY : lse[row] * kLog2e;
+}
+
+// dQ_accum in fragment order: per (head, query tile, consumer c) a block of [64, DQ_N] fp32, float4 slot
+// (j·4 + warp)·32 + lane holding rows 16·warp + g and + 8 of the part, columns 8·j + 2·q4 and + 1; the part is
+// rows 64·c .. of the tile (WIDE) or its columns 64·c .. (d = 128).
+template <class C>
+__device__ __forceinline__ float* dq_part(float* dq_accum, int bh, int n_mt, int mt, int c) {
+  return dq_accum + ((std::size_t(bh) * n_mt + mt) * C::CONSUMERS + c) * (C::DQ_ROWS * C::DQ_N);
+}
+
+// ---- the producer: warp 0, Q and dO by TMA, LSE₂ and delta by its 32 lanes ----------------------------------
+// Slot it % STAGES, its (it / STAGES)-th fill; an empty barrier is waited on with the opposite parity (a
+// fresh barrier's "previous" phase counts as complete, step 18). qd_full takes 32 arrivals: each lane's,
+// after its LSE₂ and delta stores (an arrival releases its own thread's writes); lane 0's also expects the
+// TMA bytes, before it issues the copies.
+template <class T, class C>
+__device__ __forceinline__ void produce(const CUtensorMap& tm_q, const CUtensorMap& tm_do, T* Qs, T* dOs,
+                                        float* lse_s, float* delta_s, std::uint64_t* qd_full, std::uint64_t* qd_empty,
+                                        const float* lse2, const float* delta, int seq_q, int m_begin, int n_iter,
+                                        int bh) {
+  constexpr int BLOCK_M = C::BLOCK_M, STAGES = C::STAGES, HALVES = C::HALVES;
+  const int lane = threadIdx.x % kWarp;
+  for (int it = 0; it < n_iter; ++it) {
+    const int s = it % STAGES, m0 = (m_begin + it) * BLOCK_M;
+    mbarrier_wait(&qd_empty[s], (it / STAGES & 1) ^ 1);
+#pragma unroll
+    for (int r = lane; r < BLOCK_M; r += kWarp) {
+      lse_s[s * BLOCK_M + r] = m0 + r < seq_q ? lse2[m0 + r] : INFINITY;  // +inf: P = 0 past seq_q
+      delta_s[s * BLOCK_M + r] = m0 + r < seq_q ? delta[m0 + r] : 0.f;
+    }
+    if (lane != 0) {
+      mbarrier_arrive(&qd_full[s]);
+      continue;
+    }
+    mbarrier_arrive_expect_tx(&qd_full[s], 2 * C::QD_BYTES);
+#pragma unroll
+    for (int h = 0; h < HALVES; ++h) {
+      tma_load_3d(Qs + (s * HALVES + h) * BLOCK_M * kBox, &tm_q, &qd_full[s], h * kBox, m0, bh);
+      tma_load_3d(dOs + (s * HALVES + h) * BLOCK_M * kBox, &tm_do, &qd_full[s], h * kBox, m0, bh);
+    }
+  }
+}
+
+// ---- the dQ writer: warp 1, one bulk reduction per consumer and query tile ----------------------------------
+// Staging c is full (barrier kBarDqFull + c: the consumer's 128 arrivals and this warp's 32) -> lane 0 adds
+// it to its block of dQ_accum -> once the engine has read it, the staging is free again (kBarDqEmpty + c).
+// The first "free" is given at the start; none after the last tile, so that no arrival is left pending.
+// DETERMINISTIC: the key blocks that visit tile m add in a fixed order, counted in turns[m]: ascending, or
+// descending when causal (the block with the most keys past the diagonal reaches the tile first, and is
+// launched first); a block adds on its turn, waits until its additions are done, then counts.
+template <class C>
+__device__ __forceinline__ void write_dq(const float* staging, float* dq_accum, unsigned* turns, int bh, int n_mt,
+                                         int m_begin, int n_iter, int kb, bool causal) {
+  const int lane = threadIdx.x % kWarp;
+  if (n_iter == 0) return;
+  for (int c = 0; c < C::CONSUMERS; ++c) named_barrier_arrive(kBarDqEmpty + c, kStagingThreads);
+  for (int it = 0; it < n_iter; ++it) {
+    const int m = m_begin + it;
+    for (int c = 0; c < C::CONSUMERS; ++c) named_barrier_sync(kBarDqFull + c, kStagingThreads);
+    if (lane == 0) {
+      if constexpr (C::DETERMINISTIC) {
+        const int last = min(int(gridDim.x) - 1, (m * C::BLOCK_M + C::BLOCK_M - 1) / C::BLOCK_N);  // of the visitors
+        const unsigned mine = unsigned(causal ? last - kb : kb);
+        for (unsigned polls = 0; ld_acquire(turns + m) != mine;)
+          if (++polls == 1u << 26) __trap();  // seconds: a wrong order would hang the GPU; fail instead
+        fence_proxy_async_global();
+      }
+      for (int c = 0; c < C::CONSUMERS; ++c)
+        bulk_reduce_add(dq_part<C>(dq_accum, bh, n_mt, m, c), smem_addr(staging + c * C::DQ_ROWS * C::DQ_N), C::DQ_BYTES);
+      bulk_commit();
+      if constexpr (C::DETERMINISTIC) {
+        bulk_wait();
+        fence_proxy_async_global();
+        add_release(turns + m, 1);
+      } else {
+        bulk_wait_read();
+      }
+    }
+    __syncwarp();
+    if (it + 1 < n_iter)
+      for (int c = 0; c < C::CONSUMERS; ++c) named_barrier_arrive(kBarDqEmpty + c, kStagingThreads);
+  }
+  if (lane == 0) bulk_wait();  // the additions themselves done before the block retires
+}
+
+// ---- kernel 2: one block per (key tile, query head), every query tile that sees it -------------------------
+// grid (key tiles, batch·heads); block C::THREADS: warpgroup 0 the producer (warp 0) and the dQ writer
+// (warp 1), warpgroups 1 and 2 the consumers. Tensor maps, dk_out and dv_out as in step 20.
+template <class T, class C>
+__global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at entry, which setmaxnreg needs
+    hopper_backward_ws(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                       const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_accum,
+                       unsigned* __restrict__ turns, void* __restrict__ dk_out, void* __restrict__ dv_out, int seq_q,
+                       int seq_k, int head_dim, float scale, bool causal, int heads_per_kv) {
+  constexpr int D = C::D, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, HALVES = C::HALVES;
+  constexpr int DQ_N = C::DQ_N;
+  extern __shared__ uint4 smem_raw[];
+  const std::uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;  // step 17: 1024-aligned tiles
+  char* smem = reinterpret_cast<char*>(smem_raw) + (base - raw);
+  T* Ks = reinterpret_cast<T*>(smem);                                      // [HALVES][BLOCK_N][64] swizzled
+  T* Vs = Ks + BLOCK_N * D;                                                // [HALVES][BLOCK_N][64]
+  T* Qs = Vs + BLOCK_N * D;                                                // [STAGES][HALVES][BLOCK_M][64]
+  T* dOs = Qs + STAGES * BLOCK_M * D;                                      // [STAGES][HALVES][BLOCK_M][64]
+  char* dSt = reinterpret_cast<char*>(dOs + STAGES * BLOCK_M * D);  // [2][BLOCK_M/64][BLOCK_N keys][64 queries] swizzled
+  float* staging = reinterpret_cast<float*>(dSt + 2 * C::DS_BYTES);  // [CONSUMERS][64·DQ_N] fragment order
+  float* lse_s = staging + C::CONSUMERS * C::DQ_ROWS * DQ_N;         // [STAGES][BLOCK_M]
+  float* delta_s = lse_s + STAGES * BLOCK_M;                               // [STAGES][BLOCK_M]
+  auto* bars = reinterpret_cast<std::uint64_t*>(delta_s + STAGES * BLOCK_M);
+  std::uint64_t* kv_full = bars;      // K and V have landed
+  std::uint64_t* qd_full = bars + 1;  // [STAGES]: the slot's Q, dO (TMA), LSE₂ and delta (stores) are in
+  std::uint64_t* qd_empty = qd_full + STAGES;  // [STAGES]: every consumer thread is done with the slot
+  std::uint64_t* ds_full = qd_empty + STAGES;   // [2]: both consumers' keys of dSᵀ are in buffer b
+  std::uint64_t* ds_empty = ds_full + 2;        // [2]: both consumers' dQ has read buffer b
+
+  // Deterministic and causal: key tiles launched last first (write_dq's order).
+  const int kb = C::DETERMINISTIC && causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int n0 = kb * BLOCK_N, bh = blockIdx.y, kv_bh = bh / heads_per_kv;
+  const int n_mt = (seq_q + BLOCK_M - 1) / BLOCK_M;
+  // Causal (top-left): query i sees key j ≤ i, so the tiles before the one holding query n0 see none.
+  const int m_begin = causal ? min(n0 / BLOCK_M, (seq_q + BLOCK_M - 1) / BLOCK_M) : 0;
+  const int n_iter = (seq_q + BLOCK_M - 1) / BLOCK_M - m_begin;
+  lse2 += std::size_t(bh) * seq_q, delta += std::size_t(bh) * seq_q;
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(kv_full, 1);
+    for (int s = 0; s < STAGES; ++s) mbarrier_init(&qd_full[s], kWarp), mbarrier_init(&qd_empty[s], C::CONSUMERS * kWarpgroup);
+    for (int b = 0; b < 2; ++b) mbarrier_init(&ds_full[b], C::CONSUMERS * kWarpgroup), mbarrier_init(&ds_empty[b], C::CONSUMERS * kWarpgroup);
+    fence_barrier_init();
+  }
+  __syncthreads();  // the barriers exist before anyone waits on them; the last block-wide barrier
+
+  // ---- warpgroup 0: it hands its registers over; warp 0 copies (K and V once, then produce), warp 1 writes dQ
+  if (threadIdx.x < kWarpgroup) {
+    setmaxnreg_dec<C::PRODUCER_REGS>();
+    const int warp = threadIdx.x / kWarp;
+    if (warp == 0) {
+      if (threadIdx.x == 0) {
+        mbarrier_arrive_expect_tx(kv_full, 2 * C::KV_BYTES);
+#pragma unroll
+        for (int h = 0; h < HALVES; ++h) {
+          tma_load_3d(Ks + h * BLOCK_N * kBox, &tm_k, kv_full, h * kBox, n0, kv_bh);
+          tma_load_3d(Vs + h * BLOCK_N * kBox, &tm_v, kv_full, h * kBox, n0, kv_bh);
+        }
+      }
+      produce<T, C>(tm_q, tm_do, Qs, dOs, lse_s, delta_s, qd_full, qd_empty, lse2, delta, seq_q, m_begin, n_iter, bh);
+    } else if (warp == 1) {
+      write_dq<C>(staging, dq_accum, turns + std::size_t(bh) * n_mt, bh, n_mt, m_begin, n_iter, kb, causal);
+    }
+    return;
+  }
+
+  // ---- the consumers: warpgroups 1 and 2, 64 keys each --------------------------------------------------------
+  setmaxnreg_inc<C::CONSUMER_REGS>();
+  const float sl2 = scale * kLog2e;
+  const int wg = threadIdx.x / kWarpgroup - 1, warp = threadIdx.x % kWarpgroup / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, q4 = lane % 4;  // accumulator rows g, g+8 of the warp's 16; columns 2·q4, +1
+  const int key0 = n0 + 64 * wg + 16 * warp + g;  // this thread's first key (the other: key0 + 8)
+
+  // Descriptor start addresses (bytes in shared memory). K-major operands advance 32 bytes per k-step of
+  // 16 dims inside a box; MN-major ones 16 rows (2048 bytes) per k-step, their 64-wide boxes LBO apart.
+  const std::uint32_t k_addr = smem_addr(Ks), v_addr = smem_addr(Vs), q_addr = smem_addr(Qs);
+  const std::uint32_t do_addr = smem_addr(dOs), ds_addr = smem_addr(dSt);
+  constexpr std::uint32_t kSbo = 8 * 128;                          // 8 rows of 128 bytes: one swizzle period
+  constexpr std::uint32_t kQdLbo = BLOCK_M * 128, kKvLbo = BLOCK_N * 128;  // from dims 0-63 to 64-127
+  constexpr std::uint32_t kDsBox = BLOCK_N * 128;  // dSᵀ: from queries 0-63 to 64-127
+  constexpr int M_STEPS = BLOCK_M / 16;             // k-steps of 16 queries in dV and dK
+  float4* my_staging = reinterpret_cast<float4*>(staging) + wg * C::DQ_ROWS * DQ_N / 4;
+
+  // The token (step 19): barrier kBarTurn + c is "consumer c's turn to issue"; 256 threads meet there, c's
+  // own 128 (sync) and the other consumer's 128 (arrive, as it hands the turn on). Consumer 0 goes first.
+  // Each consumer takes the turn twice per tile; consumer 1 does not hand it on after its last group, so
+  // that no arrival is left pending when the block exits (synccheck).
+  auto take_turn = [&] { named_barrier_sync(kBarTurn + wg, C::CONSUMERS * kWarpgroup); };
+  auto pass_turn = [&] { named_barrier_arrive(kBarTurn + (wg ^ 1), C::CONSUMERS * kWarpgroup); };
+  if (wg == 1 && n_iter > 0) pass_turn();
+
+  // dQ_c of tile t from dSᵀ buffer t % 2, over all 128 keys: WIDE, dS[64·c .., :]·K, A from box c of dSᵀ
+  // (step 24's); d = 128, dS·K[:, 64·c ..], B from box c of K (step 21's split by dims, one box per consumer).
+  const std::uint32_t dq_a = ds_addr + (C::WIDE ? wg * kDsBox : 0), dq_b = k_addr + (C::WIDE ? 0 : wg * kKvLbo);
+  auto issue_dq = [&](float (&dq)[DQ_N / 2], int t) {
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+      wgmma_tt<DQ_N, T>(dq, smem_desc(dq_a + (t % 2) * C::DS_BYTES + kk * 2048, kKvLbo, kSbo),
+                        smem_desc(dq_b + kk * 2048, kKvLbo, kSbo), kk > 0);
+  };
+  // dQ_c out in fragment order (8-column group j of this thread's rows is one float4), to the writer warp.
+  auto stage_dq = [&](const float (&dq)[DQ_N / 2]) {
+    named_barrier_sync(kBarDqEmpty + wg, kStagingThreads);  // the writer has read the previous tile's
+#pragma unroll
+    for (int j = 0; j < DQ_N / 8; ++j)
+      my_staging[(j * 4 + warp) * kWarp + lane] = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+    fence_proxy_async();  // these writes before the bulk copy engine (async proxy) reads them
+    named_barrier_arrive(kBarDqFull + wg, kStagingThreads);
+  };
+
+  float dk[D / 2], dv[D / 2];  // [64 keys, D] this warpgroup's sums: register i = key key0 + 8·(i/2 % 2), dim 8·(i/4) + 2·q4 + i % 2
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  mbarrier_wait(kv_full, 0);
+
+  for (int it = 0; it < n_iter; ++it) {
+    const int s = it % STAGES, m0 = (m_begin + it) * BLOCK_M;
+    mbarrier_wait(&qd_full[s], it / STAGES & 1);
+
+    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: both operands K-major (d contiguous), this warpgroup's 64 keys as M.
+    float st[BLOCK_M / 2], dpt[BLOCK_M / 2];  // [64 keys, BLOCK_M queries]: register i = key key0 + 8·(i/2 % 2),
+                                              // query m0 + 8·(i/4) + 2·q4 + i % 2
+    take_turn();
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const std::uint32_t a = k_addr + (kk / 4) * kKvLbo + wg * 64 * 128 + (kk % 4) * 32;
+      const std::uint32_t b = q_addr + (s * HALVES + kk / 4) * kQdLbo + (kk % 4) * 32;
+      wgmma_ss<BLOCK_M, T>(st, smem_desc(a, 16, kSbo), smem_desc(b, 16, kSbo), kk > 0);  // N = BLOCK_M queries
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const std::uint32_t a = v_addr + (kk / 4) * kKvLbo + wg * 64 * 128 + (kk % 4) * 32;
+      const std::uint32_t b = do_addr + (s * HALVES + kk / 4) * kQdLbo + (kk % 4) * 32;
+      wgmma_ss<BLOCK_M, T>(dpt, smem_desc(a, 16, kSbo), smem_desc(b, 16, kSbo), kk > 0);
+    }
+    wgmma_commit();
+    pass_turn();      // the other consumer's group may follow these on the tensor cores
+    wgmma_wait<1>();  // Sᵀ has landed; dPᵀ may still be on the tensor cores while Pᵀ is computed
+
+    // E, new here. Pᵀ = 2^(Sᵀ·scale·log2e − LSE₂): one FFMA and one MUFU.EX2 per element. Rows past seq_q
+    // need no test (LSE₂ = +inf there: 2^−inf = 0). Keys past seq_k and above the diagonal do: this
+    // consumer's 64 keys reach past seq_k only in the last key block, and above a query of the tile only
+    // in the first tiles of a causal block; every other tile skips the test.
+    const int key_last = n0 + 64 * wg + 63;  // this consumer's last key
+    const bool mask = C::MASK_EVERY_TILE || key_last >= seq_k || (causal && key_last > m0);
+    auto exponentials = [&](auto masked) {
+#pragma unroll
+      for (int i = 0; i < BLOCK_M / 2; i += 4) {  // registers i .. i + 3: queries q, q + 1 of keys key0, key0 + 8
+        const int q = 8 * (i / 4) + 2 * q4;
+        const float2 l = *reinterpret_cast<const float2*>(lse_s + s * BLOCK_M + q);  // LSE₂ of q and q + 1
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = exp2_approx(fmaf(st[i + e], sl2, -(e % 2 ? l.y : l.x)));
+          if constexpr (decltype(masked)::value) {
+            const int key = key0 + 8 * (e / 2);
+            st[i + e] = key < seq_k && !(causal && key > m0 + q + e % 2) ? p : 0.f;
+          } else {
+            st[i + e] = p;
+          }
+        }
+      }
+    };
+    if (mask)  // uniform over the warpgroup, and no wgmma inside either path
+      exponentials(std::true_type{});
+    else
+      exponentials(std::false_type{});
+    std::uint32_t pt[M_STEPS][4], dst[M_STEPS][4];  // per k-step of 16 queries: step 17's accumulator-to-A relayout
+#pragma unroll
+    for (int kk = 0; kk < M_STEPS; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pt[kk][e] = pack<T>(st[8 * kk + 2 * e], st[8 * kk + 2 * e + 1]);
+    wgmma_wait<0>();
+    // dSᵀ = Pᵀ∘(dPᵀ − delta) with P as rounded for dV (as step 16 has it), in fp32, then rounded itself; the
+    // delta of columns q and q + 1 in one load, for the four registers that share them.
+#pragma unroll
+    for (int kk = 0; kk < M_STEPS; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 8 * kk + 2 * e, q = 8 * (i / 4) + 2 * q4;
+        const float2 p = unpack<T>(pt[kk][e]), dl = *reinterpret_cast<const float2*>(delta_s + s * BLOCK_M + q);
+        dst[kk][e] = pack<T>(p.x * (dpt[i] - dl.x), p.y * (dpt[i + 1] - dl.y));
+      }
+    // dSᵀ [keys][queries] into buffer it % 2 (step 24's two 64-query boxes, 128-byte swizzle), once both
+    // consumers' dQ of tile it − 2 has read it; then this consumer's half is announced (ds_full).
+    // Buffer b is read by the dQ of every other iteration from b + 1 on (ds_empty below): the one before this.
+    mbarrier_wait(&ds_empty[it % 2], (it - 1) >> 1 & 1);  // it = 0: a fresh barrier's "previous" phase, done
+    char* ds_buf = dSt + (it % 2) * C::DS_BYTES;
+#pragma unroll
+    for (int i = 0; i < BLOCK_M / 2; i += 2) {
+      const int r = 64 * wg + 16 * warp + g + 8 * (i / 2 % 2), q = 8 * (i / 4) % 64 + 2 * q4;
+      *reinterpret_cast<std::uint32_t*>(ds_buf + i / 32 * kDsBox + r * 128 + ((q / 8) ^ (r % 8)) * 16 + (q % 8) * 2) =
+          dst[i / 8][i % 8 / 2];
+    }
+    fence_proxy_async();  // dSᵀ written by this thread, before the async proxy (the wgmma of both) reads it
+    mbarrier_arrive(&ds_full[it % 2]);
+
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (A from registers, B read transposed), and dQ of the previous tile, whose
+    // dSᵀ both consumers stored a tile ago: this consumer never waits here for the other's exponentials.
+    if (it > 0) mbarrier_wait(&ds_full[(it - 1) % 2], (it - 1) / 2 & 1);
+    float dq[DQ_N / 2];  // tile it − 1, register i: part row 16·warp + g + 8·(i/2 % 2), part column 8·(i/4) + 2·q4 + i % 2
+    take_turn();
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < M_STEPS; ++kk) {
+      const std::uint32_t off = s * HALVES * kQdLbo + kk * 16 * 128;
+      wgmma_rs<D, T>(dv, pt[kk], smem_desc(do_addr + off, kQdLbo, kSbo), 1);
+      wgmma_rs<D, T>(dk, dst[kk], smem_desc(q_addr + off, kQdLbo, kSbo), 1);
+    }
+    issue_dq(dq, it + 1);  // buffer (it − 1) % 2; at it = 0 buffer 1, not yet written: a product thrown away,
+    wgmma_commit();        // so that no wgmma sits under a branch (ptxas would serialise them all)
+    if (wg == 0 || it + 1 < n_iter) pass_turn();  // consumer 1's last group hands nothing on
+    wgmma_wait<0>();  // dV, dK and dQ done: slot s (Q, dO, LSE₂, delta) goes back to the producer
+    mbarrier_arrive(&qd_empty[s]);
+    mbarrier_arrive(&ds_empty[(it + 1) % 2]);  // this consumer's dQ has read buffer (it + 1) % 2
+    if (it > 0) stage_dq(dq);
+  }
+  if (n_iter > 0) {  // the last tile's dQ, after the loop: its dSᵀ complete, no turn to wait for
+    const int t = n_iter - 1;
+    mbarrier_wait(&ds_full[t % 2], t / 2 & 1);
+    float dq[DQ_N / 2];
+    wgmma_fence();
+    issue_dq(dq, t);
+    wgmma_commit();
+    wgmma_wait<0>();
+    stage_dq(dq);
+  }
+
+  // dK (scaled) and dV of this consumer's 64 keys: rounded to T (MHA), or added in fp32 (GQA); step 20's.
+#pragma unroll
+  for (int i = 0; i < D / 2; i += 2) {
+    const int key = key0 + 8 * (i / 2 % 2), col = 8 * (i / 4) + 2 * q4;
+    if (key >= seq_k || col >= head_dim) continue;
+    if (heads_per_kv == 1) {
+      const std::size_t at = (std::size_t(bh) * seq_k + key) * head_dim + col;
+      *reinterpret_cast<std::uint32_t*>(static_cast<T*>(dk_out) + at) = pack<T>(dk[i] * scale, dk[i + 1] * scale);
+      *reinterpret_cast<std::uint32_t*>(static_cast<T*>(dv_out) + at) = pack<T>(dv[i], dv[i + 1]);
+    } else {
+      const std::size_t at = (std::size_t(kv_bh) * seq_k + key) * head_dim + col;
+      atomicAdd(reinterpret_cast<float2*>(static_cast<float*>(dk_out) + at), make_float2(dk[i] * scale, dk[i + 1] * scale));
+      atomicAdd(reinterpret_cast<float2*>(static_cast<float*>(dv_out) + at), make_float2(dv[i], dv[i + 1]));
+    }
+  }
+}
+
+// ---- kernel 3: dQ_accum (fragment order) -> dQ, scaled and rounded; one thread per float4 slot --------------
+// Slot i: lane i % 32, warp i / 32 % 4, group j = i / 128 % (DQ_N/8), consumer c, query tile mt, head bh (the
+// inverse of dq_part's order); rows BLOCK_M·mt (+ 64·c, WIDE) + 16·warp + g (x, y) and + 8 (z, w), columns
+// (64·c, d = 128) + 8·j + 2·q4 and + 1.
+template <class T, class C>
+__global__ void convert_dq(const float4* __restrict__ acc, T* __restrict__ dq, long long slots, int n_mt, int seq_q,
+                           int head_dim, float scale) {
+  constexpr int PART = C::DQ_ROWS * C::DQ_N / 4;  // float4 slots per consumer's part
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < slots; i += (long long)gridDim.x * blockDim.x) {
+    const int lane = int(i % kWarp), warp = int(i / kWarp % 4), j = int(i / kWarpgroup % (C::DQ_N / 8));
+    const long long part = i / PART;
+    const int c = int(part % C::CONSUMERS), mt = int(part / C::CONSUMERS % n_mt);
+    const long long bh = part / C::CONSUMERS / n_mt;
+    const int row = mt * C::BLOCK_M + (C::WIDE ? 64 * c : 0) + 16 * warp + lane / 4;
+    const int col = (C::WIDE ? 0 : 64 * c) + 8 * j + 2 * (lane % 4);
+    if (col >= head_dim) continue;
+    const float4 v = acc[i];
+    T* out = dq + (bh * seq_q + row) * head_dim + col;
+    if (row < seq_q) *reinterpret_cast<std::uint32_t*>(out) = pack<T>(v.x * scale, v.y * scale);
+    if (row + 8 < seq_q)
+      *reinterpret_cast<std::uint32_t*>(out + 8 * head_dim) = pack<T>(v.z * scale, v.w * scale);
+  }
+}
+
+// ---- kernel 4: fp32 sums to T (GQA's dK, already scaled, and dV; step 20's) ---------------------------------
+template <class T>
+__global__ void round_to(const float* __restrict__ from, T* __restrict__ to, long long n, float scale) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    to[i] = T(from[i] * scale);
+}
+
+// ---- launcher --------------------------------------------------------------------------------------------
+// Workspace (fp32): dQ_accum [bh, query tiles, BLOCK_M·D] in fragment order (whole tiles: seq_q rounded up to 128,
+// head_dim to the instance's D), the turn counters [bh, query tiles of 64 or more] (deterministic), delta and LSE₂ [bh,
+// seq_q]; with GQA also dK and dV sums [kv_bh, seq_k, head_dim]. Each part starts 256-byte aligned.
+struct Workspace {
+  std::size_t dq, turns, delta, lse2, dk, dv, total;
+  static Workspace of(const fa::AttnParams& p) {
+    const std::size_t bh = std::size_t(p.batch) * p.heads, kv_bh = std::size_t(p.batch) * fa::kv_heads_of(p);
+    const std::size_t rows = (std::size_t(p.seq_q) + 127) / 128 * 128, d = p.head_dim <= 64 ? 64 : 128;
+    const bool gqa = kv_bh != bh;
+    auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
+    Workspace w{};
+    w.dq = 0;
+    w.turns = up(bh * rows * d * 4);
+    w.delta = w.turns + up(bh * rows / 64 * 4);
+    w.lse2 = w.delta + up(bh * p.seq_q * 4);
+    w.dk = w.lse2 + up(bh * p.seq_q * 4);
+    w.dv = w.dk + (gqa ? up(kv_bh * p.seq_k * p.head_dim * 4) : 0);
+    w.total = w.dv + (gqa ? up(kv_bh * p.seq_k * p.head_dim * 4) : 0);
+    return w;
+  }
+};
+std::size_t bwd_workspace(const fa::AttnParams& p) { return Workspace::of(p).total; }
+
+template <class T, class C>
+void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
+  static const bool ready = [] {
+    fa::opt_in_shared_memory(hopper_backward_ws<T, C>, C::SMEM_BYTES, info().name);
+    return true;
+  }();
+  (void)ready;
+  const fa::AttnParams& p = a.p;
+  const long long bh = (long long)p.batch * p.heads, kv_bh = (long long)p.batch * fa::kv_heads_of(p);
+  const int heads_per_kv = p.heads / fa::kv_heads_of(p), n_mt = (p.seq_q + C::BLOCK_M - 1) / C::BLOCK_M;
+  const char* name = info().name;
+  const Workspace w = Workspace::of(p);
+  char* ws = static_cast<char*>(a.workspace);
+  if (!ws) throw fa::UsageError(std::string(name) + ": needs its workspace (" + info().workspace_note + ")");
+  float *dq_accum = reinterpret_cast<float*>(ws + w.dq), *delta = reinterpret_cast<float*>(ws + w.delta);
+  float *lse2 = reinterpret_cast<float*>(ws + w.lse2), *dk_sum = reinterpret_cast<float*>(ws + w.dk);
+  float* dv_sum = reinterpret_cast<float*>(ws + w.dv);
+  const CUtensorMap tm_q = fa::tensor_map_16bit_3d(a.q, p.dtype, bh, p.seq_q, p.head_dim, C::BLOCK_M, kBox, name, "Q");
+  const CUtensorMap tm_do = fa::tensor_map_16bit_3d(a.dout, p.dtype, bh, p.seq_q, p.head_dim, C::BLOCK_M, kBox, name, "dO");
+  const CUtensorMap tm_k = fa::tensor_map_16bit_3d(a.k, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "K");
+  const CUtensorMap tm_v = fa::tensor_map_16bit_3d(a.v, p.dtype, kv_bh, p.seq_k, p.head_dim, C::BLOCK_N, kBox, name, "V");
+  FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, w.delta - w.dq, stream));  // and the turn counters
+  if (heads_per_kv > 1) FA_CUDA_CHECK(cudaMemsetAsync(ws + w.dk, 0, w.total - w.dk, stream));
+  const long long rows = bh * p.seq_q;
+  if (rows > 0)
+    preprocess<T><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(static_cast<const T*>(a.o), static_cast<const T*>(a.dout),
+                                                                 a.lse, delta, lse2, rows, p.head_dim);
+  FA_CHECK_LAUNCH();
+  const dim3 grid(unsigned((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N), unsigned(bh));
+  void* dk_out = heads_per_kv > 1 ? static_cast<void*>(dk_sum) : a.dk;
+  void* dv_out = heads_per_kv > 1 ? static_cast<void*>(dv_sum) : a.dv;
+  if (grid.x > 0)
+    hopper_backward_ws<T, C><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(
+        tm_q, tm_k, tm_v, tm_do, lse2, delta, dq_accum, reinterpret_cast<unsigned*>(ws + w.turns), dk_out, dv_out,
+        p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, heads_per_kv);
+  FA_CHECK_LAUNCH();
+  const long long slots = bh * n_mt * C::BLOCK_M * C::D / 4;
+  if (slots > 0)
+    convert_dq<T, C><<<unsigned(std::min<long long>((slots + 255) / 256, 4096)), 256, 0, stream>>>(
+        reinterpret_cast<const float4*>(dq_accum), static_cast<T*>(a.dq), slots, n_mt, p.seq_q, p.head_dim, p.scale);
+  FA_CHECK_LAUNCH();
+  auto round_sums = [&](const float* from, void* to, long long n) {
+    if (n > 0)
+      round_to<T><<<unsigned(std::min<long long>((n + 255) / 256, 4096)), 256, 0, stream>>>(from, static_cast<T*>(to), n,
+                                                                                              1.f);
+    FA_CHECK_LAUNCH();
+  };
+  if (heads_per_kv > 1) {
+    round_sums(dk_sum, a.dk, kv_bh * p.seq_k * p.head_dim);
+    round_sums(dv_sum, a.dv, kv_bh * p.seq_k * p.head_dim);
+  }
+}
+
+// The variants (StepInfo::variants, in this order): the full step, the token removed (the ablation), the fixed order.
+enum Variant { kFull, kMaskEveryTile, kDeterministic, kVariants };
+
+template <class T, int D>
+void launch_variant(const fa::AttnBwdArgs& a, cudaStream_t stream) {
+  switch (a.p.variant) {
+    case kFull:
+      return launch<T, Config<D>>(a, stream);
+    case kMaskEveryTile:
+      return launch<T, Config<D, true>>(a, stream);
+    case kDeterministic:
+      return launch<T, Config<D, false, true>>(a, stream);
+  }
+  throw fa::UsageError(std::string(info().name) + ": no variant " + std::to_string(a.p.variant));
+}
+
+void backward(const fa::AttnBwdArgs& a, cudaStream_t stream) {
+  fa::check_attention_launch(info(), a.p, {a.q, a.k, a.v, a.o, a.dout, a.dq, a.dk, a.dv}, "Q, K, V, O, dO, dQ, dK and dV");
+  // GQA's dK and dV sums are still added in any order: refused, not silently varying.
+  if (a.p.variant == kDeterministic && a.p.heads != fa::kv_heads_of(a.p))
+    throw fa::UsageError(std::string(info().name) + ": the deterministic variant does not run GQA/MQA yet");
+  const bool f16 = a.p.dtype == fa::DType::F16;
+  if (a.p.head_dim <= 64)
+    f16 ? launch_variant<__half, 64>(a, stream) : launch_variant<__nv_bfloat16, 64>(a, stream);
+  else
+    f16 ? launch_variant<__half, 128>(a, stream) : launch_variant<__nv_bfloat16, 128>(a, stream);
+}
+
+// The FlashAttention-2 benchmark shape at seq 2048, head_dim 64 (batch 8, 32 heads), fp16, fwd + bwd (step 21's).
+fa::Problem default_problem() {
+  fa::Problem p = fa::fa2_problem(2048, 64, /*causal=*/false, fa::DType::F16);
+  p.backward = true;
+  return p;
+}
+
+const fa::StepInfo& info() {
+  static const fa::StepInfo i = [] {
+    fa::StepInfo s{"26_hopper_backward_lean_softmax",
+                   "step 25's ping-pong backward with the softmax backward's elementwise work cut to its arithmetic: "
+                   "exp2 in one instruction, the mask only on the tiles it bites (sm_90a)",
+                   fa::Family::Attention};
+    s.attn_fwd = step19::info().attn_fwd;
+    s.attn_bwd = backward;
+    s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
+    s.attn_rule.positive_scale = true;  // step 19's forward takes the row max on unscaled scores
+    s.attn_rule.gqa = true;             // dK, dV of a K/V head summed over its query heads (fp32 sums)
+    s.variants = {"full", "mask-every-tile", "deterministic"};  // mask-every-tile: change 2 off (the ablation)
+    s.fwd_workspace_bytes = step19::info().fwd_workspace_bytes;  // with the forward, its tile counter
+    s.bwd_workspace_bytes = bwd_workspace;
+    s.workspace_note =
+        "forward: step 19's tile counter; backward: dQ_accum in fragment order, batch·heads·seq_q (rounded up to "
+        "128)·head_dim (64 or 128) fp32, a counter per query tile, delta and LSE₂, batch·heads·seq_q fp32 each; with "
+        "GQA also dK and dV sums, batch·kv_heads·seq_k·head_dim fp32 each";
+    s.default_problem = default_problem;
+    s.needs_cc = 90;
+    return s;
+  }();
+  return i;
+}
+
+}  // namespace step26
