@@ -587,7 +587,8 @@ BLOCKS = {
                                                 "results:bwd_unit": lambda: bwd_unit_table(
                                                     ("24_hopper_backward_wide_tiles", "25_hopper_backward_pingpong",
                                                      "26_hopper_backward_lean_softmax")),
-                                                "results:sass_mix": lambda: sass_mix_table()},
+                                                "results:sass_mix": lambda: sass_mix_table(),
+                                                "results:det:26": lambda: variant_price_table("26", "deterministic")},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
@@ -1442,6 +1443,32 @@ def hopper_ablation_table(step=HOPPER_PP, path=None, variants=None):
     return text + "\n\n" + fa3 + "\n\nFA3's numbers are quoted from its paper's ablation (head_dim 128, seq 8k, " \
         "FP16, on their H100): \"closest here\" is the variant that removes the same thing, except that step 17 " \
         "removes the pipelining as well as the warp specialisation.\n\n" + source
+
+
+def variant_price_table(nn, variant):
+    """A step's default against one of its own variants, per FA2 backward cell: the variant's time over the
+    default's (below 1: the variant is slower), both from the same bench.csv, which may be two runs of one session."""
+    step = next((st for st in known_steps() if st[:2] == nn), None)
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    times = {}
+    for r in (read_csv(path) if os.path.exists(path) else []):
+        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", r["problem"]) if r["step"] == step else None
+        p = split_problem(m.group(1)) if m else None
+        if p and p["mode"] == "bwd" and (m.group(2) or "") in ("", variant):
+            times.setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), {})[m.group(2) or ""] = float(r["time_ms"])
+    cells = {k: t[""] / t[variant] for k, t in times.items() if "" in t and variant in t}
+    if not cells:
+        return f"*Not measured yet: bench.csv has no sweep of step {nn} [{variant}] beside its default.*"
+    seqs = sorted({k[3] for k in cells if k[3] >= TARGET_MIN_SEQ})
+    groups = sorted({k[:3] for k in cells}, key=lambda g: (TC_DTYPES.index(g[0]) if g[0] in TC_DTYPES else 9, g[1], g[2]))
+    body = [[dt, str(d), "causal" if c else "-"] + [f"{cells[(dt, d, c, q)]:.2f}×" if (dt, d, c, q) in cells else "-"
+                                                     for q in seqs] for dt, d, c in groups]
+    v = sorted(x for k, x in cells.items() if k[3] >= TARGET_MIN_SEQ)
+    return md_table(["dtype", "d", "causal"] + [f"seq {q}" for q in seqs], body) + \
+        f"\n\nStep {nn}: the {variant} variant's backward speed as a fraction of the default's (the default's time " \
+        f"over the variant's; below 1: the variant is slower). Over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: " \
+        f"median {median(v):.2f}×, from {v[0]:.2f}× to {v[-1]:.2f}×, {sum(x < 0.85 for x in v)} below 0.85×.\n\n" + \
+        source_line(["bench.csv"])
 
 
 # Step 26's evidence: ncu's per-instruction counts of the main backward kernel (`--page source --print-source
