@@ -5,7 +5,7 @@
 // What changes since step 25: only the elementwise work between the products (E: Pᵀ from Sᵀ, dSᵀ from
 // dPᵀ). The schedule, the tiles, the barriers and the five products are step 25's. Step 25 paid, per
 // element, far more instructions than the arithmetic needs, and with two warps per scheduler the consumers
-// could not hide them. Three changes, all in E:
+// could not hide them. Four changes, all in E:
 //   1. 2^x by ex2.approx.ftz (step 10's exp2_approx, one MUFU.EX2), where step 25's exp2f added a test and
 //      two multiplies per element to keep results below 2^-126 (which P never needs: they round to zero).
 //   2. The mask only where it can bite: keys past seq_k (the last key block) and keys above the diagonal
@@ -13,6 +13,7 @@
 //      seq_q need none: their LSE₂ is +inf (the producer's), so exp2 gives 0 by itself.
 //   3. LSE₂ and delta read once per pair of columns (one 8-byte load for four elements), not once per
 //      element under the mask's predicate.
+//   4. dSᵀ from the fp32 Pᵀ still in registers, not from its 16-bit pair unpacked again.
 // The choice of path is one branch per tile, uniform over the warpgroup, with no wgmma inside it.
 // Variants: "mask-every-tile" (change 2 off: the ablation), "deterministic" (step 21's fixed order).
 //
@@ -405,15 +406,15 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
 #pragma unroll
       for (int e = 0; e < 4; ++e) pt[kk][e] = pack<T>(st[8 * kk + 2 * e], st[8 * kk + 2 * e + 1]);
     wgmma_wait<0>();
-    // dSᵀ = Pᵀ∘(dPᵀ − delta) with P as rounded for dV (as step 16 has it), in fp32, then rounded itself; the
-    // delta of columns q and q + 1 in one load, for the four registers that share them.
+    // dSᵀ = Pᵀ∘(dPᵀ − delta) in fp32 from the fp32 Pᵀ (step 25 unpacked P as rounded for dV, as step 16
+    // has it: two more instructions per pair), then rounded; delta of columns q, q + 1 in one load.
 #pragma unroll
     for (int kk = 0; kk < M_STEPS; ++kk)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 8 * kk + 2 * e, q = 8 * (i / 4) + 2 * q4;
-        const float2 p = unpack<T>(pt[kk][e]), dl = *reinterpret_cast<const float2*>(delta_s + s * BLOCK_M + q);
-        dst[kk][e] = pack<T>(p.x * (dpt[i] - dl.x), p.y * (dpt[i + 1] - dl.y));
+        const float2 dl = *reinterpret_cast<const float2*>(delta_s + s * BLOCK_M + q);
+        dst[kk][e] = pack<T>(st[i] * (dpt[i] - dl.x), st[i + 1] * (dpt[i + 1] - dl.y));
       }
     // dSᵀ [keys][queries] into buffer it % 2 (step 24's two 64-query boxes, 128-byte swizzle), once both
     // consumers' dQ of tile it − 2 has read it; then this consumer's half is announced (ds_full).
