@@ -588,7 +588,8 @@ BLOCKS = {
                                                     ("24_hopper_backward_wide_tiles", "25_hopper_backward_pingpong",
                                                      "26_hopper_backward_lean_softmax")),
                                                 "results:sass_mix": lambda: sass_mix_table(),
-                                                "results:det:26": lambda: variant_price_table("26", "deterministic")},
+                                                "results:det:26": lambda: variant_price_table("26", "deterministic"),
+                                                "results:published:26": lambda: published_bwd_table()},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
@@ -1468,6 +1469,34 @@ def variant_price_table(nn, variant):
         f"\n\nStep {nn}: the {variant} variant's backward speed as a fraction of the default's (the default's time " \
         f"over the variant's; below 1: the variant is slower). Over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: " \
         f"median {median(v):.2f}×, from {v[0]:.2f}× to {v[-1]:.2f}×, {sum(x < 0.85 for x in v)} below 0.85×.\n\n" + \
+        source_line(["bench.csv"])
+
+
+# FlashAttention-3's published backward (Shah et al. 2024, the figure "Attention backward speed, head dim 128
+# (H100 80GB SXM5)": 16-bit inputs, batch·seq = 16k, hidden 2048, not causal), and the cuDNN of that figure: quoted,
+# not measured here. Seq -> TFLOP/s.
+FA3_BWD_D128 = {512: 316, 1024: 424, 2048: 501, 4096: 542, 8192: 559, 16384: 561}
+FA3_BWD_CUDNN_D128 = {512: 305, 1024: 408, 2048: 465, 4096: 499, 8192: 518, 16384: 516}
+
+
+def published_bwd_table(step="26_hopper_backward_lean_softmax"):
+    """FlashAttention-3's published backward (d 128, not causal) beside `step`'s and SDPA-cuDNN's, measured here."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    rows = {(r["step"], r["problem"]): r for r in (read_csv(path) if os.path.exists(path) else [])}
+    body = []
+    for seq in sorted(FA3_BWD_D128):
+        line = [str(seq), str(FA3_BWD_D128[seq]), str(FA3_BWD_CUDNN_D128[seq])]
+        for who in (step, "sdpa_cudnn"):
+            for dt in ("f16", "bf16"):
+                r = rows.get((who, f"B{16384 // seq} H16 S{seq} D128 {dt} bwd"))
+                line.append(f"{float(r['rate']):.0f}" if r else "-")
+        body.append(line)
+    return md_table(["seq", "FA3 (paper)", "cuDNN (FA3's paper)", f"step {step[:2]} f16", f"step {step[:2]} bf16",
+                     "SDPA-cuDNN f16 (here)", "SDPA-cuDNN bf16 (here)"], body) + \
+        "\n\nBackward TFLOP/s at head_dim 128, not causal, batch·seq = 16384, 16 heads. The first two columns are " \
+        "quoted from FlashAttention-3's paper (Shah et al. 2024, its backward figure at head dim 128, on their " \
+        "H100 80GB SXM5 with the cuDNN of that time); the others are measured here, in one run. Different GPUs, " \
+        "clocks and library versions: compare the shapes of the curves and the ratios, not single cells.\n\n" + \
         source_line(["bench.csv"])
 
 
