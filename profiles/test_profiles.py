@@ -11,6 +11,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import gzip
 import tempfile
 import textwrap
 import unittest
@@ -455,6 +456,49 @@ class TensorCoreTables(unittest.TestCase):
         self.assertIn("Median over the 40 cells with seq ≥ 1024: 2.00× (from 1.00× to 2.00×)", table)
         self.assertIn("| 0.50× |", self.results.bought_table("15", "deterministic"))
         self.assertIn("Not measured yet", self.results.bought_table("13"))
+
+    def test_variant_price_is_the_default_time_over_the_variant_time(self):
+        rows = [dict(r, problem=r["problem"] + " bwd") for r in self.sweep("26_hopper_backward_lean_softmax", 1.0)]
+        det = [dict(r, problem=r["problem"] + " [deterministic]", time_ms="1.25") for r in rows]
+        det[2]["time_ms"] = "1.0"  # one cell (f16 d 64, seq 2048) as fast as the default
+        self.write(rows + det + [dict(rows[0], problem=rows[0]["problem"] + " [mask-every-tile]", time_ms="9")])
+        table = self.results.variant_price_table("26", "deterministic")
+        self.assertIn("| f16 | 64 | - | 0.80× | 1.00× | 0.80× | 0.80× | 0.80× |", table)
+        self.assertIn("median 0.80×, from 0.80× to 1.00×, 39 below 0.85×", table)
+        self.assertIn("Not measured yet", self.results.variant_price_table("26", "no-such-variant"))
+
+    def test_published_backward_sits_beside_the_measured_rows(self):
+        rows = [dict(r, problem=r["problem"] + " bwd", rate="600") for r in self.sweep("26_hopper_backward_lean_softmax", 1.0)]
+        self.write(rows + [dict(r, problem=r["problem"] + " bwd", rate="500") for r in self.sweep("sdpa_cudnn", 1.0)])
+        table = self.results.published_bwd_table()
+        self.assertIn(f"| 16384 | {self.results.FA3_BWD_D128[16384]} | {self.results.FA3_BWD_CUDNN_D128[16384]} "
+                      "| 600 | 600 | 500 | 500 |", table)
+        self.write(rows[:1])  # no SDPA rows: a dash, not a number
+        self.assertIn("| - | - |", self.results.published_bwd_table())
+
+    def test_sass_mix_counts_per_exponential_by_opcode_group(self):
+        head = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"]
+        folder = os.path.join(self.tmp, "26_hopper_backward_lean_softmax", "sass")
+        os.makedirs(folder)
+        for step, n in (("25", 3), ("26", 1)):  # 25: three FSETPs per exponential, 26: one
+            for d in (64, 128):
+                with gzip.open(os.path.join(folder, f"{step}_d{d}.csv.gz"), "wt", newline="") as f:
+                    w = csv.writer(f)
+                    w.writerow(["Kernel Name", "k"])
+                    w.writerow(head)
+                    w.writerow(["0x0", "  MUFU.EX2 R1, R2", "10", "100"])
+                    w.writerow(["0x1", "  @!P0  FSETP.GEU.AND P1, PT, R3, -126, PT", "30", str(100 * n)])
+                    w.writerow(["0x2", "  BAR.SYNC.DEFER_BLOCKING 0x0", "60", "100"])  # in no group
+        real = self.results.gpu_dir
+        self.results.gpu_dir = lambda: self.tmp
+        try:
+            table = self.results.sass_mix_table()
+        finally:
+            self.results.gpu_dir = real
+        self.assertIn("| tests and selects (FSETP, ISETP, PLOP3, FSEL, SEL) | 3.00 (30%) | 1.00 (30%) | 3.00 (30%) | 1.00 (30%) |",
+                      table)
+        self.assertIn("| every instruction | 5.00 (100%) | 3.00 (100%) | 5.00 (100%) | 3.00 (100%) |", table)
+        self.assertIn("| MUFU.EX2 | 1.00 (10%) |", table)
 
     def test_gqa_table_reads_only_grouped_rows(self):
         gqa = [dict(r, problem=r["problem"].replace(" S", " KV8 S", 1)) for r in
