@@ -6,12 +6,12 @@ scratch copy of the tree, which exercises its shell logic (shapes, --bwd detecti
 refuses, a failing shape) and the raw-CSV -> metrics.csv conversion end to end.
 """
 import csv
+import gzip
 import os
 import shutil
 import stat
 import subprocess
 import sys
-import gzip
 import tempfile
 import textwrap
 import unittest
