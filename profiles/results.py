@@ -651,6 +651,17 @@ def bwd_cells(step):
     return out
 
 
+def seq_grid(cells):
+    """{(dtype, d, causal, seq): ratio} -> (a table of the ratios, a row per dtype·d·causal and a column per seq
+    ≥ TARGET_MIN_SEQ; the sorted ratios of those columns)."""
+    seqs = sorted({k[3] for k in cells if k[3] >= TARGET_MIN_SEQ})
+    groups = sorted({k[:3] for k in cells}, key=lambda g: (TC_DTYPES.index(g[0]) if g[0] in TC_DTYPES else 9, g[1], g[2]))
+    body = [[dt, str(d), "causal" if c else "-"] + [f"{cells[(dt, d, c, q)]:.2f}×" if (dt, d, c, q) in cells else "-"
+                                                     for q in seqs] for dt, d, c in groups]
+    return md_table(["dtype", "d", "causal"] + [f"seq {q}" for q in seqs], body), \
+        sorted(x for k, x in cells.items() if k[3] >= TARGET_MIN_SEQ)
+
+
 def bought_table(nn, variant=""):
     """A lesson's opening block, bought:NN: what step NN's one idea bought, per FA2 cell, as its time against its
     PREV's, timed interleaved in the same process on the same inputs (bench.csv's prev_time_ms): backward rows for
@@ -682,17 +693,13 @@ def bought_table(nn, variant=""):
                 source_line(["bench.csv"])
         return f"*Not measured yet: bench.csv has no sweep of step {nn}{' [' + variant + ']' if variant else ''} " \
                f"beside its PREV (`python3 profiles/bench.py --steps {nn}` on a GPU).*"
-    seqs = sorted({k[3] for k in cells if k[3] >= TARGET_MIN_SEQ})
-    groups = sorted({k[:3] for k in cells}, key=lambda g: (TC_DTYPES.index(g[0]) if g[0] in TC_DTYPES else 9, g[1], g[2]))
-    body = [[dt, str(d), "causal" if c else "-"] + [f"{cells[(dt, d, c, s)]:.2f}×" if (dt, d, c, s) in cells else "-"
-                                                     for s in seqs] for dt, d, c in groups]
-    v = sorted(x for k, x in cells.items() if k[3] >= TARGET_MIN_SEQ)
+    grid, v = seq_grid(cells)
     # A step whose idea targets one head_dim (step 24: d = 64) is judged on that head_dim's cells: each d's median.
     by_d = {d: sorted(x for k, x in cells.items() if k[1] == d and k[3] >= TARGET_MIN_SEQ) for d in {k[1] for k in cells}}
     per_d = "".join(f"at d = {d}, median over {len(w)} cells {median(w):.2f}× (from {w[0]:.2f}× to {w[-1]:.2f}×); "
                     for d, w in sorted(by_d.items()) if w) if len(by_d) > 1 else ""
     what = f"{'the ' + variant + ' variant' + chr(39) + 's' if variant else 'its'} {'backward' if backward else 'forward'}"
-    return md_table(["dtype", "d", "causal"] + [f"seq {s}" for s in seqs], body) + \
+    return grid + \
         f"\n\nStep {nn}: {what} time against step {prev[:2]}'s ({prev}, its default variant), timed interleaved in the " \
         f"same process on the same inputs: step {prev[:2]}'s time over step {nn}'s, above 1: step {nn} is faster. " + \
         (f"Median over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: {median(v):.2f}× (from {v[0]:.2f}× to "
@@ -1460,12 +1467,8 @@ def variant_price_table(nn, variant):
     cells = {k: t[""] / t[variant] for k, t in times.items() if "" in t and variant in t}
     if not cells:
         return f"*Not measured yet: bench.csv has no sweep of step {nn} [{variant}] beside its default.*"
-    seqs = sorted({k[3] for k in cells if k[3] >= TARGET_MIN_SEQ})
-    groups = sorted({k[:3] for k in cells}, key=lambda g: (TC_DTYPES.index(g[0]) if g[0] in TC_DTYPES else 9, g[1], g[2]))
-    body = [[dt, str(d), "causal" if c else "-"] + [f"{cells[(dt, d, c, q)]:.2f}×" if (dt, d, c, q) in cells else "-"
-                                                     for q in seqs] for dt, d, c in groups]
-    v = sorted(x for k, x in cells.items() if k[3] >= TARGET_MIN_SEQ)
-    return md_table(["dtype", "d", "causal"] + [f"seq {q}" for q in seqs], body) + \
+    grid, v = seq_grid(cells)
+    return grid + \
         f"\n\nStep {nn}: the {variant} variant's backward speed as a fraction of the default's (the default's time " \
         f"over the variant's; below 1: the variant is slower). Over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: " \
         f"median {median(v):.2f}×, from {v[0]:.2f}× to {v[-1]:.2f}×, {sum(x < 0.85 for x in v)} below 0.85×.\n\n" + \
