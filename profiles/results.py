@@ -590,6 +590,8 @@ BLOCKS = {
                                                 "results:sass_mix": lambda: sass_mix_table(),
                                                 "results:det:26": lambda: variant_price_table("26", "deterministic"),
                                                 "results:published:26": lambda: published_bwd_table()},
+    "docs/27_hopper_backward_deterministic.md": {"results:bought:27": lambda: bought_table("27"),
+                                                 "results:det_ablation:27": lambda: variant_price_table("27", "in-order")},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
