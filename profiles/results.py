@@ -590,8 +590,13 @@ BLOCKS = {
                                                 "results:sass_mix": lambda: sass_mix_table(),
                                                 "results:det:26": lambda: variant_price_table("26", "deterministic"),
                                                 "results:published:26": lambda: published_bwd_table()},
-    "docs/27_hopper_backward_deterministic.md": {"results:bought:27": lambda: bought_table("27"),
-                                                 "results:det_ablation:27": lambda: variant_price_table("27", "in-order")},
+    "docs/27_hopper_backward_deterministic.md": {
+        "results:det_paths:27": lambda: det_paths_table("27", "sweep_heavy_first.csv", {False: "", True: "in-order"}),
+        "results:det_rotation:27": lambda: det_paths_table("27", "sweep_heavy_first.csv", {False: ""}, vs="in-order")},
+    "docs/history/27_hopper_backward_deterministic.md": {
+        "results:first_build:27": lambda: det_paths_table("27", "first_build_bench.csv", {False: "", True: ""}),
+        "results:heavy_first:27": lambda: det_paths_table("27", "sweep_heavy_first.csv", {True: ""}),
+        "results:heavy_first_vs:27": lambda: det_paths_table("27", "sweep_heavy_first.csv", {True: ""}, vs="in-order")},
     "docs/18_hopper_warp_specialized.md": {"results:bought:18": lambda: bought_table("18"),
                                            "results:hopper_ws": lambda: hopper_ws_table(HOPPER_WS),
                                            "results:hopper_ablation": lambda: hopper_ablation_table(HOPPER_WS)},
@@ -1475,6 +1480,40 @@ def variant_price_table(nn, variant):
         f"over the variant's; below 1: the variant is slower). Over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: " \
         f"median {median(v):.2f}×, from {v[0]:.2f}× to {v[-1]:.2f}×, {sum(x < 0.85 for x in v)} below 0.85×.\n\n" + \
         source_line(["bench.csv"])
+
+
+def det_paths_table(nn, raw, paths, vs=""):
+    """Step NN's backward from one raw sweep kept in profiles/<gpu>/NN_name/ (bench.py's CSV), per FA2 cell: which
+    variant's rows stand for a cell is paths[causal] ('' the default; a causal value not in paths: no row). Each
+    cell is the PREV's default time over that row's (bench.py's interleaved prev_time_ms), or with `vs` the time of
+    variant `vs` over that row's, both from the same sweep (above 1: the row's variant is faster)."""
+    step = next((st for st in known_steps() if st[:2] == nn), None)
+    path = os.path.join(gpu_dir(), step or "", raw)
+    times = {}
+    for r in (read_csv(path) if step and os.path.exists(path) else []):
+        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", r["problem"])
+        p = split_problem(m.group(1)) if r["step"] == step else None
+        if p and p["mode"] == "bwd":
+            t = times.setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), {})
+            t[m.group(2) or ""] = float(r["time_ms"])
+            t["prev:" + (m.group(2) or "")] = float(r["prev_time_ms"])
+    cells = {}
+    for k, t in times.items():
+        var = paths.get(k[2])
+        if var is None or var not in t:
+            continue
+        num_ = t.get(vs) if vs else t.get("prev:" + var, -1)
+        if num_ and num_ > 0:
+            cells[k] = num_ / t[var]
+    if not cells:
+        return f"*Not measured yet: no rows in profiles/{GPU}/{step}/{raw}.*"
+    grid, v = seq_grid(cells)
+    what = " and ".join(f"{'causal' if c else 'not causal'}: the {('[' + var + '] variant') if var else 'default'}'s rows"
+                        for c, var in sorted(paths.items()))
+    ref = f"the [{vs}] variant's time (same sweep)" if vs else "the PREV's default time (timed interleaved)"
+    return grid + f"\n\nStep {nn}'s backward, {what}: {ref} over the row's (above 1: the row is faster). Over the " \
+        f"{len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: median {median(v):.2f}×, from {v[0]:.2f}× to {v[-1]:.2f}×, " \
+        f"{sum(x < 0.85 for x in v)} below 0.85×.\n\n" + source_line([f"{step}/{raw}"])
 
 
 # FlashAttention-3's published backward (Shah et al. 2024, the figure "Attention backward speed, head dim 128

@@ -11,16 +11,15 @@
 //   1. A rotated walk (not causal): key block kb starts at query tile kb and wraps around; tile m takes its
 //      additions in the order its visitors reach it (m, m − 1, ..., 0, then the last block down to m + 1).
 //      Each addition waits only for one made a tile earlier by the next block: no queue. Causal blocks keep
-//      step 26's descending order, already such a staircase (each block starts at its diagonal), but are
-//      taken longest first, as the default's are.
+//      step 26's descending order, already such a staircase (each block starts at its diagonal).
 //   2. Work by ticket: a block takes its (head, key block) from a counter when it starts, not from
-//      blockIdx. It then waits only on blocks that started before it, or (the rotated walk, heavy-first)
-//      on blocks of its own head, all of which fit on the GPU at once: the launcher allows those orders
-//      only where they do, and elsewhere keeps step 26's.
+//      blockIdx. It then waits only on blocks that started before it, or (the rotated walk) on blocks of
+//      its own head, all of which fit on the GPU at once: the launcher rotates only where they do, and
+//      elsewhere keeps the ascending order.
 //   3. The writer frees the staging once the bulk copy engine has read it, and counts the tile's turn
 //      after: the consumers no longer wait for the additions to land.
 // The products, E and the barriers are step 26's. Variants: "in-order" (step 26's orders, with 2 and 3: the
-// ablation), "any-order" (step 26's default: additions in any order, not repeatable; the price of the order).
+// ablation of 1), "any-order" (step 26's default: additions in any order, not repeatable; the price of the order).
 //
 // Per query tile it, each consumer (c: this warpgroup's 64 keys, and its [64, 64] part of dQ), as in step 25:
 //   wait qd_full[s]   turn: Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ [64, BLOCK_M], pass   E: Pᵀ under dPᵀ, then dSᵀ
@@ -204,16 +203,14 @@ __device__ __forceinline__ void write_dq(const float* staging, float* dq_accum, 
 // ---- kernel 2: one block per (key tile, query head), every query tile that sees it -------------------------
 // grid (key tiles, batch·heads); block C::THREADS: warpgroup 0 the producer (warp 0) and the dQ writer
 // (warp 1), warpgroups 1 and 2 the consumers. Tensor maps as in step 20; ticket: the deterministic blocks'
-// work counter; rotate: the rotated walk (not causal), heavy_first: causal key tiles taken first to last
-// (the launcher's choices, where a head's key blocks can all be resident at once).
+// work counter; rotate: the rotated walk (the launcher's choice, not causal).
 template <class T, class C>
 __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at entry, which setmaxnreg needs
     hopper_backward_ws(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                        const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_accum,
                        unsigned* __restrict__ turns, unsigned* __restrict__ ticket, T* __restrict__ dk_out,
-                       T* __restrict__ dv_out, int seq_q, int seq_k, int head_dim, float scale, bool causal, bool rotate,
-                       bool heavy_first) {
+                       T* __restrict__ dv_out, int seq_q, int seq_k, int head_dim, float scale, bool causal, bool rotate) {
   constexpr int D = C::D, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, HALVES = C::HALVES;
   constexpr int DQ_N = C::DQ_N;
   extern __shared__ uint4 smem_raw[];
@@ -247,10 +244,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)  // the 1: a register cap at en
   }
   __syncthreads();  // the barriers exist before anyone waits on them, the job is set; the last block-wide barrier
 
-  // Deterministic and causal: key tiles taken last first (write_dq's order: each then waits on a block that
-  // started before it), or first to last, the longest walk first (heavy_first: each waits on one started beside it).
-  const int nkb = gridDim.x, bh = *job_s / nkb, j = *job_s % nkb;
-  const int kb = C::DETERMINISTIC && causal && !heavy_first ? nkb - 1 - j : j;
+  // Deterministic and causal: key tiles taken last first (write_dq's order: each waits on one started before it).
+  const int nkb = gridDim.x, bh = *job_s / nkb, j = *job_s % nkb, kb = C::DETERMINISTIC && causal ? nkb - 1 - j : j;
   const int n0 = kb * BLOCK_N, n_mt = (seq_q + BLOCK_M - 1) / BLOCK_M;
   // Causal (top-left): query i sees key j ≤ i, so the tiles before the one holding query n0 see none.
   const int m_begin = causal ? min(n0 / BLOCK_M, n_mt) : 0, n_iter = n_mt - m_begin;
@@ -525,22 +520,20 @@ void launch(const fa::AttnBwdArgs& a, cudaStream_t stream) {
                                                                  a.lse, delta, lse2, rows, p.head_dim);
   FA_CHECK_LAUNCH();
   const dim3 grid(unsigned((p.seq_k + C::BLOCK_N - 1) / C::BLOCK_N), unsigned(bh));
-  // New here: the rotated walk (each key block needs a query tile to start at) and causal heavy-first only
-  // where a head's key blocks can all be resident at once: either makes a block wait on one with a later
-  // ticket, and more than fit could each wait on one that never starts. Elsewhere step 26's orders, whose
-  // waits are all on earlier tickets.
-  bool resident = false;
-  if (C::ROTATE) {
+  // New here: the rotated walk only where each key block has a query tile to start at, and a head's key
+  // blocks can all be resident at once (its wrap makes them wait on blocks with later tickets: more than fit
+  // could each wait on one that never starts). Elsewhere the ascending order, which waits on earlier ones.
+  bool rotate = C::ROTATE && !p.causal && int(grid.x) <= n_mt;
+  if (rotate) {
     int per_sm = 0;
     FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, hopper_backward_ws<T, C>, C::THREADS,
                                                                 C::SMEM_BYTES));
-    resident = (long long)grid.x <= (long long)per_sm * fa::sm_count();
+    rotate = (long long)grid.x <= (long long)per_sm * fa::sm_count();
   }
-  const bool rotate = resident && !p.causal && int(grid.x) <= n_mt, heavy_first = resident && p.causal;
   if (grid.x > 0)
     hopper_backward_ws<T, C><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(
         tm_q, tm_k, tm_v, tm_do, lse2, delta, dq_accum, turns, ticket, static_cast<T*>(a.dk), static_cast<T*>(a.dv),
-        p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, rotate, heavy_first);
+        p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, rotate);
   FA_CHECK_LAUNCH();
   const long long slots = bh * n_mt * C::BLOCK_M * C::D / 4;
   if (slots > 0)

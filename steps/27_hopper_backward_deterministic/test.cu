@@ -47,10 +47,10 @@ TEST(Step27HopperBackwardDeterministic, InOrderAndAnyOrderMatchStep26AndFp64) {
 }
 // Bitwise repeatable on every order the launcher picks. Not causal: rotated (as many query tiles as key
 // blocks or more: d = 64's tiles of 128 and d = 128's of 64, seq_q above and equal to seq_k), ascending (more
-// key blocks than query tiles: seq_k above seq_q). Causal: heavy-first (the shared shapes). Both, in order (the
-// in-order variant), and on a head of more key blocks than the GPU holds at once, where the launcher falls
-// back to step 26's orders (a rotated or heavy-first block could wait on one that never starts, which the
-// writer's bound on its polls would turn into an error).
+// key blocks than query tiles: seq_k above seq_q; the in-order variant; a head of more key blocks than the GPU
+// holds at once, where a rotated block could wait on one that never starts, which the writer's bound on its
+// polls would turn into an error). Causal: descending per tile, key blocks taken last first (the shared shapes,
+// and the long head).
 TEST(Step27HopperBackwardDeterministic, EveryOrderIsBitwiseRepeatable) {
   hopper_deterministic_is_bitwise_repeatable(kStep);
   for (fa::DType t : kTypes)
