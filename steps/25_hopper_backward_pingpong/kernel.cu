@@ -41,6 +41,7 @@
 
 #include "check.h"
 #include "hopper.cuh"
+#include "hopper_backward.cuh"
 #include "launch.h"
 #include "mma_sync.cuh"
 #include "ops.h"
@@ -51,7 +52,7 @@ const fa::StepInfo& info();  // the forward of this step (the warp-specialised H
 }
 
 namespace step25 {
-using namespace fa::ptx;  // step 09's pack, unpack; steps 17-19's hopper.cuh
+using namespace fa::ptx;  // step 09's pack, unpack; hopper.cuh; hopper_backward.cuh (steps 16, 20, 21)
 
 const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 
@@ -87,51 +88,6 @@ struct Config {
   static_assert(BLOCK_M / CONSUMERS * (WIDE ? 1 : CONSUMERS) == DQ_ROWS && D / (WIDE ? 1 : CONSUMERS) == DQ_N, "dQ parts");
   static_assert(SMEM_BYTES <= 227 * 1024, "an sm_90 block's shared memory");
 };
-
-// ---- step 20's: wgmma with A read transposed (M contiguous) and B transposed (N contiguous) ------------
-// D[64, N] = A·B or D += A·B, A [64, 16] MN-major and B [16, N] MN-major in shared memory: dQ = dS·K with
-// dS stored as dSᵀ [keys][queries] and K as [keys][dims]. The two 1s before the closing brace are
-// imm-trans-a and imm-trans-b (16-bit types only). N = 64 here: one 64-dim box of K.
-template <int N, class T>
-__device__ __forceinline__ void wgmma_tt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int accumulate) {
-  static_assert(N == 64, "N = 64 here");
-  constexpr bool kF16 = std::is_same_v<T, __half>;
-#define FA_WGMMA_TT(SHAPE, TY, LIST, A, B, S)                                                             \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, " S ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" LIST \
-  "}, " A ", " B ", p, 1, 1, 1, 1;\n}\n"
-#define FA_WGMMA_TT_AB "l"(desc_a), "l"(desc_b), "r"(accumulate)
-  if constexpr (kF16)
-    asm volatile(FA_WGMMA_TT("m64n64k16", "f16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_TT_AB);
-  else
-    asm volatile(FA_WGMMA_TT("m64n64k16", "bf16", FA_WGMMA_P32, "%32", "%33", "%34") : FA_WGMMA_D32 : FA_WGMMA_TT_AB);
-#undef FA_WGMMA_TT
-#undef FA_WGMMA_TT_AB
-}
-
-// ---- new here: the bulk reduction, shared memory -> global, by the bulk copy engine -------------------
-// `bytes` (a multiple of 16) of fp32 at shared address src are added element-wise to global dst (both
-// 16-byte aligned), each element's add a relaxed gpu-scope atomic that flushes subnormals. One thread
-// issues it; it completes in a bulk group: commit, then wait_group.read before the source is rewritten
-// (PTX ISA, "cp.reduce.async.bulk"), wait_group for the writes themselves.
-__device__ __forceinline__ void bulk_reduce_add(float* dst, std::uint32_t src, std::uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// Deterministic: step 16's acquire load and release add of a tile's counter, and a proxy fence on each
-// side, since the additions they order are the bulk copy engine's (the async proxy).
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
-  asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // ---- kernel 1: delta = rowsum(dO ∘ O) per query row, and the LSE in base 2 (step 20's) ---------------------
 template <class T>
