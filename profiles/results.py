@@ -1460,26 +1460,38 @@ def hopper_ablation_table(step=HOPPER_PP, path=None, variants=None):
         "removes the pipelining as well as the warp specialisation.\n\n" + source
 
 
+def bwd_times(path, step):
+    """A bench.py CSV's backward rows of `step`, per FA2 cell (dtype, d, causal, seq): {variant: time_ms,
+    'prev:' + variant: prev_time_ms} ('' the default variant)."""
+    times = {}
+    for r in (read_csv(path) if step and os.path.exists(path) else []):
+        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", r["problem"]) if r["step"] == step else None
+        p = split_problem(m.group(1)) if m else None
+        if p and p["mode"] == "bwd":
+            t = times.setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), {})
+            t[m.group(2) or ""] = float(r["time_ms"])
+            t["prev:" + (m.group(2) or "")] = float(r["prev_time_ms"])
+    return times
+
+
+def ratio_summary(v):
+    """The summary sentence of a seq_grid's sorted ratios (the cells with seq ≥ TARGET_MIN_SEQ)."""
+    return f"Over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: median {median(v):.2f}×, from {v[0]:.2f}× to " \
+        f"{v[-1]:.2f}×, {sum(x < 0.85 for x in v)} below 0.85×."
+
+
 def variant_price_table(nn, variant):
     """A step's default against one of its own variants, per FA2 backward cell: the variant's time over the
     default's (below 1: the variant is slower), both from the same bench.csv, which may be two runs of one session."""
     step = next((st for st in known_steps() if st[:2] == nn), None)
-    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
-    times = {}
-    for r in (read_csv(path) if os.path.exists(path) else []):
-        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", r["problem"]) if r["step"] == step else None
-        p = split_problem(m.group(1)) if m else None
-        if p and p["mode"] == "bwd" and (m.group(2) or "") in ("", variant):
-            times.setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), {})[m.group(2) or ""] = float(r["time_ms"])
+    times = bwd_times(BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv"), step)
     cells = {k: t[""] / t[variant] for k, t in times.items() if "" in t and variant in t}
     if not cells:
         return f"*Not measured yet: bench.csv has no sweep of step {nn} [{variant}] beside its default.*"
     grid, v = seq_grid(cells)
     return grid + \
         f"\n\nStep {nn}: the {variant} variant's backward speed as a fraction of the default's (the default's time " \
-        f"over the variant's; below 1: the variant is slower). Over the {len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: " \
-        f"median {median(v):.2f}×, from {v[0]:.2f}× to {v[-1]:.2f}×, {sum(x < 0.85 for x in v)} below 0.85×.\n\n" + \
-        source_line(["bench.csv"])
+        f"over the variant's; below 1: the variant is slower). {ratio_summary(v)}\n\n" + source_line(["bench.csv"])
 
 
 def det_paths_table(nn, raw, paths, vs=""):
@@ -1488,15 +1500,7 @@ def det_paths_table(nn, raw, paths, vs=""):
     cell is the PREV's default time over that row's (bench.py's interleaved prev_time_ms), or with `vs` the time of
     variant `vs` over that row's, both from the same sweep (above 1: the row's variant is faster)."""
     step = next((st for st in known_steps() if st[:2] == nn), None)
-    path = os.path.join(gpu_dir(), step or "", raw)
-    times = {}
-    for r in (read_csv(path) if step and os.path.exists(path) else []):
-        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", r["problem"])
-        p = split_problem(m.group(1)) if r["step"] == step else None
-        if p and p["mode"] == "bwd":
-            t = times.setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), {})
-            t[m.group(2) or ""] = float(r["time_ms"])
-            t["prev:" + (m.group(2) or "")] = float(r["prev_time_ms"])
+    times = bwd_times(os.path.join(gpu_dir(), step or "", raw), step)
     cells = {}
     for k, t in times.items():
         var = paths.get(k[2])
@@ -1511,9 +1515,8 @@ def det_paths_table(nn, raw, paths, vs=""):
     what = " and ".join(f"{'causal' if c else 'not causal'}: the {('[' + var + '] variant') if var else 'default'}'s rows"
                         for c, var in sorted(paths.items()))
     ref = f"the [{vs}] variant's time (same sweep)" if vs else "the PREV's default time (timed interleaved)"
-    return grid + f"\n\nStep {nn}'s backward, {what}: {ref} over the row's (above 1: the row is faster). Over the " \
-        f"{len(v)} cells with seq ≥ {TARGET_MIN_SEQ}: median {median(v):.2f}×, from {v[0]:.2f}× to {v[-1]:.2f}×, " \
-        f"{sum(x < 0.85 for x in v)} below 0.85×.\n\n" + source_line([f"{step}/{raw}"])
+    return grid + f"\n\nStep {nn}'s backward, {what}: {ref} over the row's (above 1: the row is faster). " \
+        f"{ratio_summary(v)}\n\n" + source_line([f"{step}/{raw}"])
 
 
 # FlashAttention-3's published backward (Shah et al. 2024, the figure "Attention backward speed, head dim 128

@@ -181,16 +181,20 @@ inline void hopper_deterministic_is_bitwise_repeatable(const fa::StepInfo& step)
       for (const Shape& s : {Shape{2, 3, 700, 900, d, false, 0, t}, Shape{1, 4, 1024, 1024, d, true, 0, t}})
         expect_bitwise_repeatable(step, s, variant_of(step, "deterministic"));
 }
-inline void hopper_deterministic_refuses_gqa(const fa::StepInfo& step) {
+// A variant refuses GQA (4 query heads over 2 K/V heads) with a usage error whose message holds `why`.
+inline void expect_refuses_gqa(const fa::StepInfo& step, int variant, const std::string& why) {
   const Shape s{1, 4, 128, 128, 64, false, 0, fa::DType::F16, 2};
   try {
-    fa::attention::Run r(step, params(s, variant_of(step, "deterministic")), true, random_inputs(s, 1));
+    fa::attention::Run r(step, params(s, variant), true, random_inputs(s, 1));
     r.checked_forward();
     r.checked_backward();
-    FAIL() << "the deterministic variant ran GQA";
+    FAIL() << "variant " << step.variants.at(variant) << " ran GQA";
   } catch (const fa::UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("does not run GQA"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
   }
+}
+inline void hopper_deterministic_refuses_gqa(const fa::StepInfo& step) {
+  expect_refuses_gqa(step, variant_of(step, "deterministic"), "does not run GQA");
 }
 
 // The workspace: delta (one float per query row); the atomic variant also its fp32 dQ accumulator.

@@ -56,7 +56,7 @@ const fa::StepInfo& info();  // the forward of this step (the warp-specialised H
 }
 
 namespace step27 {
-using namespace fa::ptx;  // step 09's pack, unpack; step 10's exp2_approx; hopper.cuh; steps 20-21's hopper_backward.cuh
+using namespace fa::ptx;  // step 09's pack, unpack; step 10's exp2_approx; hopper.cuh; hopper_backward.cuh (steps 16, 20, 21)
 
 const fa::StepInfo& info();  // bottom of the file: the step's name for messages
 
