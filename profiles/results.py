@@ -44,7 +44,7 @@ from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fa_profiles import (COUNTERS, demangle_short, DOC_GPU as GPU, ROOT, aggregate, compare_report, compare_rows,  # noqa: E402
-                         fmt_delta, fmt_number, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
+                         fmt_delta, fmt_number, split_inputs, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
                          read_env, read_moved, read_shapes, shape_label, value, SOURCE_GROUPS, parse_cuobjdump)
 
 # Docs being edited on another branch: their blocks are neither rendered nor checked here until the
@@ -591,7 +591,8 @@ BLOCKS = {
                                                 "results:det:26": lambda: variant_price_table("26", "deterministic"),
                                                 "results:published:26": lambda: published_bwd_table()},
     "docs/27_hopper_backward_deterministic.md": {
-        "results:det_paths:27": lambda: det_paths_table("27", "sweep_heavy_first.csv", {False: "", True: "in-order"}),
+        "results:bought:27": lambda: bought_table("27"),
+        "results:acceptance:27": lambda: acceptance_table("27", "final_sweep.csv"),
         "results:det_rotation:27": lambda: det_paths_table("27", "sweep_heavy_first.csv", {False: ""}, vs="in-order")},
     "docs/history/27_hopper_backward_deterministic.md": {
         "results:first_build:27": lambda: det_paths_table("27", "first_build_bench.csv", {False: "", True: ""}),
@@ -1460,17 +1461,24 @@ def hopper_ablation_table(step=HOPPER_PP, path=None, variants=None):
         "removes the pipelining as well as the warp specialisation.\n\n" + source
 
 
-def bwd_times(path, step):
-    """A bench.py CSV's backward rows of `step`, per FA2 cell (dtype, d, causal, seq): {variant: time_ms,
-    'prev:' + variant: prev_time_ms} ('' the default variant)."""
+def bwd_times(path, step, inputs="uniform", mode="bwd", baselines=()):
+    """A bench.py CSV's `mode` rows ('bwd' or 'fwd+bwd') of `step` measured on `inputs`, per FA2 cell (dtype, d,
+    causal, seq): {variant: time_ms, 'prev:' + variant: prev_time_ms} ('' the default variant), and each of
+    `baselines` (steps such as 'sdpa_cudnn', by name) measured in the same CSV."""
     times = {}
     for r in (read_csv(path) if step and os.path.exists(path) else []):
-        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", r["problem"]) if r["step"] == step else None
-        p = split_problem(m.group(1)) if m else None
-        if p and p["mode"] == "bwd":
+        if r["step"] != step and r["step"] not in baselines:
+            continue
+        problem, drawn = split_inputs(r["problem"])
+        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", problem)
+        p = split_problem(m.group(1)) if drawn == inputs else None
+        if p and p["mode"] == mode:
             t = times.setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), {})
-            t[m.group(2) or ""] = float(r["time_ms"])
-            t["prev:" + (m.group(2) or "")] = float(r["prev_time_ms"])
+            if r["step"] == step:
+                t[m.group(2) or ""] = float(r["time_ms"])
+                t["prev:" + (m.group(2) or "")] = float(r["prev_time_ms"])
+            else:
+                t[r["step"]] = float(r["time_ms"])
     return times
 
 
@@ -1517,6 +1525,57 @@ def det_paths_table(nn, raw, paths, vs=""):
     ref = f"the [{vs}] variant's time (same sweep)" if vs else "the PREV's default time (timed interleaved)"
     return grid + f"\n\nStep {nn}'s backward, {what}: {ref} over the row's (above 1: the row is faster). " \
         f"{ratio_summary(v)}\n\n" + source_line([f"{step}/{raw}"])
+
+
+def acceptance_table(nn, raw, fwd="step 19 (the warp-specialised Hopper forward)"):
+    """A deterministic backward step's targets from one raw sweep in profiles/<gpu>/NN_name/ (bench.py --inputs both,
+    SDPA's backward in the same run), per kind of inputs: its PREV's default (timed interleaved with every row)
+    against SDPA-cuDNN's backward and fwd+bwd and its TFLOP/s at d 128, seq 16384, not causal; this step's default
+    against the PREV's. Over the cells with seq ≥ TARGET_MIN_SEQ."""
+    step = next((st for st in known_steps() if st[:2] == nn), None)
+    path = os.path.join(gpu_dir(), step or "", raw)
+    prev = next((r["prev_step"] for r in (read_csv(path) if step and os.path.exists(path) else [])
+                 if r["step"] == step and r["prev_step"]), "")
+    if not prev:
+        return f"*Not measured yet: no rows in profiles/{GPU}/{step}/{raw}.*"
+    body = []
+    for inputs in ("uniform", "randn"):
+        bwd = bwd_times(path, step, inputs, "bwd", ("sdpa_cudnn",))
+        fb = bwd_times(path, step, inputs, "fwd+bwd", ("sdpa_cudnn",))
+
+        def ratios(times, num, den):  # num's time over den's, per cell with both
+            return sorted(t[num] / t[den] for k, t in times.items()
+                          if k[3] >= TARGET_MIN_SEQ and t.get(num, -1) > 0 and t.get(den, -1) > 0)
+
+        def row(what, v, target, ok, floor=True):
+            if v:
+                body.append([inputs, what, str(len(v)), f"{median(v):.2f}×", f"{v[0]:.2f}×",
+                             str(sum(x < 0.85 for x in v)) if floor else "-", target, "met" if ok(v) else "**missed**"])
+        row(f"step {prev[:2]} bwd × SDPA-cuDNN", ratios(bwd, "sdpa_cudnn", "prev:"), "median ≥ 1.00×, none < 0.85×",
+            lambda v: median(v) >= 1.0 and v[0] >= 0.85)
+        row(f"step {prev[:2]} fwd+bwd × SDPA-cuDNN", ratios(fb, "sdpa_cudnn", "prev:"), "median ≥ 1.00×",
+            lambda v: median(v) >= 1.0, floor=False)
+        rates = [(dt, 2.5 * 4 * 16384 * 16384 * 2048 / bwd[(dt, 128, False, 16384)]["prev:"] / 1e9)
+                 for dt in TC_DTYPES if bwd.get((dt, 128, False, 16384), {}).get("prev:", -1) > 0]
+        if rates:
+            body.append([inputs, f"step {prev[:2]} bwd TFLOP/s, d 128, seq 16384, not causal", str(len(rates)),
+                         " · ".join(f"{dt} {x:.0f}" for dt, x in rates), f"{min(x for _, x in rates):.0f}", "-",
+                         "≥ 550", "met" if min(x for _, x in rates) >= 550 else "**missed**"])
+        row(f"step {nn} (deterministic) × step {prev[:2]}", ratios(bwd, "prev:", ""), "none < 0.85×",
+            lambda v: v[0] >= 0.85)
+        row(f"step {nn} (deterministic) bwd × SDPA-cuDNN", ratios(bwd, "sdpa_cudnn", ""), "-", lambda v: True)
+    if not body:
+        return f"*Not measured yet: no backward rows in profiles/{GPU}/{step}/{raw}.*"
+    for r in body:
+        if r[6] == "-":
+            r[7] = "-"
+    return md_table(["inputs", "a × b", "cells", "median", "min", "cells < 0.85×", "target", "verdict"], body) + \
+        f"\n\nOne run: step {nn}'s sweep with step {prev[:2]}'s default ({prev}) timed interleaved with every row in the " \
+        f"same process on the same inputs, and SDPA's cuDNN backward in the same run, on uniform inputs and on randn " \
+        f"inputs (standard normal, as published benchmarks draw them). Cells with seq ≥ {TARGET_MIN_SEQ} (FA2's 40); " \
+        "\"a × b\" is b's time over a's (above 1: a is faster); TFLOP/s by the FlashAttention convention " \
+        f"(2.5 × 4·B·H·S²·d). fwd+bwd: {fwd}'s forward plus the backward.\n\n" + \
+        source_line([f"{step}/{raw}"])
 
 
 # FlashAttention-3's published backward (Shah et al. 2024, the figure "Attention backward speed, head dim 128
