@@ -558,6 +558,8 @@ BLOCKS = {
                                    "results:tc_bwd": lambda: tc_bwd_table("20_hopper_backward", "split-dims", "step 16",
                                                                           fwd="step 19", fb_cudnn=True),
                                    "results:bwd_unit": lambda: bwd_unit_table(),
+                                   "results:carried:20": lambda: carried_targets_table("20", "targets_16_26.csv",
+                                                                                      "26", "16"),
                                    "results:dq_reduce": lambda: dq_reduce_table()},
     "docs/21_hopper_backward_ws.md": {"results:bought:21": lambda: bought_table("21"),
                                       "results:tc_bwd": lambda: tc_bwd_table("21_hopper_backward_ws", "deterministic",
@@ -1576,6 +1578,39 @@ def acceptance_table(nn, raw, fwd="step 19 (the warp-specialised Hopper forward)
         "\"a × b\" is b's time over a's (above 1: a is faster); TFLOP/s by the FlashAttention convention " \
         f"(2.5 × 4·B·H·S²·d). fwd+bwd: {fwd}'s forward plus the backward.\n\n" + \
         source_line([f"{step}/{raw}"])
+
+
+def carried_targets_table(nn, raw, mine, base):
+    """Step NN's targets measured on a later step: one raw sweep in profiles/<gpu>/NN_name/ (bench.py --steps
+    base,mine --inputs both, SDPA's backward in the same run), per FA2 cell base's time over mine's (uniform inputs),
+    and per kind of inputs the summaries of that ratio and of mine against SDPA-cuDNN."""
+    step = next((st for st in known_steps() if st[:2] == nn), None)
+    who = {x: next((st for st in known_steps() if st[:2] == x), None) for x in (mine, base)}
+    path = os.path.join(gpu_dir(), step or "", raw)
+    summary, grid = [], None
+    for inputs in ("uniform", "randn"):
+        a = bwd_times(path, who[mine], inputs, baselines=("sdpa_cudnn",))
+        b = bwd_times(path, who[base], inputs)
+        cells = {k: b[k][""] / t[""] for k, t in a.items() if "" in t and "" in b.get(k, {})}
+        if not cells:
+            continue
+        g, v = seq_grid(cells)
+        grid = grid or g
+        w = sorted(t["sdpa_cudnn"] / t[""] for k, t in a.items() if k[3] >= TARGET_MIN_SEQ and "" in t and
+                   t.get("sdpa_cudnn", -1) > 0)
+        summary.append([inputs, f"step {mine} × step {base}", str(len(v)), f"{median(v):.2f}×", f"{v[0]:.2f}×",
+                        "≥ 1.30×", "met" if median(v) >= 1.3 else "**missed**"])
+        if w:
+            summary.append([inputs, f"step {mine} × SDPA-cuDNN", str(len(w)), f"{median(w):.2f}×", f"{w[0]:.2f}×",
+                            "≥ 0.85×", "met" if median(w) >= 0.85 else "**missed**"])
+    if not grid:
+        return f"*Not measured yet: no rows of steps {base} and {mine} in profiles/{GPU}/{step}/{raw}.*"
+    return grid + f"\n\nStep {base}'s backward time over step {mine}'s (uniform inputs; above 1: step {mine} is " \
+        f"faster), both default variants, in one bench.py run. Over the cells with seq ≥ {TARGET_MIN_SEQ}, on both " \
+        "kinds of inputs, against the targets (at the median):\n\n" + \
+        md_table(["inputs", "a × b", "cells", "median", "min", "target", "verdict"], summary) + \
+        "\n\n\"a × b\" is b's time over a's; SDPA's cuDNN backward in the same run; randn: standard normal inputs, " \
+        "as published benchmarks draw them; shapes batch·seq = 16384, heads = 2048/d.\n\n" + source_line([f"{step}/{raw}"])
 
 
 # FlashAttention-3's published backward (Shah et al. 2024, the figure "Attention backward speed, head dim 128
