@@ -12,7 +12,7 @@
 # bench.csv: NN_name/{metrics.csv,speed_of_light.txt,ncu_raw.csv} from capture.sh and bench.png from
 # bench.py; `results.py import` unpacks it there.
 #
-# STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits reduce capture sass";
+# STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits reduce floor capture sass";
 # "inputs", profiles/inputs_ab.py into $OUT/inputs_ab.csv, only when named), e.g. to split
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
 # capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
@@ -28,7 +28,7 @@
 set -euo pipefail
 mkdir -p "${OUT:=$PWD/gpu_out}"
 OUT=$(cd "$OUT" && pwd)
-STAGES=" ${STAGES:-build ctest run_all bench gqa candidates splits reduce capture sass} "
+STAGES=" ${STAGES:-build ctest run_all bench gqa candidates splits reduce floor capture sass} "
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/local/cuda/bin"  # nvcc, ncu, cuobjdump where the image has them only there
 work=$(mktemp -d)
@@ -90,6 +90,8 @@ reduce() {
   mkdir -p "$work/profiles"
   { build/bin/dq_reduce && build/bin/dq_reduce --dim 64 | tail -n +2; } > "$work/profiles/dq_reduce.csv" 2>> "$OUT/run.log"
 }
+# how fast one kernel reads each decode size (profiles/microbench/read_floor.cu); into the tarball
+floor() { mkdir -p "$work/profiles" && build/bin/read_floor > "$work/profiles/read_floor.csv" 2>> "$OUT/run.log"; }
 # grouped-query attention: the GQA sweeps of the forward steps and SDPA's (enable_gqa) in one run, merged
 # into $OUT/bench.csv (after the bench stage) or into a copy of the committed bench.csv
 gqa() {
@@ -119,6 +121,7 @@ stage gqa gqa
 stage candidates candidates
 stage splits splits
 stage reduce reduce
+stage floor floor
 stage inputs inputs
 stage capture capture
 stage sass sass

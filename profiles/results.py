@@ -614,6 +614,7 @@ BLOCKS = {
     "docs/23_paged_kv_decode.md": {"results:paged": lambda: paged_table()},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_one_launch": lambda: decode_variant_table("one-launch"),
+                                   "results:read_floor": lambda: read_floor_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
                                    "results:decode_splits_128": lambda: decode_splits_table(
                                        os.path.join(DECODE, "history", "ceiling128_decode_splits.csv"))},
@@ -1321,6 +1322,43 @@ def decode_variant_table(variant):
         f"{median(v):.2f}× (from {v[0]:.2f}× to {v[-1]:.2f}×).\n\n" + source_line(["bench.csv"])
 
 
+def read_floor_table(csv_name="read_floor.csv"):
+    """Doc 22: profiles/microbench/read_floor.cu's CSV (profiles/<gpu>/read_floor.csv): per buffer size (the decode
+    sweep's K/V sizes), the fastest one kernel reads it (the best of its grid sizes) against the copy's rate, the
+    time that 85% of the copy's rate allows, and step 22's decode shapes of that size (bench.csv)."""
+    path = os.path.join(gpu_dir(), csv_name)
+    if not os.path.exists(path):
+        return "*Not measured yet: no `profiles/" + GPU + "/" + csv_name + "` (on a GPU: `build/bin/read_floor > " \
+               "profiles/" + GPU + "/" + csv_name + "`).*"
+    best = {}
+    for r in read_csv(path):
+        b, us = int(r["bytes"]), float(r["median_us"])
+        if r["check"] == "ok" and (b not in best or us < best[b][0]):
+            best[b] = (us, f"{r['blocks_per_sm']} × {r.get('loads_in_flight', '4')}", float(r["copy_gbs"]))
+    dec = decode_cells()
+    body = []
+    for b in sorted(best):
+        us, per_sm, copy = best[b]
+        mine = sorted(v[DECODE][0] * 1e3 for v in dec.values() if DECODE in v and abs(v[DECODE][3] - b) < 1)
+        if b == 0:
+            body.append(["0 (the launch alone)", f"{us:.1f}", "-", "-", per_sm, "-", "-", "-"])
+            continue
+        body.append([f"{b / 1e6:.1f}", f"{us:.1f}", f"{b / us / 1e3:.0f}", f"{100 * b / us / 1e3 / copy:.0f}%", per_sm,
+                     f"{b / (0.85 * copy) / 1e3:.1f}",
+                     (f"{mine[0]:.1f}" + (f"-{mine[-1]:.1f}" if len(mine) > 1 else "")) if mine else "-",
+                     f"{us / mine[-1]:.2f}-{us / mine[0]:.2f}" if len(mine) > 1 else f"{us / mine[0]:.2f}" if mine else "-"])
+    return md_table(["K/V MB", "read-only µs", "GB/s", "% copy", "blocks / SM × loads", "85% of copy µs",
+                     "step 22 µs (its shapes of this size)", "read-only / step 22"], body) + \
+        "\n\nRead-only: the fastest of one kernel reading the whole buffer once (16-byte streaming loads, 4, 8 or 16 " \
+        "in flight per thread, 256 threads per block, 1, 2, 4 or 8 blocks per SM: the best pair shown), L2 flushed " \
+        "before each launch, median of 20; every launch's sum checked. % copy: of the device-to-device copy's rate " \
+        "(bytes read + written) measured in the same run. 85% of copy µs: the time a decode of these K/V bytes may " \
+        "take at the decode target. Read-only / step 22: the read-only kernel's time over step 22's default (bench.csv), " \
+        "for the decode shapes whose K/V bytes are this size (1.00: step 22 reads as fast as a kernel that only " \
+        "reads; above 1: faster, so the read-only kernel is a reference, not a bound).\n\n" + \
+        source_line([csv_name, "bench.csv"])
+
+
 def decode_table():
     """Step 22 on its decode sweep (one query row per head over a full KV cache) beside every SDPA backend
     that ran the shape in the same bench.py run: time, GB/s of K/V bytes, % of the measured copy bandwidth,
@@ -1999,7 +2037,7 @@ def render(check):
 
 # ---- import -------------------------------------------------------------------------------------
 _CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv|source_stalls\.csv)|bench\.png|"
-                           r"step11_candidates\.csv|decode_splits\.csv|dq_reduce\.csv)$")
+                           r"step11_candidates\.csv|decode_splits\.csv|dq_reduce\.csv|read_floor\.csv)$")
 
 
 def import_session(src):

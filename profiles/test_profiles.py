@@ -851,6 +851,74 @@ class DqReduce(unittest.TestCase):
         self.assertIn("| 32 |", table)  # 64 queries × 128 dims × 4 bytes of dQ per unit
 
 
+class OneRunTables(unittest.TestCase):
+    """Tables read from one raw bench.py CSV kept under profiles/<gpu>/: doc 27's targets (acceptance_table), doc
+    20's targets carried to step 26 (carried_targets_table), and doc 22's read-only kernel (read_floor_table)."""
+
+    HEAD = ["step", "problem", "time_ms", "prev_step", "prev_time_ms", "rate", "pct_peak"]
+
+    def render(self, name, files, *args):
+        import results
+        with tempfile.TemporaryDirectory() as d:
+            for rel, rows in files.items():
+                os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+                with open(os.path.join(d, rel), "w", newline="") as f:
+                    w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+                    w.writeheader()
+                    w.writerows(rows)
+            saved = results.gpu_dir
+            results.gpu_dir = lambda: d
+            try:
+                return getattr(results, name)(*args)
+            finally:
+                results.gpu_dir = saved
+
+    def row(self, step, problem, ms, prev_ms=-1, prev="26_hopper_backward_lean_softmax"):
+        return dict(zip(self.HEAD, [step, problem, str(ms), prev if prev_ms > 0 else "", str(prev_ms), "1", "1"]))
+
+    def test_acceptance_verdicts(self):
+        s27, cell = "27_hopper_backward_deterministic", "B1 H16 S16384 D128 f16"
+        rows = [self.row(s27, f"{cell} bwd", 5.0, 4.0), self.row("sdpa_cudnn", f"{cell} bwd", 4.4),
+                self.row(s27, f"{cell} fwd+bwd", 7.0, 6.0), self.row("sdpa_cudnn", f"{cell} fwd+bwd", 5.4),
+                self.row(s27, f"{cell} bwd randn", 4.2, 4.0), self.row("sdpa_cudnn", f"{cell} bwd randn", 4.4)]
+        table = self.render("acceptance_table", {f"{s27}/raw.csv": rows}, "27", "raw.csv")
+        self.assertIn("| uniform | step 26 bwd × SDPA-cuDNN | 1 | 1.10× | 1.10× | 0 | median ≥ 1.00×, none < 0.85× | met |",
+                      table)
+        self.assertIn("| uniform | step 26 fwd+bwd × SDPA-cuDNN | 1 | 0.90× | 0.90× | - | median ≥ 1.00× | **missed** |",
+                      table)
+        rate = 2.5 * 4 * 16384 * 16384 * 2048 / 4.0 / 1e9  # 550 at 4.0 ms: met
+        self.assertIn(f"| uniform | step 26 bwd TFLOP/s, d 128, seq 16384, not causal | 1 | f16 {rate:.0f} | {rate:.0f} |",
+                      table)
+        self.assertIn("| uniform | step 27 (deterministic) × step 26 | 1 | 0.80× | 0.80× | 1 | none < 0.85× | **missed** |",
+                      table)
+        self.assertIn("| randn | step 27 (deterministic) × step 26 | 1 | 0.95× | 0.95× | 0 | none < 0.85× | met |", table)
+        self.assertIn("Not measured", self.render("acceptance_table", {f"{s27}/raw.csv": rows}, "27", "other.csv"))
+
+    def test_carried_targets(self):
+        cell = "B2 H16 S8192 D128 causal bf16 bwd"
+        rows = [self.row("16_deterministic_backward", cell, 3.0), self.row("26_hopper_backward_lean_softmax", cell, 2.0),
+                self.row("sdpa_cudnn", cell, 2.4)]
+        table = self.render("carried_targets_table", {"20_hopper_backward/raw.csv": rows}, "20", "raw.csv", "26", "16")
+        self.assertIn("| bf16 | 128 | causal | 1.50× |", table)
+        self.assertIn("| uniform | step 26 × step 16 | 1 | 1.50× | 1.50× | ≥ 1.30× | met |", table)
+        self.assertIn("| uniform | step 26 × SDPA-cuDNN | 1 | 1.20× | 1.20× | ≥ 0.85× | met |", table)
+        self.assertNotIn("| randn |", table)
+
+    def test_read_floor_best_checked_row_and_the_step(self):
+        head = ["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs", "check"]
+        floor = [dict(zip(head, ["67108864", "67.1", "1", "4", "35.0", "0", "0", "3000", "ok"])),
+                 dict(zip(head, ["67108864", "67.1", "2", "8", "30.0", "0", "0", "3000", "ok"])),
+                 dict(zip(head, ["67108864", "67.1", "8", "16", "10.0", "0", "0", "3000", "FAIL"])),
+                 dict(zip(head, ["0", "0", "2", "4", "4.0", "0", "0", "3000", "ok"]))]
+        bench = [self.row("22_split_kv_decode", "B1 H32 KV32 Sq1 Sk4096 D128 cache f16", 0.040)]
+        table = self.render("read_floor_table", {"read_floor.csv": floor, "bench.csv": bench})
+        pct = 100 * 67108864 / 30.0 / 1e3 / 3000
+        self.assertIn(f"| 67.1 | 30.0 | 2237 | {pct:.0f}% | 2 × 8 | {67108864 / (0.85 * 3000) / 1e3:.1f} | 40.0 | 0.75 |",
+                      table)
+        self.assertIn("| 0 (the launch alone) | 4.0 |", table)
+        self.assertIn("Not measured", self.render("read_floor_table", {"bench.csv": bench}))
+
+
 class PagedTable(unittest.TestCase):
     """Doc 23's table: step 23's rows by page size against step 22's interleaved time (prev_time_ms)."""
 
