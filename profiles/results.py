@@ -613,7 +613,10 @@ BLOCKS = {
                                            "results:inputs": inputs_table},
     "docs/23_paged_kv_decode.md": {"results:paged": lambda: paged_table()},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
-                                   "results:decode_one_launch": lambda: decode_variant_table("one-launch"),
+                                   "results:decode_one_launch": lambda: decode_variant_table(),
+                                   "results:decode_one_launch_rerun": lambda: decode_variant_table(
+                                       "two-launches", "one-launch",
+                                       os.path.join(DECODE, "one_launch_default_sweep.csv")),
                                    "results:read_floor": lambda: read_floor_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
                                    "results:decode_splits_128": lambda: decode_splits_table(
@@ -1295,31 +1298,36 @@ def decode_cells(path=None):
     return got
 
 
-def decode_variant_table(variant):
-    """Step 22's variant `variant` against its default on the decode sweep, from the same bench.py run (rows
-    '... cache f16 [variant]' beside the default's): both times, and the default's time over the variant's."""
-    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+def decode_variant_table(variant="one-launch", default="two-launches", raw=None):
+    """Step 22's two ways to merge on the decode sweep, from the same bench.py run: the default's rows (named
+    `default`) and the variant `variant`'s ('... cache f16 [variant]'), always as two launches against one launch:
+    both times, and the two launches' time over the one launch's. raw: a sweep kept under profiles/<gpu>/ instead
+    of bench.csv (a build whose default was the other one)."""
+    path = os.path.join(gpu_dir(), raw) if raw else BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     rows = [r for r in (read_csv(path) if os.path.exists(path) else []) if r["step"] == DECODE]
-    base = {r["problem"]: fp_float(r["time_ms"]) for r in rows}
-    body, ratios = [], []
+    times = {}
     for r in rows:
-        if not r["problem"].endswith(f" [{variant}]"):
+        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", r["problem"])
+        name = m.group(2) or default
+        if name in (variant, default) and fp_float(r["time_ms"]):
+            times.setdefault(m.group(1), {})[name] = fp_float(r["time_ms"])
+    body, ratios = [], []
+    for problem, t in times.items():
+        p, two, one = split_problem(problem, gqa=True, cache=True), t.get("two-launches"), t.get("one-launch")
+        if not p or not two or not one:
             continue
-        problem = r["problem"][: -len(variant) - 3]
-        p, t, t0 = split_problem(problem, gqa=True, cache=True), fp_float(r["time_ms"]), base.get(problem)
-        if not p or not t or not t0:
-            continue
-        ratios.append(t0 / t)
-        body.append([str(p["batch"]), str(p["kv_heads"]), str(p["seq_k"]), f"{t0 * 1e3:.1f}", f"{t * 1e3:.1f}",
-                     f"{t0 / t:.2f}×"])
+        ratios.append(two / one)
+        body.append([str(p["batch"]), str(p["kv_heads"]), str(p["seq_k"]), f"{two * 1e3:.1f}", f"{one * 1e3:.1f}",
+                     f"{two / one:.2f}×"])
     if not body:
         return (f"*Not measured yet: bench.csv has no rows of step 22's {variant} variant "
-                f"(`python3 profiles/bench.py --steps 22 --variants two-launches,{variant}` on a GPU).*")
+                f"(`python3 profiles/bench.py --steps 22 --variants {default},{variant}` on a GPU).*")
     v = sorted(ratios)
-    return md_table(["batch", "K/V heads", "keys", "two launches µs", f"{variant} µs", "two launches / " + variant],
+    return md_table(["batch", "K/V heads", "keys", "two launches µs", "one-launch µs", "two launches / one-launch"],
                     body) + \
-        f"\n\nThe same bench.py run; above 1.00× the {variant} variant is faster. Median over {len(v)} shapes " \
-        f"{median(v):.2f}× (from {v[0]:.2f}× to {v[-1]:.2f}×).\n\n" + source_line(["bench.csv"])
+        f"\n\nThe same bench.py run ({default}: the default's rows; {variant}: the variant's); above 1.00× one launch " \
+        f"is faster. Median over {len(v)} shapes {median(v):.2f}× (from {v[0]:.2f}× to {v[-1]:.2f}×).\n\n" + \
+        source_line([raw or "bench.csv"])
 
 
 def read_floor_table(csv_name="read_floor.csv"):

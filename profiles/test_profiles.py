@@ -904,6 +904,17 @@ class OneRunTables(unittest.TestCase):
         self.assertIn("| uniform | step 26 × SDPA-cuDNN | 1 | 1.20× | 1.20× | ≥ 0.85× | met |", table)
         self.assertNotIn("| randn |", table)
 
+    def test_decode_variants_either_default(self):
+        shape = "B1 H32 KV1 Sq1 Sk4096 D128 cache f16"
+        old = [self.row("22_split_kv_decode", shape, 0.020), self.row("22_split_kv_decode", f"{shape} [one-launch]", 0.016)]
+        new = [self.row("22_split_kv_decode", shape, 0.015), self.row("22_split_kv_decode", f"{shape} [two-launches]", 0.021)]
+        table = self.render("decode_variant_table", {"bench.csv": old})
+        self.assertIn("| 1 | 1 | 4096 | 20.0 | 16.0 | 1.25× |", table)
+        table = self.render("decode_variant_table", {"22_split_kv_decode/raw.csv": new}, "two-launches", "one-launch",
+                            "22_split_kv_decode/raw.csv")
+        self.assertIn("| 1 | 1 | 4096 | 21.0 | 15.0 | 1.40× |", table)
+        self.assertIn("22_split_kv_decode/raw.csv", table)
+
     def test_read_floor_best_checked_row_and_the_step(self):
         head = ["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs", "check"]
         floor = [dict(zip(head, ["67108864", "67.1", "1", "4", "35.0", "0", "0", "3000", "ok"])),
