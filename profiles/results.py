@@ -618,6 +618,7 @@ BLOCKS = {
                                        "two-launches", "one-launch",
                                        os.path.join(DECODE, "one_launch_default_sweep.csv")),
                                    "results:read_floor": lambda: read_floor_table(),
+                                   "results:decode_vs_read": lambda: decode_vs_read_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
                                    "results:decode_splits_128": lambda: decode_splits_table(
                                        os.path.join(DECODE, "history", "ceiling128_decode_splits.csv"))},
@@ -1330,19 +1331,60 @@ def decode_variant_table(variant="one-launch", default="two-launches", raw=None)
         source_line([raw or "bench.csv"])
 
 
+READ_FLOOR_MISSING = "*Not measured yet: no `profiles/" + GPU + "/{csv}` (on a GPU: `build/bin/read_floor > " \
+    "profiles/" + GPU + "/{csv}`).*"
+
+
+def read_floor_best(csv_name="read_floor.csv"):
+    """profiles/<gpu>/csv_name (profiles/microbench/read_floor.cu) -> {bytes: (the fastest checked launch's µs,
+    'blocks/SM × loads' of it, the copy's GB/s)}; {} where not measured."""
+    path = os.path.join(gpu_dir(), csv_name)
+    best = {}
+    for r in (read_csv(path) if os.path.exists(path) else []):
+        b, us = int(r["bytes"]), float(r["median_us"])
+        if r["check"] == "ok" and (b not in best or us < best[b][0]):
+            best[b] = (us, f"{r['blocks_per_sm']} × {r.get('loads_in_flight', '4')}", float(r["copy_gbs"]))
+    return best
+
+
+def decode_vs_read_table(csv_name="read_floor.csv"):
+    """Doc 22: per decode shape, how close step 22 (its default and its one-launch variant, bench.csv) and the
+    fastest SDPA backend (same run) come to a launch that only reads the same K/V bytes (read_floor.cu): the
+    read-only kernel's time over each one's."""
+    best = read_floor_best(csv_name)
+    if not best:
+        return READ_FLOOR_MISSING.format(csv=csv_name)
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    one = {}
+    for r in (read_csv(path) if os.path.exists(path) else []):
+        m = re.match(r"^(.*) \[one-launch\]$", r["problem"]) if r["step"] == DECODE else None
+        p = split_problem(m.group(1), gqa=True, cache=True) if m else None
+        if p and fp_float(r["time_ms"]):
+            one[(p["batch"], p["kv_heads"], p["seq_k"])] = fp_float(r["time_ms"])
+    body = []
+    for key, c in sorted(decode_cells().items()):
+        if DECODE not in c or int(c[DECODE][3]) not in best:
+            continue
+        ro = best[int(c[DECODE][3])][0] / 1e3  # ms
+        sdpa = min(((v[0], n) for s, v in c.items() for s_, n in DECODE_BASELINES if s == s_), default=None)
+        body.append([str(key[0]), str(key[1]), str(key[2]), f"{c[DECODE][3] / 1e6:.0f}", f"{ro * 1e3:.1f}",
+                     f"{ro / c[DECODE][0]:.2f}", f"{ro / one[key]:.2f}" if key in one else "-",
+                     f"{ro / sdpa[0]:.2f} ({sdpa[1]})" if sdpa else "-"])
+    return md_table(["batch", "K/V heads", "keys", "K/V MB", "read-only µs", "step 22", "step 22 one-launch",
+                     "fastest SDPA"], body) + \
+        "\n\nEach column: the read-only kernel's time (read_floor.cu, the fastest of its grid shapes for these K/V " \
+        "bytes) over that implementation's time on the shape (bench.csv: step 22's default and its one-launch variant " \
+        "from one run, SDPA's backends from the same run). 1.00: as fast as a launch that only reads the bytes; above " \
+        "1: faster than it (the read-only kernel is a reference, not a bound).\n\n" + source_line([csv_name, "bench.csv"])
+
+
 def read_floor_table(csv_name="read_floor.csv"):
     """Doc 22: profiles/microbench/read_floor.cu's CSV (profiles/<gpu>/read_floor.csv): per buffer size (the decode
     sweep's K/V sizes), the fastest one kernel reads it (the best of its grid sizes) against the copy's rate, the
     time that 85% of the copy's rate allows, and step 22's decode shapes of that size (bench.csv)."""
-    path = os.path.join(gpu_dir(), csv_name)
-    if not os.path.exists(path):
-        return "*Not measured yet: no `profiles/" + GPU + "/" + csv_name + "` (on a GPU: `build/bin/read_floor > " \
-               "profiles/" + GPU + "/" + csv_name + "`).*"
-    best = {}
-    for r in read_csv(path):
-        b, us = int(r["bytes"]), float(r["median_us"])
-        if r["check"] == "ok" and (b not in best or us < best[b][0]):
-            best[b] = (us, f"{r['blocks_per_sm']} × {r.get('loads_in_flight', '4')}", float(r["copy_gbs"]))
+    best = read_floor_best(csv_name)
+    if not best:
+        return READ_FLOOR_MISSING.format(csv=csv_name)
     dec = decode_cells()
     body = []
     for b in sorted(best):
