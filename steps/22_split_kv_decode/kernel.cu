@@ -31,7 +31,8 @@
 // causal is the series' top-left mask, so the step can be checked against step 11.
 //
 // Variant "one-launch": the split kernel launched cooperatively, its blocks merging the partials after a grid
-// barrier (cooperative_groups), with the combine kernel's merge_row: one launch, the same bits.
+// barrier (cooperative_groups), with the combine kernel's merge_row: one launch, the same bits. Variant
+// "rows16" (not yet measured): one launch with blocks of 16 query rows where a group has more (MQA).
 //
 // Build + run:  cmake --build build --target 22_split_kv_decode && build/bin/22_split_kv_decode
 // Read with:    docs/22_split_kv_decode.md
@@ -394,9 +395,18 @@ __global__ void __launch_bounds__(kCombineThreads)
 // many splits as one wave of one block per SM holds (rounded down: one block past the wave runs as a
 // second wave of its own; and one block streams its chunk as fast as two halves on one SM would, without
 // their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
+// The variants (StepInfo::variants, in this order): the split kernel then the combine kernel (the default),
+// one cooperative launch whose blocks merge after a grid barrier, and that launch with blocks of 16 rows
+// (rows16: a group of more rows, as MQA's 32 query heads, spread over twice the blocks, which read the same
+// keys; an experiment for the grids of few blocks).
+enum Variant { kTwoLaunches, kOneLaunch, kRows16 };
+// A block's rows: 16 (MF 1) for groups of at most 16 rows or under rows16, else 32 (MF 2).
+int block_rows(const fa::AttnParams& p) {
+  return p.variant == kRows16 || p.heads / fa::kv_heads_of(p) * p.seq_q <= 16 ? 16 : 32;
+}
 int row_blocks(const fa::AttnParams& p) {
   const int rows = p.heads / fa::kv_heads_of(p) * p.seq_q;
-  return (rows + (rows > 16 ? 32 : 16) - 1) / (rows > 16 ? 32 : 16);  // MF 1 (16 rows) or 2 (32)
+  return (rows + block_rows(p) - 1) / block_rows(p);
 }
 // FA_STEP22_SPLITS=n pins the count (the tests' split paths; the measurements behind the heuristic):
 // a whole number from 1 to kMaxSplits, anything else a usage error (host/env.h).
@@ -417,9 +427,6 @@ std::size_t workspace_bytes(const fa::AttnParams& p) {
 }
 
 // ---- launcher ---------------------------------------------------------------------------------------------
-// The variants (StepInfo::variants, in this order): the split kernel then the combine kernel (the default),
-// and one cooperative launch whose blocks merge after a grid barrier.
-enum Variant { kTwoLaunches, kOneLaunch };
 
 template <class T, class C>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
@@ -447,7 +454,7 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   const int* lens = p.kv_cache ? a.seq_lens : nullptr;
   T* o = static_cast<T*>(a.o);
   // One launch where there is something to merge and the grid fits at once (a pinned count may not).
-  if (p.variant == kOneLaunch && n > 1 && (long long)grid.x * grid.y * grid.z <= resident) {
+  if (p.variant != kTwoLaunches && n > 1 && (long long)grid.x * grid.y * grid.z <= resident) {
     cudaLaunchAttribute cooperative{};
     cooperative.id = cudaLaunchAttributeCooperative;
     cooperative.val.cooperative = 1;
@@ -471,7 +478,7 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  if (a.p.heads / fa::kv_heads_of(a.p) * a.p.seq_q <= 16)
+  if (block_rows(a.p) == 16)
     launch<T, Config<D, 1>>(a, stream);
   else
     launch<T, Config<D, 2>>(a, stream);
@@ -535,7 +542,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
-    s.variants = {"two-launches", "one-launch"};  // one-launch: the merge after a grid barrier, same bits
+    s.variants = {"two-launches", "one-launch", "rows16"};  // the merge after a grid barrier; and 16-row blocks
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;
     s.workspace_note = "the splits' partial O and LSE, n_splits·batch·heads·seq_q·(head_dim + 1) fp32";

@@ -137,6 +137,28 @@ TEST(Step22SplitKvDecode, OneLaunchGivesTheDefaultsBits) {
   }
 }
 
+// The rows16 variant: groups of more than 16 rows (MQA's 32 query heads; 8 heads of 5 queries, 40 rows) in
+// blocks of 16 rows, one launch; right against fp64 with the rule's own split count, 3 pinned, and 64 pinned.
+TEST(Step22SplitKvDecode, Rows16MatchesFp64) {
+  for (int n : {0, 3, 64}) {
+    SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
+    PinSplits pin(n);
+    for (fa::DType t : kTypes)
+      for (int d : {64, 128})
+        for (Shape s : {Shape{1, 32, 1, 20000, d, true, 0, t, 1}, Shape{2, 8, 5, 3000, d, false, 0, t, 1}}) {
+          s.kv_cache = true;
+          const std::uint64_t seed = fa::fresh_seed();
+          SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
+          const std::vector<int> lens = s.batch == 2 ? std::vector<int>{3000, 130} : std::vector<int>{19999};
+          const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
+          fa::AttnParams rows16 = s.params();
+          rows16.variant = 2;  // rows16
+          fa::attention::Run r(kStep, rows16, false, in);
+          expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64 (rows16)");
+        }
+  }
+}
+
 // The split heuristic: one split where the grid is full without (many sequences and K/V heads),
 // more where it is not, never more than the keys allow (kMinSplitKeys each) or 64.
 TEST(Step22SplitKvDecode, SplitsOnlyWhereTheGridIsNotFull) {
