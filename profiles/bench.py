@@ -66,6 +66,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_profiles as fp  # noqa: E402
@@ -109,10 +110,12 @@ def parse_rows(text):
 
 def run_csv(cmd):
     say("== " + " ".join(cmd))
+    t0 = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     rows = parse_rows(p.stdout)
     if p.returncode != 0:
         say(f"   exited {p.returncode} ({len(rows)} rows kept)")
+    say(f"   {len(rows)} rows in {time.monotonic() - t0:.0f} s")  # what a device call's plan needs to know
     return rows, p.returncode
 
 
