@@ -22,11 +22,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "check.h"
+#include "cli.h"
 #include "device_info.h"
 #include "timer.h"
 
@@ -65,56 +65,32 @@ __global__ void __launch_bounds__(kThreads) read_all(const uint4* __restrict__ p
   if (threadIdx.x % 32 == 0 && acc) atomicAdd(sum, static_cast<unsigned long long>(acc));
 }
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "read_floor: %s failed: %s\n", #call, cudaGetErrorString(e_));   \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
-
-int usage(const char* why) {
-  std::fprintf(why ? stderr : stdout,
-               "%s%susage: read_floor [--max-mb N] [--reps N]\n"
-               "  one kernel reading a buffer of 2^19 bytes up to N MiB (default 4096: 2^32 bytes) in powers of two, at 1, 2, 4\n"
-               "  and 8 blocks per SM, 4, 8 and 16 loads in flight per thread; CSV on stdout: bytes, median µs, GB/s, %% of the copy's rate, check\n",
-               why ? "read_floor: " : "", why ? (std::string(why) + "\n").c_str() : "");
-  return why ? 2 : 0;
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
-  long long max_mb = 4096;
-  int reps = 20;
-  for (int a = 1; a < argc; ++a) {
-    const std::string f = argv[a];
-    if (f == "--help" || f == "-h") return usage(nullptr);
-    if (f != "--max-mb" && f != "--reps") return usage(("unknown flag '" + f + "'").c_str());
-    if (a + 1 >= argc) return usage((f + " needs a value").c_str());
-    char* end = nullptr;
-    const long long v = std::strtoll(argv[++a], &end, 10);
-    if (!*argv[a] || *end || v < 1) return usage((f + " needs a whole number of at least 1").c_str());
-    if (f == "--reps" && v < 20) return usage("--reps: at least 20 (docs/conventions.md, \"Measurement\")");
-    if (f == "--max-mb" && v > (1ll << 16)) return usage("--max-mb: at most 65536");
-    if (f == "--reps") reps = int(v);
-    else max_mb = v;
-  }
+int main(int argc, char** argv) try {
+  long long max_mb = 4096, reps = 20;
+  fa::ArgParser p("read_floor",
+                  "one kernel reading a buffer of 2^19 bytes up to --max-mb MiB in powers of two, at 1, 2, 4 and 8 "
+                  "blocks per SM, 4, 8 and 16 loads in flight per thread; CSV on stdout: bytes, median µs, GB/s, % of "
+                  "the copy's rate, check");
+  p.add_int("--max-mb", &max_mb, 1, 1 << 16, "the largest buffer, MiB (default 4096: 2^32 bytes)");
+  p.add_int("--reps", &reps, 1, 1 << 20, "timed repetitions per size and grid (median reported; at least 20)");
+  if (!p.parse(argc, argv)) return fa::kExitOk;
+  if (reps < 20) throw fa::UsageError("--reps: at least 20 (docs/conventions.md, \"Measurement\")");
   std::string why;
   if (!fa::cuda_device_available(&why)) {
     std::fprintf(stderr, "read_floor: no CUDA device: %s\n", why.c_str());
-    return 3;
+    return fa::kExitNoDevice;
   }
   const fa::DeviceInfo dev = fa::query_device(0, /*measure_copy=*/true);
   std::uint64_t top = 1ull << 19;
   while (top * 2 <= std::uint64_t(max_mb) * (1ull << 20)) top *= 2;
   std::uint32_t* buf = nullptr;
   unsigned long long* sum = nullptr;
-  CHECK(cudaMalloc(&buf, top));
-  CHECK(cudaMalloc(&sum, sizeof *sum));
+  FA_CUDA_CHECK(cudaMalloc(&buf, top));
+  FA_CUDA_CHECK(cudaMalloc(&sum, sizeof *sum));
   fill<<<dev.sm_count * 8, 256>>>(buf, top / 4);
-  CHECK(cudaGetLastError());
+  FA_CHECK_LAUNCH();
 
   // The host's sums of the buffer's words up to each size (the sizes are nested).
   std::vector<std::uint64_t> sizes{0}, expect{0};
@@ -125,14 +101,14 @@ int main(int argc, char** argv) {
   }
 
   fa::TimingOptions opt;
-  opt.reps = reps;
+  opt.reps = int(reps);
   const int launches = opt.warmup + opt.reps;
   std::printf("bytes,mb,blocks_per_sm,loads_in_flight,median_us,gbs,pct_copy,copy_gbs,check\n");
   bool ok = true;
   for (std::size_t k = 0; k < sizes.size(); ++k) {
     for (int cfg = 0; cfg < 12; ++cfg) {
       const int per_sm = 1 << (cfg % 4), unroll = 4 << (cfg / 4);  // 1-8 blocks per SM, 4-16 loads in flight
-      CHECK(cudaMemset(sum, 0, sizeof *sum));
+      FA_CUDA_CHECK(cudaMemset(sum, 0, sizeof *sum));
       const int blocks = dev.sm_count * per_sm;
       const std::uint64_t n16 = sizes[k] / 16;
       const auto* src = reinterpret_cast<const uint4*>(buf);
@@ -143,9 +119,9 @@ int main(int argc, char** argv) {
             else read_all<16><<<blocks, kThreads, 0, st>>>(src, n16, sum);
           },
           opt);
-      CHECK(cudaGetLastError());
+      FA_CHECK_LAUNCH();
       unsigned long long got = 0;
-      CHECK(cudaMemcpy(&got, sum, sizeof got, cudaMemcpyDeviceToHost));
+      FA_CUDA_CHECK(cudaMemcpy(&got, sum, sizeof got, cudaMemcpyDeviceToHost));
       const bool pass = got == static_cast<unsigned long long>(expect[k] * std::uint64_t(launches));
       ok = ok && pass;
       const double us = t.median_ms * 1e3, gbs = us > 0 ? double(sizes[k]) / (us * 1e3) : 0;
@@ -154,8 +130,14 @@ int main(int argc, char** argv) {
                   pass ? "ok" : "FAIL");
     }
   }
-  CHECK(cudaFree(buf));
-  CHECK(cudaFree(sum));
+  FA_CUDA_CHECK(cudaFree(buf));
+  FA_CUDA_CHECK(cudaFree(sum));
   if (!ok) std::fprintf(stderr, "read_floor: FAIL: a launch's sum differs from the host's\n");
-  return ok ? 0 : 1;
+  return ok ? fa::kExitOk : fa::kExitCheckFailed;
+} catch (const fa::UsageError& e) {
+  std::fprintf(stderr, "read_floor: %s\n", e.what());
+  return fa::kExitUsage;
+} catch (const fa::Error& e) {
+  std::fprintf(stderr, "read_floor: %s\n", e.what());
+  return fa::kExitCheckFailed;
 }
