@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "check.h"
 #include "parallel.h"
@@ -86,11 +87,12 @@ void DeviceTensor::upload(const std::vector<float>& host) {
     FA_CUDA_CHECK(cudaMemcpy(get(), host.data(), count_ * 4, cudaMemcpyHostToDevice));
     return;
   }
-  std::vector<std::uint16_t> bits(count_);
+  // Not zeroed first (new[], not a vector): the cores write it, each its own part, for a decode cache of GBs.
+  const std::unique_ptr<std::uint16_t[]> bits(new std::uint16_t[count_]);
   parallel_ranges(count_, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) bits[i] = to_bits(type_, host[i]);
   });
-  FA_CUDA_CHECK(cudaMemcpy(get(), bits.data(), count_ * 2, cudaMemcpyHostToDevice));
+  FA_CUDA_CHECK(cudaMemcpy(get(), bits.get(), count_ * 2, cudaMemcpyHostToDevice));
 }
 
 std::vector<float> DeviceTensor::download() const {

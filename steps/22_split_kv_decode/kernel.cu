@@ -11,14 +11,16 @@
 //
 //   1. Split-KV (FlashDecoding). The keys [0, len) of a (sequence, K/V head) are cut into
 //      n_splits chunks; block (s, ·) attends its query rows to chunk s alone and writes a partial
-//      O_s (normalised by its own l_s) and LSE_s in fp32. A second kernel merges the partials of a
-//      row: LSE = log Σ_s exp(LSE_s), O = Σ_s exp(LSE_s − LSE)·O_s. That is step 02's merge of two
-//      (m, l) states, with O carried along: exp(LSE_s) = l_s·exp(m_s) is a chunk's sum, and each
-//      O_s was divided by it. One split (no partials, no merge) when the grid is full without.
+//      O_s (normalised by its own l_s) and LSE_s in fp32. After a grid barrier (one cooperative
+//      launch) the blocks merge the partials of each row: LSE = log Σ_s exp(LSE_s), O = Σ_s
+//      exp(LSE_s − LSE)·O_s. That is step 02's merge of two (m, l) states, with O carried along:
+//      exp(LSE_s) = l_s·exp(m_s) is a chunk's sum, and each O_s was divided by it. One split (no
+//      partials, no merge) when the grid is full without.
 //   2. Grouped-query attention read once. The G = H/KVH query heads of a K/V head, and their
 //      seq_q rows each, are one [G·seq_q, d] block of Q (heads of a group are adjacent, so these
 //      rows are contiguous), so K and V stream through shared memory once for all of them; the
-//      rows are the m of the mma (16 or 32 per block; more: further row blocks, grid.z).
+//      rows are the m of the mma (16 or 32 per block; more: further row blocks, grid.z). A group of
+//      32 rows goes to two blocks of 16 where that makes the larger grid (block_rows).
 //
 // Inside a block: 4 warps, K/V tiles of 64 keys in a cp.async ring (step 10), each warp owning 16
 // keys of every tile and all the block's rows: S = Q·Kᵀ [rows, 16 keys] is one k-step of P·V, so
@@ -30,9 +32,8 @@
 // key: query i sees keys j <= len − seq_q + i. Without a cache every sequence has seq_k keys and
 // causal is the series' top-left mask, so the step can be checked against step 11.
 //
-// Variant "one-launch": the split kernel launched cooperatively, its blocks merging the partials after a grid
-// barrier (cooperative_groups), with the combine kernel's merge_row: one launch, the same bits. Variant
-// "rows16" (not yet measured): one launch with blocks of 16 query rows where a group has more (MQA).
+// Variants: "two-launches", the merge as a second kernel (combine, the same merge_row: the same bits), and
+// "rows32", every group of more than 16 rows in blocks of 32 (the row rule switched off).
 //
 // Build + run:  cmake --build build --target 22_split_kv_decode && build/bin/22_split_kv_decode
 // Read with:    docs/22_split_kv_decode.md
@@ -395,30 +396,40 @@ __global__ void __launch_bounds__(kCombineThreads)
 // many splits as one wave of one block per SM holds (rounded down: one block past the wave runs as a
 // second wave of its own; and one block streams its chunk as fast as two halves on one SM would, without
 // their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
-// The variants (StepInfo::variants, in this order): the split kernel then the combine kernel (the default),
-// one cooperative launch whose blocks merge after a grid barrier, and that launch with blocks of 16 rows
-// (rows16: a group of more rows, as MQA's 32 query heads, spread over twice the blocks, which read the same
-// keys; an experiment for the grids of few blocks).
-enum Variant { kTwoLaunches, kOneLaunch, kRows16 };
-// A block's rows: 16 (MF 1) for groups of at most 16 rows or under rows16, else 32 (MF 2).
-int block_rows(const fa::AttnParams& p) {
-  return p.variant == kRows16 || p.heads / fa::kv_heads_of(p) * p.seq_q <= 16 ? 16 : 32;
+// The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid barrier,
+// with the row rule below (the default); the split kernel then the combine kernel (two-launches: the same bits);
+// and one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off).
+enum Variant { kOneLaunch, kTwoLaunches, kRows32 };
+int group_rows(const fa::AttnParams& p) { return p.heads / fa::kv_heads_of(p) * p.seq_q; }
+// The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
+// plan for the most splits).
+int rule_splits(const fa::AttnParams& p, int sms, int block) {
+  if (sms <= 0) return kMaxSplits;
+  const long long base = (long long)p.batch * fa::kv_heads_of(p) * ((group_rows(p) + block - 1) / block);
+  if (base >= sms) return 1;
+  const long long want = sms / base, most = std::max(1, p.seq_k / kMinSplitKeys);
+  return int(std::clamp<long long>(std::min(want, most), 1, kMaxSplits));
 }
-int row_blocks(const fa::AttnParams& p) {
-  const int rows = p.heads / fa::kv_heads_of(p) * p.seq_q;
-  return (rows + block_rows(p) - 1) / block_rows(p);
+// A block's rows: 16 (MF 1) or 32 (MF 2). A group of at most 16 rows: 16. A larger one (MQA's 32 query heads):
+// 32, unless blocks of 16 fill more of the first wave because the split count is capped (by kMaxSplits at
+// batch 1, by kMinSplitKeys on short caches): then 16, both halves of a split reading the same keys, the
+// second mostly from L2. Where the wave is as full either way, 32: halves would only read every key twice.
+int block_rows(const fa::AttnParams& p, int sms) {
+  const int rows = group_rows(p);
+  if (rows <= 16) return 16;
+  if (p.variant == kRows32) return 32;
+  auto grid = [&](int block) {  // blocks in the first wave (one per SM)
+    const long long n = (long long)((rows + block - 1) / block) * rule_splits(p, sms, block);
+    return sms > 0 ? std::min<long long>(n, sms) : n;
+  };
+  return grid(16) > grid(32) ? 16 : 32;
 }
-// FA_STEP22_SPLITS=n pins the count (the tests' split paths; the measurements behind the heuristic):
+// FA_STEP22_SPLITS=n pins the count (the tests' split paths; the measurements behind the rule), not the rows:
 // a whole number from 1 to kMaxSplits, anything else a usage error (host/env.h).
 std::optional<int> pinned_splits() { return fa::env_int("FA_STEP22_SPLITS", 1, kMaxSplits, "the number of splits"); }
-// sms: fa::sm_count(), 0 without a GPU (a CPU-only caller): plan for the most splits.
 int n_splits(const fa::AttnParams& p, int sms) {
   if (const std::optional<int> n = pinned_splits()) return *n;
-  if (sms <= 0) return kMaxSplits;
-  const long long base = (long long)p.batch * fa::kv_heads_of(p) * row_blocks(p), target = sms;
-  if (base >= target) return 1;
-  const long long want = target / base, most = std::max(1, p.seq_k / kMinSplitKeys);
-  return int(std::clamp<long long>(std::min(want, most), 1, kMaxSplits));
+  return rule_splits(p, sms, block_rows(p, sms));
 }
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
 std::size_t workspace_bytes(const fa::AttnParams& p) {
@@ -478,7 +489,7 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  if (block_rows(a.p) == 16)
+  if (block_rows(a.p, fa::sm_count()) == 16)
     launch<T, Config<D, 1>>(a, stream);
   else
     launch<T, Config<D, 2>>(a, stream);
@@ -542,7 +553,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
-    s.variants = {"two-launches", "one-launch", "rows16"};  // the merge after a grid barrier; and 16-row blocks
+    s.variants = {"one-launch", "two-launches", "rows32"};  // the default, the combine kernel, no 16-row rule
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;
     s.workspace_note = "the splits' partial O and LSE, n_splits·batch·heads·seq_q·(head_dim + 1) fp32";

@@ -4,7 +4,7 @@
 // the per-row low-precision rule of harness/tolerance.h. make_inputs sets every K/V row past a
 // sequence's length to NaN, so a kernel that reads one fails. Split counts are pinned with
 // FA_STEP22_SPLITS to take the one-split path, the merge, and splits that see no key. The variant
-// one-launch gives the default's bits.
+// two-launches gives the default's bits; rows32 (blocks of 32 rows) is checked against fp64.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -110,11 +110,11 @@ TEST(Step22SplitKvDecode, RunsAreBitwiseRepeatable) {
   EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0);
 }
 
-// The one-launch variant merges with the same merge_row after a grid barrier, so it must give the default's
-// bits: on shapes the heuristic splits (MQA with 64 splits and 32 rows, GQA, ragged and empty sequences),
-// with 3 splits pinned, and with 64 pinned on a grid too large to be resident at once (the fallback to two
-// launches). And it is right against fp64 on its own.
-TEST(Step22SplitKvDecode, OneLaunchGivesTheDefaultsBits) {
+// The two-launches variant merges with the same merge_row in a kernel of its own, so it must give the default's
+// bits (one launch): on shapes the rule splits (MQA with 64 splits, GQA, ragged and empty sequences), with 3
+// splits pinned, and with 64 pinned on a grid too large to be resident at once (where the default falls back to
+// two launches). And it is right against fp64 on its own.
+TEST(Step22SplitKvDecode, TwoLaunchesGiveTheDefaultsBits) {
   for (int n : {0, 3, 64}) {
     SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
@@ -126,20 +126,21 @@ TEST(Step22SplitKvDecode, OneLaunchGivesTheDefaultsBits) {
           SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
           const std::vector<int> lens = s.batch == 3 ? std::vector<int>{3000, 130, 0} : std::vector<int>{19999};
           const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
-          fa::AttnParams one = s.params();
-          one.variant = 1;
-          fa::attention::Run r0(kStep, s.params(), false, in), r1(kStep, one, false, in);
+          fa::AttnParams two = s.params();
+          two.variant = 1;  // two-launches
+          fa::attention::Run r0(kStep, s.params(), false, in), r1(kStep, two, false, in);
           const Outputs a = fa::attention::run_checked(r0, false), b = fa::attention::run_checked(r1, false);
           EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0) << "O differs";
           EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0) << "LSE differs";
-          expect_close_lowp_to_fp64(b, s, in, false, "fp64 (one-launch)");
+          expect_close_lowp_to_fp64(b, s, in, false, "fp64 (two-launches)");
         }
   }
 }
 
-// The rows16 variant: groups of more than 16 rows (MQA's 32 query heads; 8 heads of 5 queries, 40 rows) in
-// blocks of 16 rows, one launch; right against fp64 with the rule's own split count, 3 pinned, and 64 pinned.
-TEST(Step22SplitKvDecode, Rows16MatchesFp64) {
+// The rows32 variant: groups of more than 16 rows (MQA's 32 query heads; 8 heads of 5 queries, 40 rows) in
+// blocks of 32 rows (two 16-row fragments per warp), where the default's rule takes blocks of 16 on these
+// small grids; right against fp64 with the rule's own split count, 3 pinned, and 64 pinned.
+TEST(Step22SplitKvDecode, Rows32MatchesFp64) {
   for (int n : {0, 3, 64}) {
     SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
@@ -151,10 +152,10 @@ TEST(Step22SplitKvDecode, Rows16MatchesFp64) {
           SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
           const std::vector<int> lens = s.batch == 2 ? std::vector<int>{3000, 130} : std::vector<int>{19999};
           const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
-          fa::AttnParams rows16 = s.params();
-          rows16.variant = 2;  // rows16
-          fa::attention::Run r(kStep, rows16, false, in);
-          expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64 (rows16)");
+          fa::AttnParams rows32 = s.params();
+          rows32.variant = 2;  // rows32
+          fa::attention::Run r(kStep, rows32, false, in);
+          expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64 (rows32)");
         }
   }
 }

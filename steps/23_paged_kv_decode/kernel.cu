@@ -19,8 +19,8 @@
 // Where to look: PageDiv and PageCopy (the gather), the K/V lines of decode_split (the page table of this
 // sequence), launch (the block table passed down), and the sweep's paged shapes.
 //
-// Variant "one-launch", as in step 22: the split kernel launched cooperatively, its blocks merging the partials
-// after a grid barrier, with the combine kernel's merge_row: one launch, the same bits.
+// As in step 22, one cooperative launch merges the partials after a grid barrier, and a group of 32 rows goes
+// to blocks of 16 where they fill more of the grid; variant "two-launches": the merge as a kernel of its own.
 //
 // Build + run:  cmake --build build --target 23_paged_kv_decode && build/bin/23_paged_kv_decode
 // Read with:    docs/23_paged_kv_decode.md
@@ -435,21 +435,33 @@ __global__ void __launch_bounds__(kCombineThreads)
 // many splits as one wave of one block per SM holds (rounded down: one block past the wave runs as a
 // second wave of its own; and one block streams its chunk as fast as two halves on one SM would, without
 // their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
-int row_blocks(const fa::AttnParams& p) {
-  const int rows = p.heads / fa::kv_heads_of(p) * p.seq_q;
-  return (rows + (rows > 16 ? 32 : 16) - 1) / (rows > 16 ? 32 : 16);  // MF 1 (16 rows) or 2 (32)
+int group_rows(const fa::AttnParams& p) { return p.heads / fa::kv_heads_of(p) * p.seq_q; }
+// The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
+// plan for the most splits).
+int rule_splits(const fa::AttnParams& p, int sms, int block) {
+  if (sms <= 0) return kMaxSplits;
+  const long long base = (long long)p.batch * fa::kv_heads_of(p) * ((group_rows(p) + block - 1) / block);
+  if (base >= sms) return 1;
+  const long long want = sms / base, most = std::max(1, p.seq_k / kMinSplitKeys);
+  return int(std::clamp<long long>(std::min(want, most), 1, kMaxSplits));
 }
-// FA_STEP23_SPLITS=n pins the count (the tests' split paths): a whole number from 1 to kMaxSplits,
-// anything else a usage error (host/env.h).
+// A block's rows (step 22's rule): 16 for a group of at most 16 rows; a larger group 32, unless blocks of 16
+// make the larger grid because the split count is capped (then both halves of a split read the same keys).
+int block_rows(const fa::AttnParams& p, int sms) {
+  const int rows = group_rows(p);
+  if (rows <= 16) return 16;
+  auto grid = [&](int block) {  // blocks in the first wave (one per SM)
+    const long long n = (long long)((rows + block - 1) / block) * rule_splits(p, sms, block);
+    return sms > 0 ? std::min<long long>(n, sms) : n;
+  };
+  return grid(16) > grid(32) ? 16 : 32;
+}
+// FA_STEP23_SPLITS=n pins the count (the tests' split paths), not the rows: a whole number from 1 to
+// kMaxSplits, anything else a usage error (host/env.h).
 std::optional<int> pinned_splits() { return fa::env_int("FA_STEP23_SPLITS", 1, kMaxSplits, "the number of splits"); }
-// sms: fa::sm_count(), 0 without a GPU (a CPU-only caller): plan for the most splits.
 int n_splits(const fa::AttnParams& p, int sms) {
   if (const std::optional<int> n = pinned_splits()) return *n;
-  if (sms <= 0) return kMaxSplits;
-  const long long base = (long long)p.batch * fa::kv_heads_of(p) * row_blocks(p), target = sms;
-  if (base >= target) return 1;
-  const long long want = target / base, most = std::max(1, p.seq_k / kMinSplitKeys);
-  return int(std::clamp<long long>(std::min(want, most), 1, kMaxSplits));
+  return rule_splits(p, sms, block_rows(p, sms));
 }
 std::size_t rows_of(const fa::AttnParams& p) { return std::size_t(p.batch) * p.heads * p.seq_q; }
 std::size_t workspace_bytes(const fa::AttnParams& p) {
@@ -458,9 +470,9 @@ std::size_t workspace_bytes(const fa::AttnParams& p) {
 }
 
 // ---- launcher ---------------------------------------------------------------------------------------------
-// The variants (StepInfo::variants, in this order): the split kernel then the combine kernel (the default),
-// and one cooperative launch whose blocks merge after a grid barrier.
-enum Variant { kTwoLaunches, kOneLaunch };
+// The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid
+// barrier (the default), and the split kernel then the combine kernel (the same bits).
+enum Variant { kOneLaunch, kTwoLaunches };
 
 template <class T, class C>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
@@ -514,7 +526,7 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  if (a.p.heads / fa::kv_heads_of(a.p) * a.p.seq_q <= 16)
+  if (block_rows(a.p, fa::sm_count()) == 16)
     launch<T, Config<D, 1>>(a, stream);
   else
     launch<T, Config<D, 2>>(a, stream);
@@ -591,7 +603,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
-    s.variants = {"two-launches", "one-launch"};  // one-launch: the merge after a grid barrier, same bits
+    s.variants = {"one-launch", "two-launches"};  // two-launches: the merge as a kernel of its own, same bits
     s.attn_rule.paged = true;
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;

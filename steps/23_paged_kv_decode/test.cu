@@ -114,10 +114,10 @@ TEST(Step23PagedKvDecode, RunsAreBitwiseRepeatable) {
   EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0);
 }
 
-// The one-launch variant (step 22's): the same merge after a grid barrier, so the default's bits, paged, with
-// the heuristic's splits (batch 1, MQA: 64 of them), 3 pinned, and 64 pinned on a grid too large to be resident
-// at once (the fallback to two launches).
-TEST(Step23PagedKvDecode, OneLaunchGivesTheDefaultsBits) {
+// The two-launches variant (step 22's): the same merge in a kernel of its own, so the default's bits (one
+// launch), paged, with the rule's splits (batch 1, MQA: 64 of them), 3 pinned, and 64 pinned on a grid too large
+// to be resident at once (where the default falls back to two launches).
+TEST(Step23PagedKvDecode, TwoLaunchesGiveTheDefaultsBits) {
   for (int n : {0, 3, 64}) {
     SCOPED_TRACE("FA_STEP23_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
@@ -130,13 +130,13 @@ TEST(Step23PagedKvDecode, OneLaunchGivesTheDefaultsBits) {
         const fa::AttnParams paged = fa::attention::paged_params(s.params(), lens, 16);
         Inputs in = fa::attention::make_inputs(paged, false, seed, lens);
         fa::attention::page_inputs(paged, in, seed + 1);
-        fa::AttnParams one = paged;
-        one.variant = 1;
-        fa::attention::Run r0(kStep, paged, false, in), r1(kStep, one, false, in);
+        fa::AttnParams two = paged;
+        two.variant = 1;  // two-launches
+        fa::attention::Run r0(kStep, paged, false, in), r1(kStep, two, false, in);
         const Outputs a = fa::attention::run_checked(r0, false), b = fa::attention::run_checked(r1, false);
         EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0) << "O differs";
         EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0) << "LSE differs";
-        expect_close_lowp_to_fp64(b, s, in, false, "fp64 (one-launch)");
+        expect_close_lowp_to_fp64(b, s, in, false, "fp64 (two-launches)");
       }
   }
 }
