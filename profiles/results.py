@@ -612,11 +612,18 @@ BLOCKS = {
                                            "results:gqa": lambda: gqa_table(),
                                            "results:inputs": inputs_table},
     "docs/23_paged_kv_decode.md": {"results:paged": lambda: paged_table()},
+    "docs/history/22_split_kv_decode.md": {
+        "results:decode_one_launch_rerun": lambda: decode_variant_table(
+            "two-launches", "one-launch", os.path.join(DECODE, "history", "one_launch_default_sweep.csv")),
+        "results:decode_rows16_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "rows16_variant_ab.csv"))},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
-                                   "results:decode_one_launch": lambda: decode_variant_table(),
-                                   "results:decode_one_launch_rerun": lambda: decode_variant_table(
-                                       "two-launches", "one-launch",
-                                       os.path.join(DECODE, "one_launch_default_sweep.csv")),
+                                   "results:decode_one_launch": lambda: decode_variant_table("two-launches",
+                                                                                              "one-launch"),
+                                   "results:decode_variants_ab": lambda: decode_variants_ab_table(
+                                       os.path.join(DECODE, "variants_ab.csv")),
+                                   "results:decode_splits_128_rows16": lambda: decode_splits_table(
+                                       os.path.join(DECODE, "history", "ceiling128_rows16_decode_splits.csv")),
                                    "results:read_floor": lambda: read_floor_table(),
                                    "results:decode_vs_read": lambda: decode_vs_read_table(),
                                    "results:decode_splits": lambda: decode_splits_table(),
@@ -1331,6 +1338,43 @@ def decode_variant_table(variant="one-launch", default="two-launches", raw=None)
         source_line([raw or "bench.csv"])
 
 
+def decode_variants_ab_table(csv_name):
+    """Step 22's variants timed against each other on decode shapes, interleaved rounds of one run
+    (profiles/decode_splits.py --variants): per shape the first variant's median time over the rounds, and each
+    other variant's median time over the first's (above 1.00×: the first is faster). csv_name: under profiles/<gpu>/."""
+    path = os.path.join(gpu_dir(), csv_name)
+    if not os.path.exists(path):
+        return f"*Not measured yet: no `profiles/{GPU}/{csv_name}` (`profiles/decode_splits.py --variants ...`).*"
+    rows = read_csv(path)
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+    times = {}
+    for r in rows:
+        base = re.sub(r" \[[\w-]+\]$", "", r["problem"])
+        if fp_float(r["time_ms"]):
+            times.setdefault(base, {}).setdefault(r["variant"], []).append(fp_float(r["time_ms"]))
+    body, ratios = [], {v: [] for v in names[1:]}
+    for problem, t in times.items():
+        p = split_problem(problem, gqa=True, cache=True)
+        if not p or names[0] not in t:
+            continue
+        first = median(sorted(t[names[0]]))
+        cells = []
+        for v in names[1:]:
+            if v in t:
+                ratios[v].append(median(sorted(t[v])) / first)
+            cells.append(f"{ratios[v][-1]:.2f}×" if v in t else "-")
+        body.append([str(p["batch"]), str(p["kv_heads"]), str(p["seq_k"]), f"{first * 1e3:.1f}"] + cells)
+    rounds = max(len(x) for t in times.values() for x in t.values())
+    summary = "; ".join(f"{v}: median {median(sorted(r)):.2f}× (from {min(r):.2f}× to {max(r):.2f}×)"
+                        for v, r in ratios.items() if r)
+    return md_table(["batch", "K/V heads", "keys", f"{names[0]} µs"] + [f"{v} / {names[0]}" for v in names[1:]],
+                    body) + \
+        f"\n\nEach shape timed by `22_split_kv_decode --bench` (median of 20, L2 flushed) under each variant, {rounds} " \
+        f"rounds with the variants' order reversed every other round; the µs column and the ratios are medians over " \
+        f"the rounds; above 1.00× {names[0]} is faster. {summary}. fp16, 32 query heads, one query row each, every " \
+        f"sequence as long as the cache.\n\n" + source_line([csv_name])
+
+
 READ_FLOOR_MISSING = "*Not measured yet: no `profiles/" + GPU + "/{csv}` (on a GPU: `build/bin/read_floor > " \
     "profiles/" + GPU + "/{csv}`).*"
 
@@ -1347,8 +1391,8 @@ def read_floor_best(csv_name="read_floor.csv"):
     return best
 
 
-def decode_vs_read_table(csv_name="read_floor.csv"):
-    """Doc 22: per decode shape, how close step 22 (its default and its one-launch variant, bench.csv) and the
+def decode_vs_read_table(csv_name="read_floor.csv", variant="two-launches"):
+    """Doc 22: per decode shape, how close step 22 (its default and its variant `variant`, bench.csv) and the
     fastest SDPA backend (same run) come to a launch that only reads the same K/V bytes (read_floor.cu): the
     read-only kernel's time over each one's."""
     best = read_floor_best(csv_name)
@@ -1357,7 +1401,7 @@ def decode_vs_read_table(csv_name="read_floor.csv"):
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     one = {}
     for r in (read_csv(path) if os.path.exists(path) else []):
-        m = re.match(r"^(.*) \[one-launch\]$", r["problem"]) if r["step"] == DECODE else None
+        m = re.match(r"^(.*) \[" + re.escape(variant) + r"\]$", r["problem"]) if r["step"] == DECODE else None
         p = split_problem(m.group(1), gqa=True, cache=True) if m else None
         if p and fp_float(r["time_ms"]):
             one[(p["batch"], p["kv_heads"], p["seq_k"])] = fp_float(r["time_ms"])
@@ -1370,10 +1414,10 @@ def decode_vs_read_table(csv_name="read_floor.csv"):
         body.append([str(key[0]), str(key[1]), str(key[2]), f"{c[DECODE][3] / 1e6:.0f}", f"{ro * 1e3:.1f}",
                      f"{ro / c[DECODE][0]:.2f}", f"{ro / one[key]:.2f}" if key in one else "-",
                      f"{ro / sdpa[0]:.2f} ({sdpa[1]})" if sdpa else "-"])
-    return md_table(["batch", "K/V heads", "keys", "K/V MB", "read-only µs", "step 22", "step 22 one-launch",
+    return md_table(["batch", "K/V heads", "keys", "K/V MB", "read-only µs", "step 22", f"step 22 {variant}",
                      "fastest SDPA"], body) + \
         "\n\nEach column: the read-only kernel's time (read_floor.cu, the fastest of its grid shapes for these K/V " \
-        "bytes) over that implementation's time on the shape (bench.csv: step 22's default and its one-launch variant " \
+        f"bytes) over that implementation's time on the shape (bench.csv: step 22's default and its {variant} variant " \
         "from one run, SDPA's backends from the same run). 1.00: as fast as a launch that only reads the bytes; above " \
         "1: faster than it (the read-only kernel is a reference, not a bound).\n\n" + source_line([csv_name, "bench.csv"])
 

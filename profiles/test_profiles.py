@@ -915,14 +915,27 @@ class OneRunTables(unittest.TestCase):
         self.assertIn("| 1 | 1 | 4096 | 21.0 | 15.0 | 1.40× |", table)
         self.assertIn("22_split_kv_decode/raw.csv", table)
 
+    def test_decode_variants_ab_medians_over_rounds(self):
+        shape = "B1 H32 KV1 Sq1 Sk4096 D128 cache f16"
+        rows = []
+        for rnd, (a, b) in enumerate([(0.010, 0.013), (0.012, 0.015), (0.011, 0.014)]):
+            rows += [dict(self.row("22_split_kv_decode", shape, a), variant="one-launch", round=str(rnd)),
+                     dict(self.row("22_split_kv_decode", f"{shape} [rows32]", b), variant="rows32", round=str(rnd))]
+        table = self.render("decode_variants_ab_table", {"22_split_kv_decode/ab.csv": rows}, "22_split_kv_decode/ab.csv")
+        self.assertIn("| batch | K/V heads | keys | one-launch µs | rows32 / one-launch |", table)
+        self.assertIn("| 1 | 1 | 4096 | 11.0 | 1.27× |", table)  # medians 0.011 and 0.014
+        self.assertIn("3 rounds", table)
+        self.assertIn("Not measured yet", self.render("decode_variants_ab_table", {"x.csv": rows}, "missing.csv"))
+
     def test_decode_against_the_read_only_kernel(self):
         head = ["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs", "check"]
         floor = [dict(zip(head, ["67108864", "67.1", "2", "4", "30.0", "0", "0", "3000", "ok"]))]
         shape = "B1 H32 KV32 Sq1 Sk4096 D128 cache f16"
-        bench = [self.row("22_split_kv_decode", shape, 0.040), self.row("22_split_kv_decode", f"{shape} [one-launch]", 0.0375),
+        bench = [self.row("22_split_kv_decode", shape, 0.040), self.row("22_split_kv_decode", f"{shape} [two-launches]", 0.0375),
                  self.row("sdpa_cudnn", shape, 0.050), self.row("sdpa_flash", shape, 0.060)]
         table = self.render("decode_vs_read_table", {"read_floor.csv": floor, "bench.csv": bench})
         self.assertIn("| 1 | 32 | 4096 | 67 | 30.0 | 0.75 | 0.80 | 0.60 (SDPA-cuDNN) |", table)
+        self.assertIn("step 22 two-launches", table)
 
     def test_read_floor_best_checked_row_and_the_step(self):
         head = ["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs", "check"]

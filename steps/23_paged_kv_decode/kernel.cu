@@ -140,7 +140,7 @@ struct PageCopy : TileCopy<ROWS, D> {
   }
 };
 
-// The one-launch variant's merge, after the grid barrier: every warp of the grid merges rows (below).
+// The merge after the grid barrier (one launch, the default): every warp of the grid merges rows (below).
 template <class T>
 __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
                                    std::size_t rows_total, int head_dim);
@@ -150,7 +150,7 @@ __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T
 // rows r = g·seq_q + i (query i of its g-th query head) are rows (kv_bh·G)·seq_q + r of Q, O and
 // LSE: the group's heads are adjacent. One split: O and LSE directly; else the partials part_o
 // [n_splits, rows_total, head_dim] and part_lse [n_splits, rows_total], rows_total = batch·heads·seq_q.
-// ONE_LAUNCH (a variant, launched cooperatively: every block resident): then a grid barrier and the merge.
+// ONE_LAUNCH (the default, launched cooperatively: every block resident): then a grid barrier and the merge.
 template <class T, class C, bool ONE_LAUNCH = false>
 __global__ void __launch_bounds__(kThreads)
     decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -378,7 +378,7 @@ __device__ __forceinline__ float warp_sum(float x) {
   for (int o = kWarp / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
-// One row's merge by one warp (lane: dims 4·lane ..): the combine kernel's body, and the one-launch variant's
+// One row's merge by one warp (lane: dims 4·lane ..): the combine kernel's body, and the one launch's merge
 // after its grid barrier. __ldcg: the partials were written by other blocks, read past this SM's L1.
 template <class T>
 __device__ __forceinline__ void merge_row(const float* __restrict__ part_o, const float* __restrict__ part_lse,
@@ -413,7 +413,7 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ part_o, cons
   if (d == 0) lse[row] = L > 0.f ? M + logf(L) : -INFINITY;
 }
 // Warp w of the grid (blocks in launch order, kWarps each) merges rows w, w + all warps, ...: the same
-// merge_row as the combine kernel, so the two variants give the same bits.
+// merge_row as the combine kernel, so one launch and two give the same bits.
 template <class T>
 __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
                                    std::size_t rows_total, int head_dim) {
