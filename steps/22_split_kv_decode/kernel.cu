@@ -112,17 +112,18 @@ __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T
                                    std::size_t rows_total, int head_dim);
 
 // ---- the split kernel: one (split, sequence·K/V head, row block) per block ----------------------------
-// grid (n_splits, batch·kv_heads, row blocks); block kThreads. T: __half or __nv_bfloat16. A group's
-// rows r = g·seq_q + i (query i of its g-th query head) are rows (kv_bh·G)·seq_q + r of Q, O and
-// LSE: the group's heads are adjacent. One split: O and LSE directly; else the partials part_o
+// grid (n_splits, batch·kv_heads·G/group, row blocks); block kThreads. T: __half or __nv_bfloat16. A group
+// holds `group` query heads of a K/V head: all G of them (packed, the default) or one (the variant unpacked).
+// Its rows r = g·seq_q + i (query i of its g-th query head) are rows (grp·group)·seq_q + r of Q, O and LSE:
+// the heads of a K/V head are adjacent. One split: O and LSE directly; else the partials part_o
 // [n_splits, rows_total, head_dim] and part_lse [n_splits, rows_total], rows_total = batch·heads·seq_q.
 // ONE_LAUNCH (the default, launched cooperatively: every block resident): then a grid barrier and the merge.
 template <class T, class C, bool ONE_LAUNCH = false>
 __global__ void __launch_bounds__(kThreads)
     decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                  const int* __restrict__ seq_lens, T* __restrict__ o, float* __restrict__ lse,
-                 float* __restrict__ part_o, float* __restrict__ part_lse, int kv_heads, int heads_per_kv, int seq_q,
-                 int seq_k, int head_dim, float scale, bool causal, std::size_t rows_total) {
+                 float* __restrict__ part_o, float* __restrict__ part_lse, int kv_heads, int heads_per_kv, int group,
+                 int seq_q, int seq_k, int head_dim, float scale, bool causal, std::size_t rows_total) {
   constexpr int D = C::D, MF = C::MF, ROWS = C::ROWS;
   const float sl2 = scale * kLog2e;  // step 10: exp(scale·(s − m)) = 2^(s·sl2 − m·sl2)
   extern __shared__ uint4 smem[];
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
   float* Ls = Ms + kWarps * ROWS;  // Ms, Ls: [kWarps][ROWS] each warp's row max and row sum
 
   const int split = blockIdx.x, n_splits = gridDim.x;
-  const std::size_t kv_bh = blockIdx.y;  // flattened (sequence, K/V head)
+  const std::size_t grp = blockIdx.y, kv_bh = grp / (heads_per_kv / group);  // flattened (sequence, K/V head)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // fragment rows g, g + 8 and column pair 2·t4 (step 09)
 
@@ -142,8 +143,8 @@ __global__ void __launch_bounds__(kThreads)
   const int len = seq_lens ? min(max(seq_lens[kv_bh / kv_heads], 0), seq_k) : seq_k;
   const int off = seq_lens ? len - seq_q : 0;
   // The group's rows; this block's are r0 .. r0 + ROWS − 1 (the last block's past n_rows: zero Q, never stored).
-  const int n_rows = heads_per_kv * seq_q, r0 = blockIdx.z * ROWS;
-  const std::size_t row_base = kv_bh * heads_per_kv * seq_q + r0;  // Q/O/LSE row of this block's row 0
+  const int n_rows = group * seq_q, r0 = blockIdx.z * ROWS;
+  const std::size_t row_base = grp * group * seq_q + r0;  // Q/O/LSE row of this block's row 0
   // Keys any row sees: [0, kv_limit) (causal: the last query's). This split's chunk of them, in
   // whole tiles: [k_begin, k_end).
   const int kv_limit = causal ? min(len, max(0, off + seq_q)) : len;
@@ -398,14 +399,16 @@ __global__ void __launch_bounds__(kCombineThreads)
 // their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
 // The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid barrier,
 // with the row rule below (the default); the split kernel then the combine kernel (two-launches: the same bits);
-// and one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off).
-enum Variant { kOneLaunch, kTwoLaunches, kRows32 };
-int group_rows(const fa::AttnParams& p) { return p.heads / fa::kv_heads_of(p) * p.seq_q; }
+// one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off); and one
+// launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head).
+enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked };
+int heads_per_group(const fa::AttnParams& p) { return p.variant == kUnpacked ? 1 : p.heads / fa::kv_heads_of(p); }
+int group_rows(const fa::AttnParams& p) { return heads_per_group(p) * p.seq_q; }
 // The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
 // plan for the most splits).
 int rule_splits(const fa::AttnParams& p, int sms, int block) {
   if (sms <= 0) return kMaxSplits;
-  const long long base = (long long)p.batch * fa::kv_heads_of(p) * ((group_rows(p) + block - 1) / block);
+  const long long base = (long long)p.batch * (p.heads / heads_per_group(p)) * ((group_rows(p) + block - 1) / block);
   if (base >= sms) return 1;
   const long long want = sms / base, most = std::max(1, p.seq_k / kMinSplitKeys);
   return int(std::clamp<long long>(std::min(want, most), 1, kMaxSplits));
@@ -459,8 +462,8 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   float* part_lse = part_o ? part_o + std::size_t(n) * rows * p.head_dim : nullptr;
   if (n > 1 && !part_o)
     throw fa::UsageError(std::string(info().name) + ": needs its workspace (" + info().workspace_note + ")");
-  const dim3 grid(unsigned(n), unsigned(p.batch * kv_heads),
-                  unsigned((heads_per_kv * p.seq_q + C::ROWS - 1) / C::ROWS));
+  const int group = heads_per_group(p);
+  const dim3 grid(unsigned(n), unsigned(p.batch * p.heads / group), unsigned((group * p.seq_q + C::ROWS - 1) / C::ROWS));
   const T *q = static_cast<const T*>(a.q), *k = static_cast<const T*>(a.k), *v = static_cast<const T*>(a.v);
   const int* lens = p.kv_cache ? a.seq_lens : nullptr;
   T* o = static_cast<T*>(a.o);
@@ -473,12 +476,13 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = C::SMEM_BYTES;
     config.stream = stream, config.attrs = &cooperative, config.numAttrs = 1;
     FA_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_split<T, C, true>, q, k, v, lens, o, a.lse, part_o, part_lse,
-                                     kv_heads, heads_per_kv, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, rows));
+                                     kv_heads, heads_per_kv, group, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
+                                     rows));
     return;
   }
   decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, lens, o, a.lse, part_o, part_lse, kv_heads,
-                                                                 heads_per_kv, p.seq_q, p.seq_k, p.head_dim, p.scale,
-                                                                 p.causal, rows);
+                                                                 heads_per_kv, group, p.seq_q, p.seq_k, p.head_dim,
+                                                                 p.scale, p.causal, rows);
   FA_CHECK_LAUNCH();
   if (n == 1) return;
   constexpr int kRowsPerBlock = kCombineThreads / kWarp;
@@ -553,7 +557,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
-    s.variants = {"one-launch", "two-launches", "rows32"};  // the default, the combine kernel, no 16-row rule
+    s.variants = {"one-launch", "two-launches", "rows32", "unpacked"};  // see enum Variant
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;
     s.workspace_note = "the splits' partial O and LSE, n_splits·batch·heads·seq_q·(head_dim + 1) fp32";

@@ -4,7 +4,8 @@
 // the per-row low-precision rule of harness/tolerance.h. make_inputs sets every K/V row past a
 // sequence's length to NaN, so a kernel that reads one fails. Split counts are pinned with
 // FA_STEP22_SPLITS to take the one-split path, the merge, and splits that see no key. The variant
-// two-launches gives the default's bits; rows32 (blocks of 32 rows) is checked against fp64.
+// two-launches gives the default's bits; rows32 (blocks of 32 rows) and unpacked (each query head a group of
+// its own) are checked against fp64.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -156,6 +157,30 @@ TEST(Step22SplitKvDecode, Rows32MatchesFp64) {
           rows32.variant = 2;  // rows32
           fa::attention::Run r(kStep, rows32, false, in);
           expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64 (rows32)");
+        }
+  }
+}
+
+// FlashAttention-3's sweep: every case with the query heads of a K/V head packed into one group of rows (the
+// default) and unpacked (the variant unpacked: each query head its own group, K and V read once per query head),
+// each with 1, 3 and the rule's splits: GQA, MQA and MHA, ragged and empty sequences, several causal query rows.
+TEST(Step22SplitKvDecode, PackedAndUnpackedMatchFp64) {
+  for (int n : {1, 3, 0}) {
+    SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
+    PinSplits pin(n);
+    for (int variant : {0, 3})  // one-launch (packed), unpacked
+      for (fa::DType t : kTypes)
+        for (Shape s : {Shape{3, 8, 1, 2000, 128, false, 0, t, 2}, Shape{2, 16, 3, 1500, 64, true, 0, t, 1},
+                        Shape{2, 4, 2, 700, 128, true, 0, t}}) {
+          s.kv_cache = true;
+          const std::vector<int> lens = s.batch == 3 ? std::vector<int>{2000, 0, 77} : std::vector<int>{s.seq_k, 5};
+          const std::uint64_t seed = fa::fresh_seed();
+          SCOPED_TRACE(s.str() + (variant ? " unpacked" : " packed") + ", seed " + std::to_string(seed));
+          const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
+          fa::AttnParams p = s.params();
+          p.variant = variant;
+          fa::attention::Run r(kStep, p, false, in);
+          expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64");
         }
   }
 }

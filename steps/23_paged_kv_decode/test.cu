@@ -5,7 +5,7 @@
 // one fails; the references read K and V back through the same table. Page sizes 1, 16, 64 and 256;
 // lengths 0, 1, not a multiple of the page size or of a tile; causal aligned to each sequence's end
 // with seq_q up to 16 (speculative decoding); MHA, GQA, MQA. Split counts pinned with FA_STEP23_SPLITS
-// (1, 3) and the heuristic's.
+// (1, 3) and the heuristic's; the query heads of a K/V head packed together (the default) or not (unpacked).
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -97,6 +97,33 @@ TEST(Step23PagedKvDecode, EverySplitCountMatches) {
       expect_paged_matches(Shape{3, 8, 1, 3000, 128, true, 0, t, 2}, {3000, 130, 1}, 16);
       expect_paged_matches(Shape{1, 32, 1, 20000, 128, false, 0, t, 1}, {19999}, 64);  // batch 1, MQA: many splits
     }
+  }
+}
+
+// FlashAttention-3's sweep, paged: every case with the query heads of a K/V head packed into one group of rows
+// (the default) and unpacked (the variant unpacked: each query head its own group), each with 1, 3 and the
+// rule's splits; GQA, MQA with several causal query rows, MHA; shuffled pages of 16 and of 7 keys.
+TEST(Step23PagedKvDecode, PackedAndUnpackedMatchFp64) {
+  for (int n : {1, 3, 0}) {
+    SCOPED_TRACE("FA_STEP23_SPLITS=" + std::to_string(n));
+    PinSplits pin(n);
+    for (int variant : {0, 2})  // one-launch (packed), unpacked
+      for (int page : {16, 7})
+        for (fa::DType t : kTypes)
+          for (Shape s : {Shape{3, 8, 1, 2000, 128, false, 0, t, 2}, Shape{2, 16, 3, 1500, 64, true, 0, t, 1},
+                          Shape{2, 4, 2, 700, 128, true, 0, t}}) {
+            s.kv_cache = true;
+            const std::vector<int> lens = s.batch == 3 ? std::vector<int>{2000, 0, 77} : std::vector<int>{s.seq_k, 5};
+            const std::uint64_t seed = fa::fresh_seed();
+            SCOPED_TRACE(s.str() + (variant ? " unpacked" : " packed") + ", page size " + std::to_string(page) +
+                         ", seed " + std::to_string(seed));
+            fa::AttnParams paged = fa::attention::paged_params(s.params(), lens, page);
+            Inputs in = fa::attention::make_inputs(paged, false, seed, lens);
+            fa::attention::page_inputs(paged, in, seed + 1);
+            paged.variant = variant;
+            fa::attention::Run r(kStep, paged, false, in);
+            expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64");
+          }
   }
 }
 
