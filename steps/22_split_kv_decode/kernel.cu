@@ -135,7 +135,8 @@ __global__ void __launch_bounds__(kThreads)
   float* Ls = Ms + kWarps * ROWS;  // Ms, Ls: [kWarps][ROWS] each warp's row max and row sum
 
   const int split = blockIdx.x, n_splits = gridDim.x;
-  const std::size_t grp = blockIdx.y, kv_bh = grp / (heads_per_kv / group);  // flattened (sequence, K/V head)
+  const unsigned grp = blockIdx.y;                                   // flattened (sequence, K/V head, group)
+  const std::size_t kv_bh = grp / unsigned(heads_per_kv / group);  // flattened (sequence, K/V head): 32-bit division
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // fragment rows g, g + 8 and column pair 2·t4 (step 09)
 
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(kThreads)
   const int off = seq_lens ? len - seq_q : 0;
   // The group's rows; this block's are r0 .. r0 + ROWS − 1 (the last block's past n_rows: zero Q, never stored).
   const int n_rows = group * seq_q, r0 = blockIdx.z * ROWS;
-  const std::size_t row_base = grp * group * seq_q + r0;  // Q/O/LSE row of this block's row 0
+  const std::size_t row_base = std::size_t(grp) * group * seq_q + r0;  // Q/O/LSE row of this block's row 0
   // Keys any row sees: [0, kv_limit) (causal: the last query's). This split's chunk of them, in
   // whole tiles: [k_begin, k_end).
   const int kv_limit = causal ? min(len, max(0, off + seq_q)) : len;
