@@ -64,18 +64,19 @@ const fa::StepInfo& info();
 
 constexpr int kWarp = 32, kWarps = 4, kThreads = kWarps * kWarp;
 constexpr int kBlockN = 64;            // keys per tile: 16 per warp
-constexpr int kStages = 3;             // K/V ring depth
+constexpr int kStages = 3;             // K/V ring depth (the variant stages5: 5)
 constexpr int kMaxSplits = 64;         // partials per row at most (the merge reads them all)
 constexpr int kMinSplitKeys = 128;     // a split attends to at least this many keys (2 tiles)
 constexpr int kMaxSeqQ = 64;           // query rows per head: decoding, not prefill (steps 11-18)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// ---- one instance: the head_dim and the rows of a block ------------------------------------------------
-template <int D_, int MF_>
+// ---- one instance: the head_dim, the rows of a block and the ring's depth --------------------------------
+template <int D_, int MF_, int STAGES_ = kStages>
 struct Config {
   static constexpr int D = D_, MF = MF_, ROWS = 16 * MF;  // query rows per block: MF 16-row fragments
+  static constexpr int STAGES = STAGES_;                  // K/V tiles in the ring: STAGES − 1 in flight
   static constexpr std::size_t Q_BYTES = 2 * std::size_t(ROWS) * D;
-  static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * kStages * kBlockN) * D;  // K and V, 16-bit
+  static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * STAGES * kBlockN) * D;  // K and V, 16-bit
   static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
   static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
   // The merge reuses the ring (dead after the last tile).
@@ -128,14 +129,15 @@ __global__ void __launch_bounds__(kThreads)
   const float sl2 = scale * kLog2e;  // step 10: exp(scale·(s − m)) = 2^(s·sl2 − m·sl2)
   extern __shared__ uint4 smem[];
   T* Qs = reinterpret_cast<T*>(smem);     // [ROWS, D] swizzled
-  T* Ks = Qs + ROWS * D;                  // [kStages][kBlockN, D] swizzled, a ring
-  T* Vs = Ks + kStages * kBlockN * D;     // [kStages][kBlockN, D] swizzled
+  constexpr int STAGES = C::STAGES;       // this instance's ring depth
+  T* Ks = Qs + ROWS * D;                  // [STAGES][kBlockN, D] swizzled, a ring
+  T* Vs = Ks + STAGES * kBlockN * D;      // [STAGES][kBlockN, D] swizzled
   float* Om = reinterpret_cast<float*>(Ks);  // [kWarps][ROWS, D]: each warp's O, once the ring is dead
   float* Ms = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + C::SMEM_BYTES - C::STAT_BYTES);
   float* Ls = Ms + kWarps * ROWS;  // Ms, Ls: [kWarps][ROWS] each warp's row max and row sum
 
   const int split = blockIdx.x, n_splits = gridDim.x;
-  const unsigned grp = blockIdx.y;                                   // flattened (sequence, K/V head, group)
+  const unsigned grp = blockIdx.y;                                 // flattened (sequence, K/V head, group)
   const std::size_t kv_bh = grp / unsigned(heads_per_kv / group);  // flattened (sequence, K/V head): 32-bit division
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // fragment rows g, g + 8 and column pair 2·t4 (step 09)
@@ -161,15 +163,15 @@ __global__ void __launch_bounds__(kThreads)
   TileCopy<ROWS, D>().issue(Qs, q, 0, n_rows - r0, head_dim);
   cp_async_commit();
   const TileCopy<kBlockN, D> kv_copy;
-  auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages; rows >= k_end zero
+  auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % STAGES; rows >= k_end zero
     if (t < n_tiles) {
-      kv_copy.issue(Ks + t % kStages * kBlockN * D, k, k_begin + t * kBlockN, k_end, head_dim);
-      kv_copy.issue(Vs + t % kStages * kBlockN * D, v, k_begin + t * kBlockN, k_end, head_dim);
+      kv_copy.issue(Ks + t % STAGES * kBlockN * D, k, k_begin + t * kBlockN, k_end, head_dim);
+      kv_copy.issue(Vs + t % STAGES * kBlockN * D, v, k_begin + t * kBlockN, k_end, head_dim);
     }
     cp_async_commit();
   };
 #pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) issue(t);
+  for (int t = 0; t < STAGES - 1; ++t) issue(t);
 
   float acc[MF][D / 8][4];   // [ROWS, D] this warp's unnormalised O over its keys, C fragments
   float m[MF][2], l[MF][2];  // rows g, g + 8 of each fragment: running max (raw score), partial sum
@@ -181,11 +183,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   auto attend = [&](int t, auto masked) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of tile t (and of Q) have landed ...
-    __syncthreads();               // ... and everyone's; every warp is done with tile t − 1
-    issue(t + kStages - 1);        // into the slot tile t − 1 used
-    const T* Kt = Ks + t % kStages * kBlockN * D + 16 * warp * D;  // this warp's 16 keys
-    const T* Vt = Vs + t % kStages * kBlockN * D + 16 * warp * D;  // (16 rows: the swizzle repeats every 8)
+    cp_async_wait<STAGES - 2>();  // this thread's copies of tile t (and of Q) have landed ...
+    __syncthreads();              // ... and everyone's; every warp is done with tile t − 1
+    issue(t + STAGES - 1);        // into the slot tile t − 1 used
+    const T* Kt = Ks + t % STAGES * kBlockN * D + 16 * warp * D;  // this warp's 16 keys
+    const T* Vt = Vs + t % STAGES * kBlockN * D + 16 * warp * D;  // (16 rows: the swizzle repeats every 8)
 
     // S = Q·Kᵀ [ROWS, 16]: per k-step, one ldmatrix of K (keys 0-7 and 8-15) and MF of Q.
     float s[MF][2][4] = {};
@@ -401,8 +403,9 @@ __global__ void __launch_bounds__(kCombineThreads)
 // The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid barrier,
 // with the row rule below (the default); the split kernel then the combine kernel (two-launches: the same bits);
 // one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off); and one
-// launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head).
-enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked };
+// launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head);
+// and one launch with a ring of 5 tiles (stages5: 4 in flight, is one block's stream bound by latency?).
+enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked, kStages5 };
 int heads_per_group(const fa::AttnParams& p) { return p.variant == kUnpacked ? 1 : p.heads / fa::kv_heads_of(p); }
 int group_rows(const fa::AttnParams& p) { return heads_per_group(p) * p.seq_q; }
 // The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
@@ -492,12 +495,16 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 }
 
+template <class T, int D, int STAGES>
+void launch_stages(const fa::AttnFwdArgs& a, cudaStream_t stream) {
+  if (block_rows(a.p, fa::sm_count()) == 16)
+    launch<T, Config<D, 1, STAGES>>(a, stream);
+  else
+    launch<T, Config<D, 2, STAGES>>(a, stream);
+}
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  if (block_rows(a.p, fa::sm_count()) == 16)
-    launch<T, Config<D, 1>>(a, stream);
-  else
-    launch<T, Config<D, 2>>(a, stream);
+  a.p.variant == kStages5 ? launch_stages<T, D, 5>(a, stream) : launch_stages<T, D, kStages>(a, stream);
 }
 
 void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
@@ -558,7 +565,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
-    s.variants = {"one-launch", "two-launches", "rows32", "unpacked"};  // see enum Variant
+    s.variants = {"one-launch", "two-launches", "rows32", "unpacked", "stages5"};  // see enum Variant
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;
     s.workspace_note = "the splits' partial O and LSE, n_splits·batch·heads·seq_q·(head_dim + 1) fp32";

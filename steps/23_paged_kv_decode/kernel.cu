@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kThreads)
   float* Ls = Ms + kWarps * ROWS;  // Ms, Ls: [kWarps][ROWS] each warp's row max and row sum
 
   const int split = blockIdx.x, n_splits = gridDim.x;
-  const unsigned grp = blockIdx.y;                                   // flattened (sequence, K/V head, group)
+  const unsigned grp = blockIdx.y;                                 // flattened (sequence, K/V head, group)
   const std::size_t kv_bh = grp / unsigned(heads_per_kv / group);  // flattened (sequence, K/V head): 32-bit division
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t4 = lane % 4;  // fragment rows g, g + 8 and column pair 2·t4 (step 09)
