@@ -13,7 +13,8 @@
 # bench.py; `results.py import` unpacks it there.
 #
 # STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits reduce floor capture sass";
-# "inputs", profiles/inputs_ab.py into $OUT/inputs_ab.csv, only when named), e.g. to split
+# "inputs", profiles/inputs_ab.py into $OUT/inputs_ab.csv, and "decodeab", step 22's variants, only when
+# named), e.g. to split
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
 # capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
 # CTEST_ARGS (e.g. "-L gpu") tune the build and the tests; BENCH_ARGS (e.g. "--steps 07,08 --no-sdpa
@@ -101,6 +102,15 @@ gqa() {
   python3 profiles/bench.py --steps 11,17,18,19 --gqa-only --merge "$base" --out "$OUT/bench.csv.gqa" --no-plot \
     --no-render >> "$OUT/run.log" 2>&1 && mv "$OUT/bench.csv.gqa" "$OUT/bench.csv"
 }
+# step 22's variants against each other on the decode shapes, interleaved rounds (profiles/decode_splits.py
+# --variants; about 50 s per variant and round on the H100); into the tarball, only when named. DECODE_AB picks
+# them (default: all five), DECODE_KV the K/V heads (default 32,8,1)
+decodeab() {
+  mkdir -p "$work/profiles/22_split_kv_decode"
+  python3 profiles/decode_splits.py --variants "${DECODE_AB:-one-launch,two-launches,rows32,unpacked,stages5}" \
+    --kv-heads "${DECODE_KV:-32,8,1}" --rounds 2 --out "$work/profiles/22_split_kv_decode/variants_ab.csv" \
+    >> "$OUT/run.log" 2>&1
+}
 # uniform against randn inputs, with the SM clock and power per arm (profiles/inputs_ab.py, ~4 minutes)
 inputs() { python3 profiles/inputs_ab.py --out "$OUT/inputs_ab.csv" >> "$OUT/run.log" 2>&1; }
 # shellcheck disable=SC2086
@@ -123,6 +133,7 @@ stage splits splits
 stage reduce reduce
 stage floor floor
 stage inputs inputs
+stage decodeab decodeab
 stage capture capture
 stage sass sass
 if [[ -d $work/profiles ]] && [[ -n $(ls -A "$work/profiles") ]]; then
