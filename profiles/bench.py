@@ -187,7 +187,8 @@ def ablation_args():
 def step_rows(exes, gqa_only=False, inputs=("uniform",), progress=None, only_variants=None):
     """Every step's sweep rows, each command once per entry of `inputs` in turn (--inputs randn added for randn:
     its rows' problems end in ' randn'). progress(rows): called with the rows so far after every command.
-    only_variants: a set of variant names; a step with variants sweeps only those it has (all if it has none)."""
+    only_variants: a set of variant names; a step with variants sweeps only those it has (all if it has none;
+    a decode step without it: DECODE_SWEPT's)."""
     rows, failed = [], 0
 
     def run_each(cmd):
@@ -207,6 +208,8 @@ def step_rows(exes, gqa_only=False, inputs=("uniform",), progress=None, only_var
         names = variants(exe)
         if only_variants and names:
             names = [v for v in names if v in only_variants]
+        elif names and os.path.basename(exe)[:2] in DECODE_SWEPT:
+            names = [v for v in names if v in DECODE_SWEPT[os.path.basename(exe)[:2]]]
         for v in [] if gqa_only else names or [None]:
             cmds = [[exe, "--bench", "--csv", "--variant", v] + a for a in ablation_args()] \
                 if v and v.startswith("no-") else [cmd + (["--variant", v] if v else [])]
@@ -426,6 +429,10 @@ def bracket_mean(before, after):
 DECODE_BATCHES, DECODE_KV_HEADS, DECODE_LENS = (1, 8, 64), (32, 8, 1), (1024, 4096, 16384, 65536, 131072)
 DECODE_HEADS, DECODE_DIM = 32, 128
 DECODE_STEPS = {"22", "23"}  # the steps timed on these shapes (23: paged, in pages of 16 and of 1 key)
+# The decode steps' variants a sweep runs when --variants does not name them: those the docs' tables read from
+# bench.csv. The others (step 22's rows32, unpacked, stages5; step 23's two-launches, unpacked) are experiments,
+# timed against the default by profiles/decode_splits.py --variants (gpu_session.sh stage decodeab).
+DECODE_SWEPT = {"22": {"one-launch", "two-launches"}, "23": {"one-launch"}}
 
 
 def copy_gbs(torch, flush, reps, warmup):

@@ -1197,6 +1197,28 @@ class BenchInputs(unittest.TestCase):
             self.assertEqual(calls[-1], "--sweep --csv --variant deterministic")
             self.assertTrue(all("--variant no-writer" in c for c in calls[1:-1]) and len(calls) > 3)
 
+    def test_decode_step_sweeps_only_the_variants_the_docs_read(self):
+        import bench
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "22_fake")
+            log = os.path.join(d, "calls")
+            write_exe(exe, textwrap.dedent(f"""\
+                #!/bin/sh
+                case "$*" in *--device-info*) exit 1;; esac
+                case "$*" in *--help*) echo "  --variant S    which (one-launch|two-launches|rows32|stages5)"; exit 0;; esac
+                echo "$*" >> {log}
+                echo "step,idea,problem,time_ms"
+                echo "22_fake,x,P cache f16,1"
+                """))
+            bench.step_rows([exe])
+            with open(log) as f:
+                self.assertEqual(f.read().splitlines(), ["--sweep --csv --variant one-launch",
+                                                         "--sweep --csv --variant two-launches"])
+            os.remove(log)
+            bench.step_rows([exe], only_variants={"stages5"})  # named: swept
+            with open(log) as f:
+                self.assertEqual(f.read().splitlines(), ["--sweep --csv --variant stages5"])
+
     def test_partial_rows_after_every_command_then_removed(self):
         import bench
         with tempfile.TemporaryDirectory() as d:
