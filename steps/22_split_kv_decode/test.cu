@@ -231,6 +231,28 @@ TEST(Step22SplitKvDecode, SplitsOnlyWhereTheGridIsNotFull) {
             splits > 1 ? splits * 8 * std::size_t(p.heads) * (p.head_dim + 1) * sizeof(float) : 0);
 }
 
+// The rows of a block, seen through the workspace (splits · rows · (d + 1) floats). MQA at batch 2 (32 rows per
+// K/V head): blocks of 32 give 2 blocks per split and min(sms / 2, 64) splits; blocks of 16 give 4 per split
+// and sms / 4 splits, a fuller wave on 132 SMs (132 against 128 blocks), so the rule takes 16 and fewer splits;
+// rows32 keeps 32. At batch 64 both fill the wave alike (2 splits of 64 blocks, or 1 of 128): 32, the same count.
+TEST(Step22SplitKvDecode, RowsOf16WhereTheyFillMoreOfTheWave) {
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  fa::AttnParams p = kStep.default_problem().attn;
+  p.batch = 2, p.kv_heads = 1, p.seq_k = 131072;
+  const std::size_t per_split = std::size_t(p.batch) * p.heads * (p.head_dim + 1) * sizeof(float);
+  auto splits = [&](int variant) {
+    p.variant = variant;
+    return kStep.fwd_workspace_bytes(p) / per_split;
+  };
+  const std::size_t s32 = std::min(sms / 2, 64), s16 = sms / 4;
+  if (std::min<std::size_t>(4 * s16, sms) > std::min<std::size_t>(2 * s32, sms))
+    EXPECT_EQ(splits(0), s16) << "the default: blocks of 16";
+  EXPECT_EQ(splits(2), s32) << "rows32";
+  p.batch = 64, p.seq_k = 4096;
+  EXPECT_EQ(splits(0), splits(2)) << "batch 64: blocks of 32 either way";
+}
+
 // fp32, head dims off the rule, prefill-sized seq_q, a cache without its lengths.
 TEST(Step22SplitKvDecode, RefusesWhatItCannotRun) {
   refuses_what_it_cannot_run(kStep);
