@@ -7,6 +7,7 @@ pinned (FA_STEP22_SPLITS=n).
   python3 profiles/decode_splits.py [--build build] [--out profiles/<gpu>/decode_splits.csv]
   python3 profiles/decode_splits.py --shapes 1:1:131072,1:8:16384 --splits 32,64,128 --out FILE
   python3 profiles/decode_splits.py --variants one-launch,two-launches,rows32 --kv-heads 1 --rounds 3 --out FILE
+  python3 profiles/decode_splits.py --variants one-launch,unpacked --paged 16 --out FILE   # step 23's
 
 Rows: the executable's CSV row plus a `splits` column ("default" or n). results.py renders them in
 docs/22 (block results:decode_splits): per shape, GB/s of each count, the fastest in bold, and the
@@ -38,15 +39,16 @@ def shape_cmd(exe, batch, kv_heads, keys):
             str(kv_heads), "--seq-q", "1", "--seq-k", str(keys), "--head-dim", "128", "--cache-lens", str(keys)]
 
 
-def variants_ab(exe, names, kv_heads, rounds, out):
-    """--variants: every sweep shape with these K/V heads, under each variant, `rounds` interleaved rounds."""
+def variants_ab(exe, names, kv_heads, rounds, out, extra=()):
+    """--variants: every sweep shape with these K/V heads, under each variant, `rounds` interleaved rounds.
+    extra: flags every command takes (step 23's --page-size)."""
     shapes = [(b, k, n) for b in (1, 8, 64) for k in kv_heads for n in (1024, 4096, 16384, 65536, 131072)
               if b * k * n * 128 <= 1 << 30]
     rows, times = [], {}
     for r in range(rounds):
         for shape in shapes:
             for v in names if r % 2 == 0 else names[::-1]:
-                got = run_pinned(shape_cmd(exe, *shape) + ["--variant", v], "FA_STEP22_SPLITS", None)
+                got = run_pinned(shape_cmd(exe, *shape) + list(extra) + ["--variant", v], "FA_STEP22_SPLITS", None)
                 rows += [dict(x, variant=v, round=str(r)) for x in got]
                 times.setdefault(shape, {}).setdefault(v, []).append(float(got[0]["time_ms"]))
         write_tagged_csv(out, "variant", rows)  # after every round, so a run cut short keeps what it finished
@@ -66,13 +68,17 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3, help="--variants: interleaved rounds (default 3)")
     ap.add_argument("--shapes", help="instead of the shapes below: BATCH:KV_HEADS:KEYS,... (e.g. 1:1:131072)")
     ap.add_argument("--splits", help="instead of the pinned counts below: N,N,...")
+    ap.add_argument("--paged", type=int, metavar="PAGE_SIZE",
+                    help="--variants: step 23's variants instead, its cache in pages of PAGE_SIZE keys")
     args = ap.parse_args(argv)
     shapes = [tuple(int(x) for x in t.split(":")) for t in args.shapes.split(",")] if args.shapes else SHAPES
     splits = tuple(int(n) for n in args.splits.split(",")) if args.splits else SPLITS
     exe = os.path.join(args.build, "bin", "22_split_kv_decode")
     if args.variants:
-        return variants_ab(exe, args.variants.split(","), [int(k) for k in args.kv_heads.split(",")], args.rounds,
-                           args.out)
+        paged = args.paged is not None
+        return variants_ab(os.path.join(args.build, "bin", "23_paged_kv_decode") if paged else exe,
+                           args.variants.split(","), [int(k) for k in args.kv_heads.split(",")], args.rounds, args.out,
+                           ["--page-size", str(args.paged)] if paged else ())
     rows = []
     for batch, kv_heads, keys in shapes:
         cmd = shape_cmd(exe, batch, kv_heads, keys)

@@ -104,11 +104,14 @@ gqa() {
 }
 # step 22's variants against each other on the decode shapes, interleaved rounds (profiles/decode_splits.py
 # --variants; about 50 s per variant and round on the H100); into the tarball, only when named. DECODE_AB picks
-# them (default: all five), DECODE_KV the K/V heads (default 32,8,1)
+# them (default: all five), DECODE_KV the K/V heads (default 32,8,1); DECODE_PAGED=N: step 23's instead, in pages
+# of N keys (DECODE_AB then names step 23's variants)
 decodeab() {
-  mkdir -p "$work/profiles/22_split_kv_decode"
+  local step=22_split_kv_decode paged=()
+  [[ -n ${DECODE_PAGED:-} ]] && step=23_paged_kv_decode paged=(--paged "$DECODE_PAGED")
+  mkdir -p "$work/profiles/$step"
   python3 profiles/decode_splits.py --variants "${DECODE_AB:-one-launch,two-launches,rows32,unpacked,stages5}" \
-    --kv-heads "${DECODE_KV:-32,8,1}" --rounds 2 --out "$work/profiles/22_split_kv_decode/variants_ab.csv" \
+    --kv-heads "${DECODE_KV:-32,8,1}" --rounds 2 "${paged[@]}" --out "$work/profiles/$step/variants_ab.csv" \
     >> "$OUT/run.log" 2>&1
 }
 # uniform against randn inputs, with the SM clock and power per arm (profiles/inputs_ab.py, ~4 minutes)

@@ -5,8 +5,10 @@ No GPU and no Nsight Compute: capture.sh runs against a mock `ncu` and mock step
 scratch copy of the tree, which exercises its shell logic (shapes, --bwd detection, metrics that ncu
 refuses, a failing shape) and the raw-CSV -> metrics.csv conversion end to end.
 """
+import contextlib
 import csv
 import gzip
+import io
 import os
 import shutil
 import stat
@@ -1218,6 +1220,30 @@ class BenchInputs(unittest.TestCase):
             bench.step_rows([exe], only_variants={"stages5"})  # named: swept
             with open(log) as f:
                 self.assertEqual(f.read().splitlines(), ["--sweep --csv --variant stages5"])
+
+    def test_decode_variants_ab_paged_runs_step_23_with_its_page_size(self):
+        import decode_splits
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "bin"))
+            log = os.path.join(d, "calls")
+            write_exe(os.path.join(d, "bin", "23_paged_kv_decode"), textwrap.dedent(f"""\
+                #!/bin/sh
+                echo "$*" >> {log}
+                echo "step,idea,problem,time_ms"
+                echo "23_paged_kv_decode,x,P cache p16 f16,0.01"
+                """))
+            out = os.path.join(d, "ab.csv")
+            with contextlib.redirect_stdout(io.StringIO()):
+                decode_splits.main(["--build", d, "--variants", "one-launch,unpacked", "--kv-heads", "1",
+                                    "--rounds", "2", "--paged", "16", "--out", out])
+            with open(log) as f:
+                calls = f.read().splitlines()
+            self.assertEqual(len(calls), 15 * 2 * 2)  # batch 1, 8, 64 · 5 lengths · 2 variants · 2 rounds
+            self.assertTrue(all("--page-size 16 --variant" in c for c in calls))
+            self.assertTrue(calls[0].endswith("--variant one-launch") and calls[1].endswith("--variant unpacked"))
+            self.assertTrue(calls[30].endswith("--variant unpacked"))  # round 2: the order reversed
+            with open(out) as f:
+                self.assertEqual(len(list(csv.DictReader(f))), 60)
 
     def test_partial_rows_after_every_command_then_removed(self):
         import bench
