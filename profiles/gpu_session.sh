@@ -102,17 +102,17 @@ gqa() {
   python3 profiles/bench.py --steps 11,17,18,19 --gqa-only --merge "$base" --out "$OUT/bench.csv.gqa" --no-plot \
     --no-render >> "$OUT/run.log" 2>&1 && mv "$OUT/bench.csv.gqa" "$OUT/bench.csv"
 }
-# step 22's variants against each other on the decode shapes, interleaved rounds (profiles/decode_splits.py
-# --variants; about 50 s per variant and round on the H100); into the tarball, only when named. DECODE_AB picks
-# them (default: all five), DECODE_KV the K/V heads (default 32,8,1); DECODE_PAGED=N: step 23's instead, in pages
-# of N keys (DECODE_AB then names step 23's variants)
+# step 22's variants against each other on the decode shapes, interleaved rounds (profiles/knob_ab.py --decode,
+# one arm per variant); into the tarball, only when named. DECODE_AB picks them (default: all five), DECODE_KV the
+# K/V heads (default "32 8 1"); DECODE_PAGED=N: step 23's instead, in pages of N keys (DECODE_AB: its variants)
 decodeab() {
-  local step=22_split_kv_decode paged=()
-  [[ -n ${DECODE_PAGED:-} ]] && step=23_paged_kv_decode paged=(--paged "$DECODE_PAGED")
+  local step=22_split_kv_decode paged=() arms=() v
+  [[ -n ${DECODE_PAGED:-} ]] && step=23_paged_kv_decode paged=(--page-size "$DECODE_PAGED")
+  for v in ${DECODE_AB:-one-launch two-launches rows32 unpacked stages5}; do arms+=(--arm "$v=build/bin/$step#$v"); done
   mkdir -p "$work/profiles/$step"
-  python3 profiles/decode_splits.py --variants "${DECODE_AB:-one-launch,two-launches,rows32,unpacked,stages5}" \
-    --kv-heads "${DECODE_KV:-32,8,1}" --rounds 2 "${paged[@]}" --out "$work/profiles/$step/variants_ab.csv" \
-    >> "$OUT/run.log" 2>&1
+  # shellcheck disable=SC2086  # DECODE_KV: several numbers
+  python3 profiles/knob_ab.py --experiment "$step variants" --decode --kv-heads ${DECODE_KV:-32 8 1} --rounds 2 \
+    "${paged[@]}" "${arms[@]}" --out "$work/profiles/$step/variants_ab.csv" >> "$OUT/run.log" 2>&1
 }
 # uniform against randn inputs, with the SM clock and power per arm (profiles/inputs_ab.py, ~4 minutes)
 inputs() { python3 profiles/inputs_ab.py --out "$OUT/inputs_ab.csv" >> "$OUT/run.log" 2>&1; }

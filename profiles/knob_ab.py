@@ -6,18 +6,28 @@ FlashAttention-2 cells it targets, with the refinement and without it, the arms 
         --arm with=build/bin/15_backward_causal_order --arm without=build/bin/15_backward_causal_order:FA_STEP15_GROUP=0 \\
         --out ab.csv
 
-An arm is NAME=EXE[:VAR=VALUE[,VAR=VALUE...]]: the executable (two builds can be compared) and the
-environment it runs with. Each cell runs `EXE --bench [--bwd] --csv` with the cell's shape flags, once
+An arm is NAME=EXE[#VARIANT][:VAR=VALUE[,VAR=VALUE...]]: the executable (two builds can be compared), the
+step's named variant it runs (--variant; none: its default) and the environment it runs with. Each cell runs `EXE --bench [--bwd] --csv` with the cell's shape flags, once
 per arm and round, arm order reversed every other round (so that a drift of the clocks falls on both
 arms alike). The CSV holds experiment, arm, round, problem, time_ms, device per run (the --bwd run's
 backward row, or the forward row with --fwd), appended to --out; the summary printed last gives, per
 cell, the other arms' mean time over the first arm's (above 1: the first arm is faster) and their
 median over the cells. The rule it serves (docs/adding_a_step.md, "Budgets"): a refinement stays in a
 kernel only with a gain of at least 2% at the median of the cells it targets, measured like this.
+
+--decode: instead of the FA2 cells, the decode sweep's shapes (bench.py: batch 1, 8, 64; 32 query heads over
+--kv-heads K/V heads; 1k-128k keys, K and V at most 2^30 elements; fp16, d 128, one query row, every sequence
+full), forward only; --page-size N adds that flag (step 23's pages). E.g. step 22's variants:
+
+    python3 profiles/knob_ab.py --experiment rows --decode --kv-heads 1 --rounds 3 --out ab.csv \
+        --arm one-launch=build/bin/22_split_kv_decode --arm rows32=build/bin/22_split_kv_decode#rows32
+
+The steps run in bench.py's environment (step_env: malloc on huge pages for the host's large inputs).
 """
 import argparse
 import csv
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -36,14 +46,30 @@ def cells(args):
                     yield d, causal, seq, dtype
 
 
+def decode_cells(kv_heads, page_size=None):
+    """--decode: the decode sweep's shapes with these K/V heads, as cells ("decode", their flags)."""
+    for b in bench.DECODE_BATCHES:
+        for k in kv_heads:
+            for n in bench.DECODE_LENS:
+                if b * k * n * bench.DECODE_DIM <= 1 << 30:
+                    yield "decode", ["--dtype", "f16", "--batch", str(b), "--heads", str(bench.DECODE_HEADS),
+                                     "--kv-heads", str(k), "--seq-q", "1", "--seq-k", str(n), "--head-dim",
+                                     str(bench.DECODE_DIM), "--cache-lens", str(n)] + \
+                        (["--page-size", str(page_size)] if page_size else [])
+
+
 def run_arm(exe, env, cell, fwd, extra=()):
-    """The step's forward (fwd) or bwd row of one `EXE --bench --csv` run on the cell; `extra`: more flags (e.g.
+    """The step's forward (fwd) or bwd row of one `EXE --bench --csv` run on the cell (an FA2 cell of cells(), or
+    a decode cell of decode_cells(): forward only); `extra`: more flags (e.g. an arm's --variant, or
     profiles/inputs_ab.py's --inputs randn; the row's ' randn' suffix is looked past)."""
-    d, causal, seq, dtype = cell
-    cmd = [exe, "--bench", "--csv", "--batch", str(TOKENS // seq), "--heads", str(2048 // d), "--seq", str(seq),
-           "--head-dim", str(d), "--dtype", dtype] + (["--causal"] if causal else []) + ([] if fwd else ["--bwd"])
+    if cell[0] == "decode":
+        cmd = [exe, "--bench", "--csv"] + cell[1]
+    else:
+        d, causal, seq, dtype = cell
+        cmd = [exe, "--bench", "--csv", "--batch", str(TOKENS // seq), "--heads", str(2048 // d), "--seq", str(seq),
+               "--head-dim", str(d), "--dtype", dtype] + (["--causal"] if causal else []) + ([] if fwd else ["--bwd"])
     cmd += list(extra)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**bench.step_env(), **env})
     if p.returncode != 0:
         raise SystemExit(f"knob_ab: {' '.join(cmd)} with {env} exited {p.returncode}: {p.stderr.strip()[-400:]}")
     rows = bench.parse_rows(p.stdout)  # the step's rows (its PREV's time is a column of each)
@@ -55,24 +81,31 @@ def run_arm(exe, env, cell, fwd, extra=()):
 
 
 def parse_arm(text):
+    """NAME=EXE[#VARIANT][:VAR=VALUE,...] -> (name, exe, env, flags: ["--variant", VARIANT] or [])."""
     name, _, rest = text.partition("=")
     exe, _, env_text = rest.partition(":")
+    exe, _, variant = exe.partition("#")
     env = dict(kv.split("=", 1) for kv in env_text.split(",") if kv)
     if not name or not exe:
-        raise SystemExit(f"knob_ab: --arm NAME=EXE[:VAR=VALUE,...], got {text!r}")
-    return name, exe, env
+        raise SystemExit(f"knob_ab: --arm NAME=EXE[#VARIANT][:VAR=VALUE,...], got {text!r}")
+    return name, exe, env, ["--variant", variant] if variant else []
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--experiment", required=True)
-    ap.add_argument("--arm", action="append", required=True, help="NAME=EXE[:VAR=VALUE,...]; the first is the reference")
+    ap.add_argument("--arm", action="append", required=True,
+                    help="NAME=EXE[#VARIANT][:VAR=VALUE,...]; the first is the reference")
     ap.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--dtypes", nargs="+", default=["f16", "bf16"])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--fwd", action="store_true", help="time the forward instead of the backward")
+    ap.add_argument("--decode", action="store_true", help="the decode sweep's shapes instead (forward only)")
+    ap.add_argument("--kv-heads", type=int, nargs="+", default=list(bench.DECODE_KV_HEADS),
+                    help="--decode: the K/V heads of its shapes (default 32 8 1)")
+    ap.add_argument("--page-size", type=int, help="--decode: a paged cache in pages of this many keys (step 23)")
     ap.add_argument("--out", required=True, help="CSV to append the runs to")
     args = ap.parse_args(argv)
     arms = [parse_arm(a) for a in args.arm]
@@ -84,16 +117,18 @@ def main(argv=None):
         w = csv.writer(f)
         if new:
             w.writerow(["experiment", "arm", "round", "problem", "time_ms", "device"])
-        for cell in cells(args):
+        for cell in decode_cells(args.kv_heads, args.page_size) if args.decode else cells(args):
             for rnd in range(1, args.rounds + 1):
-                for name, exe, env in (arms if rnd % 2 else arms[::-1]):
-                    r = run_arm(exe, env, cell, args.fwd)
+                for name, exe, env, flags in (arms if rnd % 2 else arms[::-1]):
+                    r = run_arm(exe, env, cell, args.fwd or args.decode, flags)
                     w.writerow([args.experiment, name, rnd, r["problem"], r["time_ms"], r["device"]])
                     f.flush()
-                    times.setdefault(r["problem"], {}).setdefault(name, []).append(float(r["time_ms"]))
+                    # one cell's rows under every arm: the problem without the variant a row names ("[rows32]")
+                    cell_name = re.sub(r" \[[\w-]+\]( randn)?$", r"\1", r["problem"])
+                    times.setdefault(cell_name, {}).setdefault(name, []).append(float(r["time_ms"]))
     ref = arms[0][0]
     print(f"{args.experiment}: time of each arm over {ref}'s (above 1: {ref} is faster), mean of {args.rounds} rounds")
-    ratios = {name: [] for name, _, _ in arms[1:]}
+    ratios = {name: [] for name, _, _, _ in arms[1:]}
     for problem, by_arm in times.items():
         line = [f"{problem:44}", f"{ref} {statistics.fmean(by_arm[ref]):8.3f} ms"]
         for name in ratios:

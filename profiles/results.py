@@ -1340,12 +1340,16 @@ def decode_variant_table(variant="one-launch", default="two-launches", raw=None)
 
 def decode_variants_ab_table(csv_name):
     """Step 22's variants timed against each other on decode shapes, interleaved rounds of one run
-    (profiles/decode_splits.py --variants): per shape the first variant's median time over the rounds, and each
-    other variant's median time over the first's (above 1.00×: the first is faster). csv_name: under profiles/<gpu>/."""
+    (profiles/knob_ab.py --decode, one arm per variant, named in its `arm` column; the committed files came from
+    decode_splits.py --variants, since folded into knob_ab, which named them in `variant`): per shape the first
+    variant's median time over the rounds, and each other variant's median time over the first's (above 1.00×: the
+    first is faster). csv_name: under profiles/<gpu>/."""
     path = os.path.join(gpu_dir(), csv_name)
     if not os.path.exists(path):
-        return f"*Not measured yet: no `profiles/{GPU}/{csv_name}` (`profiles/decode_splits.py --variants ...`).*"
+        return f"*Not measured yet: no `profiles/{GPU}/{csv_name}` (`profiles/knob_ab.py --decode ...`).*"
     rows = read_csv(path)
+    for r in rows:
+        r["variant"] = r.get("arm") or r["variant"]
     names = list(dict.fromkeys(r["variant"] for r in rows))
     times = {}
     for r in rows:
@@ -1369,7 +1373,7 @@ def decode_variants_ab_table(csv_name):
                         for v, r in ratios.items() if r)
     return md_table(["batch", "K/V heads", "keys", f"{names[0]} µs"] + [f"{v} / {names[0]}" for v in names[1:]],
                     body) + \
-        f"\n\nEach shape timed by `22_split_kv_decode --bench` (median of 20, L2 flushed) under each variant, {rounds} " \
+        f"\n\nEach shape timed by the step's `--bench` (median of 20, L2 flushed) under each variant, {rounds} " \
         f"rounds with the variants' order reversed every other round; the µs column and the ratios are medians over " \
         f"the rounds; above 1.00× {names[0]} is faster. {summary}. fp16, 32 query heads, one query row each, every " \
         f"sequence as long as the cache.\n\n" + source_line([csv_name])

@@ -928,6 +928,9 @@ class OneRunTables(unittest.TestCase):
         self.assertIn("| 1 | 1 | 4096 | 11.0 | 1.27× |", table)  # medians 0.011 and 0.014
         self.assertIn("3 rounds", table)
         self.assertIn("Not measured yet", self.render("decode_variants_ab_table", {"x.csv": rows}, "missing.csv"))
+        knob = [dict({k: v for k, v in r.items() if k != "variant"}, arm=r["variant"]) for r in rows]  # knob_ab's
+        self.assertIn("| 1 | 1 | 4096 | 11.0 | 1.27× |",
+                      self.render("decode_variants_ab_table", {"22_split_kv_decode/ab.csv": knob}, "22_split_kv_decode/ab.csv"))
 
     def test_decode_against_the_read_only_kernel(self):
         head = ["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs", "check"]
@@ -1221,29 +1224,32 @@ class BenchInputs(unittest.TestCase):
             with open(log) as f:
                 self.assertEqual(f.read().splitlines(), ["--sweep --csv --variant stages5"])
 
-    def test_decode_variants_ab_paged_runs_step_23_with_its_page_size(self):
-        import decode_splits
+    def test_knob_ab_decode_arms_run_variants_with_the_page_size(self):
+        import knob_ab
         with tempfile.TemporaryDirectory() as d:
-            os.makedirs(os.path.join(d, "bin"))
-            log = os.path.join(d, "calls")
-            write_exe(os.path.join(d, "bin", "23_paged_kv_decode"), textwrap.dedent(f"""\
+            exe, log = os.path.join(d, "23_paged_kv_decode"), os.path.join(d, "calls")
+            write_exe(exe, textwrap.dedent(f"""\
                 #!/bin/sh
                 echo "$*" >> {log}
-                echo "step,idea,problem,time_ms"
-                echo "23_paged_kv_decode,x,P cache p16 f16,0.01"
+                v=""; case "$*" in *"--variant unpacked"*) v=" [unpacked]";; esac
+                echo "step,idea,problem,time_ms,device"
+                echo "23_paged_kv_decode,x,P cache p16 f16$v,0.01,H100"
                 """))
             out = os.path.join(d, "ab.csv")
-            with contextlib.redirect_stdout(io.StringIO()):
-                decode_splits.main(["--build", d, "--variants", "one-launch,unpacked", "--kv-heads", "1",
-                                    "--rounds", "2", "--paged", "16", "--out", out])
+            summary = io.StringIO()
+            with contextlib.redirect_stdout(summary):
+                knob_ab.main(["--experiment", "e", "--decode", "--kv-heads", "1", "--rounds", "2", "--page-size", "16",
+                              "--arm", f"one-launch={exe}#one-launch", "--arm", f"unpacked={exe}#unpacked", "--out", out])
             with open(log) as f:
                 calls = f.read().splitlines()
             self.assertEqual(len(calls), 15 * 2 * 2)  # batch 1, 8, 64 · 5 lengths · 2 variants · 2 rounds
             self.assertTrue(all("--page-size 16 --variant" in c for c in calls))
             self.assertTrue(calls[0].endswith("--variant one-launch") and calls[1].endswith("--variant unpacked"))
-            self.assertTrue(calls[30].endswith("--variant unpacked"))  # round 2: the order reversed
+            self.assertTrue(calls[2].endswith("--variant unpacked"))  # round 2: the order reversed
             with open(out) as f:
                 self.assertEqual(len(list(csv.DictReader(f))), 60)
+            # one cell under both arms, whatever variant its rows name: a ratio of 1.000 per cell
+            self.assertIn("SUMMARY e: unpacked/one-launch median 1.000", summary.getvalue())
 
     def test_partial_rows_after_every_command_then_removed(self):
         import bench
