@@ -103,12 +103,14 @@ gqa() {
     --no-render >> "$OUT/run.log" 2>&1 && mv "$OUT/bench.csv.gqa" "$OUT/bench.csv"
 }
 # step 22's variants against each other on the decode shapes, interleaved rounds (profiles/knob_ab.py --decode,
-# one arm per variant); into the tarball, only when named. DECODE_AB picks them (default: all five), DECODE_KV the
-# K/V heads (default "32 8 1"); DECODE_PAGED=N: step 23's instead, in pages of N keys (DECODE_AB: its variants)
+# one arm per variant); into the tarball, only when named. DECODE_AB picks them (default: all five; commas or
+# spaces), DECODE_KV the K/V heads (default "32 8 1"); DECODE_PAGED=N: step 23's instead, in pages of N keys
+# (DECODE_AB then names step 23's variants)
 decodeab() {
   local step=22_split_kv_decode paged=() arms=() v
   [[ -n ${DECODE_PAGED:-} ]] && step=23_paged_kv_decode paged=(--page-size "$DECODE_PAGED")
-  for v in ${DECODE_AB:-one-launch two-launches rows32 unpacked stages5}; do arms+=(--arm "$v=build/bin/$step#$v"); done
+  DECODE_AB=${DECODE_AB:-one-launch two-launches rows32 unpacked stages5}
+  for v in ${DECODE_AB//,/ }; do arms+=(--arm "$v=build/bin/$step#$v"); done
   mkdir -p "$work/profiles/$step"
   # shellcheck disable=SC2086  # DECODE_KV: several numbers
   python3 profiles/knob_ab.py --experiment "$step variants" --decode --kv-heads ${DECODE_KV:-32 8 1} --rounds 2 \
