@@ -109,7 +109,7 @@ gqa() {
 decodeab() {
   local step=22_split_kv_decode paged=() arms=() v
   [[ -n ${DECODE_PAGED:-} ]] && step=23_paged_kv_decode paged=(--page-size "$DECODE_PAGED")
-  DECODE_AB=${DECODE_AB:-one-launch two-launches rows32 unpacked stages5}
+  DECODE_AB=${DECODE_AB:-one-launch two-launches rows32 unpacked}
   for v in ${DECODE_AB//,/ }; do arms+=(--arm "$v=build/bin/$step#$v"); done
   mkdir -p "$work/profiles/$step"
   # shellcheck disable=SC2086  # DECODE_KV: several numbers

@@ -616,12 +616,20 @@ BLOCKS = {
         "results:decode_one_launch_rerun": lambda: decode_variant_table(
             "two-launches", "one-launch", os.path.join(DECODE, "history", "one_launch_default_sweep.csv")),
         "results:decode_rows16_ab": lambda: decode_variants_ab_table(
-            os.path.join(DECODE, "history", "rows16_variant_ab.csv"))},
+            os.path.join(DECODE, "history", "rows16_variant_ab.csv")),
+        "results:decode_bulk_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "bulk_rows_ab.csv")),
+        "results:paged_lazy_ab": lambda: decode_variants_ab_table(
+            os.path.join("23_paged_kv_decode", "history", "lazy_rescale_ab.csv"))},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_one_launch": lambda: decode_variant_table("two-launches",
                                                                                               "one-launch"),
                                    "results:decode_variants_ab": lambda: decode_variants_ab_table(
                                        os.path.join(DECODE, "variants_ab.csv")),
+                                   "results:decode_copy_diet_ab": lambda: decode_variants_ab_table(
+                                       os.path.join(DECODE, "copy_diet_ab.csv")),
+                                   "results:decode_packing_ab": lambda: decode_variants_ab_table(
+                                       os.path.join(DECODE, "packing_ab.csv")),
                                    "results:decode_splits_128_rows16": lambda: decode_splits_table(
                                        os.path.join(DECODE, "history", "ceiling128_rows16_decode_splits.csv")),
                                    "results:read_floor": lambda: read_floor_table(),
@@ -1357,8 +1365,9 @@ def decode_variants_ab_table(csv_name):
         if fp_float(r["time_ms"]):
             times.setdefault(base, {}).setdefault(r["variant"], []).append(fp_float(r["time_ms"]))
     body, ratios = [], {v: [] for v in names[1:]}
+    pages = sorted({m.group(1) for m in (re.search(r" cache p(\d+) ", k) for k in times) if m})
     for problem, t in times.items():
-        p = split_problem(problem, gqa=True, cache=True)
+        p = split_problem(re.sub(r" cache p\d+ ", " cache ", problem), gqa=True, cache=True)  # step 23: paged
         if not p or names[0] not in t:
             continue
         first = median(sorted(t[names[0]]))
@@ -1376,7 +1385,8 @@ def decode_variants_ab_table(csv_name):
         f"\n\nEach shape timed by the step's `--bench` (median of 20, L2 flushed) under each variant, {rounds} " \
         f"rounds with the variants' order reversed every other round; the µs column and the ratios are medians over " \
         f"the rounds; above 1.00× {names[0]} is faster. {summary}. fp16, 32 query heads, one query row each, every " \
-        f"sequence as long as the cache.\n\n" + source_line([csv_name])
+        f"sequence as long as the cache" + (f", the cache in pages of {' and '.join(pages)} keys" if pages else "") + \
+        ".\n\n" + source_line([csv_name])
 
 
 READ_FLOOR_MISSING = "*Not measured yet: no `profiles/" + GPU + "/{csv}` (on a GPU: `build/bin/read_floor > " \

@@ -931,6 +931,10 @@ class OneRunTables(unittest.TestCase):
         knob = [dict({k: v for k, v in r.items() if k != "variant"}, arm=r["variant"]) for r in rows]  # knob_ab's
         self.assertIn("| 1 | 1 | 4096 | 11.0 | 1.27× |",
                       self.render("decode_variants_ab_table", {"22_split_kv_decode/ab.csv": knob}, "22_split_kv_decode/ab.csv"))
+        paged = [dict(r, problem=r["problem"].replace(" cache ", " cache p16 ")) for r in knob]  # step 23's rows
+        table = self.render("decode_variants_ab_table", {"23/ab.csv": paged}, "23/ab.csv")
+        self.assertIn("| 1 | 1 | 4096 | 11.0 | 1.27× |", table)
+        self.assertIn("in pages of 16 keys", table)
 
     def test_decode_against_the_read_only_kernel(self):
         head = ["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs", "check"]
@@ -1210,7 +1214,7 @@ class BenchInputs(unittest.TestCase):
             write_exe(exe, textwrap.dedent(f"""\
                 #!/bin/sh
                 case "$*" in *--device-info*) exit 1;; esac
-                case "$*" in *--help*) echo "  --variant S    which (one-launch|two-launches|rows32|stages5)"; exit 0;; esac
+                case "$*" in *--help*) echo "  --variant S    which (one-launch|two-launches|rows32|unpacked)"; exit 0;; esac
                 echo "$*" >> {log}
                 echo "step,idea,problem,time_ms"
                 echo "22_fake,x,P cache f16,1"
@@ -1220,9 +1224,9 @@ class BenchInputs(unittest.TestCase):
                 self.assertEqual(f.read().splitlines(), ["--sweep --csv --variant one-launch",
                                                          "--sweep --csv --variant two-launches"])
             os.remove(log)
-            bench.step_rows([exe], only_variants={"stages5"})  # named: swept
+            bench.step_rows([exe], only_variants={"unpacked"})  # named: swept
             with open(log) as f:
-                self.assertEqual(f.read().splitlines(), ["--sweep --csv --variant stages5"])
+                self.assertEqual(f.read().splitlines(), ["--sweep --csv --variant unpacked"])
 
     def test_knob_ab_decode_arms_run_variants_with_the_page_size(self):
         import knob_ab

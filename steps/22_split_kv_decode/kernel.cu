@@ -64,7 +64,7 @@ const fa::StepInfo& info();
 
 constexpr int kWarp = 32, kWarps = 4, kThreads = kWarps * kWarp;
 constexpr int kBlockN = 64;            // keys per tile: 16 per warp
-constexpr int kStages = 3;             // K/V ring depth (the variant stages5: 5)
+constexpr int kStages = 3;             // K/V ring depth: 2 tiles in flight
 constexpr int kMaxSplits = 64;         // partials per row at most (the merge reads them all)
 constexpr int kMinSplitKeys = 128;     // a split attends to at least this many keys (2 tiles)
 constexpr int kMaxSeqQ = 64;           // query rows per head: decoding, not prefill (steps 11-18)
@@ -104,6 +104,13 @@ struct TileCopy {
       const T* from = in ? src + std::size_t(row0 + r0 + i * ROW_STEP) * head_dim + 8 * c : src;
       cp_async_16(dst + smem_off + i * ROW_STEP * D, from, in ? 16 : 0);
     }
+  }
+  // A tile whose ROWS rows all lie before the end: no test per row, and the addresses are the thread's first
+  // chunk `from` plus a step of ROW_STEP rows (row_step elements, computed once). bytes: 16, or 0 past head_dim.
+  template <class T>
+  __device__ __forceinline__ void issue_whole(T* dst, const T* from, int row_step, int bytes) const {
+#pragma unroll
+    for (int i = 0; i < VECS; ++i) cp_async_16(dst + smem_off + i * ROW_STEP * D, from + i * row_step, bytes);
   }
 };
 
@@ -162,11 +169,25 @@ __global__ void __launch_bounds__(kThreads)
   k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
   TileCopy<ROWS, D>().issue(Qs, q, 0, n_rows - r0, head_dim);
   cp_async_commit();
+  // One warp per scheduler issues all of a block's instructions, and a test and a 64-bit multiply per copied
+  // row were a third of them. So whole tiles (all but a ragged last one) take their addresses from a start
+  // computed once: this thread's chunk of K_t is kv_at + t·kBlockN·head_dim elements from k (of V_t, from v),
+  // then one every ROW_STEP rows. Where the stream is bound by that issue (batch 1), this is faster.
   const TileCopy<kBlockN, D> kv_copy;
+  const int kv_bytes = 8 * kv_copy.c < head_dim ? 16 : 0, kv_row_step = kv_copy.ROW_STEP * head_dim;
+  const std::size_t kv_at = std::size_t(k_begin + kv_copy.r0) * head_dim + (kv_bytes ? 8 * kv_copy.c : 0);
   auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % STAGES; rows >= k_end zero
     if (t < n_tiles) {
-      kv_copy.issue(Ks + t % STAGES * kBlockN * D, k, k_begin + t * kBlockN, k_end, head_dim);
-      kv_copy.issue(Vs + t % STAGES * kBlockN * D, v, k_begin + t * kBlockN, k_end, head_dim);
+      T* const ks = Ks + t % STAGES * kBlockN * D;
+      T* const vs = Vs + t % STAGES * kBlockN * D;
+      if (k_begin + (t + 1) * kBlockN <= k_end) {
+        const std::size_t at = kv_at + std::size_t(t) * kBlockN * head_dim;
+        kv_copy.issue_whole(ks, k + at, kv_row_step, kv_bytes);
+        kv_copy.issue_whole(vs, v + at, kv_row_step, kv_bytes);
+      } else {
+        kv_copy.issue(ks, k, k_begin + t * kBlockN, k_end, head_dim);
+        kv_copy.issue(vs, v, k_begin + t * kBlockN, k_end, head_dim);
+      }
     }
     cp_async_commit();
   };
@@ -403,9 +424,8 @@ __global__ void __launch_bounds__(kCombineThreads)
 // The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid barrier,
 // with the row rule below (the default); the split kernel then the combine kernel (two-launches: the same bits);
 // one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off); and one
-// launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head);
-// and one launch with a ring of 5 tiles (stages5: 4 in flight, is one block's stream bound by latency?).
-enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked, kStages5 };
+// launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head).
+enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked };
 int heads_per_group(const fa::AttnParams& p) { return p.variant == kUnpacked ? 1 : p.heads / fa::kv_heads_of(p); }
 int group_rows(const fa::AttnParams& p) { return heads_per_group(p) * p.seq_q; }
 // The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
@@ -495,16 +515,12 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 }
 
-template <class T, int D, int STAGES>
-void launch_stages(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  if (block_rows(a.p, fa::sm_count()) == 16)
-    launch<T, Config<D, 1, STAGES>>(a, stream);
-  else
-    launch<T, Config<D, 2, STAGES>>(a, stream);
-}
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  a.p.variant == kStages5 ? launch_stages<T, D, 5>(a, stream) : launch_stages<T, D, kStages>(a, stream);
+  if (block_rows(a.p, fa::sm_count()) == 16)
+    launch<T, Config<D, 1>>(a, stream);
+  else
+    launch<T, Config<D, 2>>(a, stream);
 }
 
 void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
@@ -565,7 +581,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
-    s.variants = {"one-launch", "two-launches", "rows32", "unpacked", "stages5"};  // see enum Variant
+    s.variants = {"one-launch", "two-launches", "rows32", "unpacked"};  // see enum Variant
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;
     s.workspace_note = "the splits' partial O and LSE, n_splits·batch·heads·seq_q·(head_dim + 1) fp32";

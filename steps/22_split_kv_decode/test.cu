@@ -4,8 +4,8 @@
 // the per-row low-precision rule of harness/tolerance.h. make_inputs sets every K/V row past a
 // sequence's length to NaN, so a kernel that reads one fails. Split counts are pinned with
 // FA_STEP22_SPLITS to take the one-split path, the merge, and splits that see no key. The variant
-// two-launches gives the default's bits; rows32 (blocks of 32 rows), unpacked (each query head a group of its
-// own) and stages5 (a deeper ring) are checked against fp64.
+// two-launches gives the default's bits; rows32 (blocks of 32 rows) and unpacked (each query head a group of its
+// own) are checked against fp64.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -182,27 +182,6 @@ TEST(Step22SplitKvDecode, PackedAndUnpackedMatchFp64) {
           fa::attention::Run r(kStep, p, false, in);
           expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64");
         }
-  }
-}
-
-// The stages5 variant (a ring of 5 K/V tiles, 4 in flight): its own pipeline depth in cp_async_wait and the ring's
-// slots, right against fp64 with 1, 3 and the rule's splits, both head dims, ragged and empty sequences.
-TEST(Step22SplitKvDecode, Stages5MatchesFp64) {
-  for (int n : {1, 3, 0}) {
-    SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
-    PinSplits pin(n);
-    for (fa::DType t : kTypes)
-      for (Shape s : {Shape{3, 8, 1, 3000, 128, true, 0, t, 2}, Shape{1, 32, 1, 9000, 64, false, 0, t, 1}}) {
-        s.kv_cache = true;
-        const std::vector<int> lens = s.batch == 3 ? std::vector<int>{3000, 0, 200} : std::vector<int>{8999};
-        const std::uint64_t seed = fa::fresh_seed();
-        SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
-        const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
-        fa::AttnParams p = s.params();
-        p.variant = 4;  // stages5
-        fa::attention::Run r(kStep, p, false, in);
-        expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64 (stages5)");
-      }
   }
 }
 
