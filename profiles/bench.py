@@ -290,14 +290,27 @@ def merge_rows(old, new, by_problem=False):
 
 
 # ---- the SDPA baselines --------------------------------------------------------------------------
+# GPU cycles of the hold before each timed SDPA call (torch.cuda._sleep): about 0.3 ms at the H100's clocks.
+HOLD_CYCLES = 1 << 19
+
+
 def median_ms(torch, fn, flush, reps, warmup):
-    """CUDA events around each call, L2 flushed (2×L2 written) before each; the median in ms."""
+    """CUDA events around each call, L2 flushed (2×L2 written) before each; the median in ms.
+    The events must time the GPU, not the host. A short decode call runs on the GPU in less time than
+    SDPA's dispatch takes on the host (Python, the dispatcher, the backend's plan), so once the GPU has
+    caught up with the host it would wait between the start event and the call's first kernel, and the
+    events would time that wait. A spin on the GPU after the flush (torch.cuda._sleep, HOLD_CYCLES) keeps it
+    busy while the host enqueues the start event, the call and the end event. The steps' C++ timer needs no
+    hold: a launch costs the host far less than the flush's memset takes on the GPU."""
+    hold = getattr(torch.cuda, "_sleep", None)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for i, (a, b) in enumerate(events):
         flush.fill_(i & 0xFF)
+        if hold:
+            hold(HOLD_CYCLES)
         a.record()
         fn()
         b.record()

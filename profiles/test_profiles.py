@@ -1086,6 +1086,41 @@ class BenchBracket(unittest.TestCase):
         self.assertEqual([round(x, 6) for x in drifts], [0.2, 0.0])
 
 
+class BenchTimer(unittest.TestCase):
+    """bench.py's SDPA timer: the GPU held (torch.cuda._sleep) after each flush, before the start event."""
+
+    def test_hold_between_flush_and_start_event(self):
+        import types
+        import bench
+        order = []
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                order.append("record")
+                self.t = len(order)
+
+            def elapsed_time(self, end):
+                return float(end.t - self.t)
+
+        class Flush:
+            def fill_(self, x):
+                order.append("flush")
+
+        cuda = types.SimpleNamespace(Event=Event, synchronize=lambda: None,
+                                     _sleep=lambda cycles: order.append(("hold", cycles)))
+        torch = types.SimpleNamespace(cuda=cuda)
+        ms = bench.median_ms(torch, lambda: order.append("call"), Flush(), reps=3, warmup=1)
+        self.assertEqual(order[:6], ["call", "flush", ("hold", bench.HOLD_CYCLES), "record", "call", "record"])
+        self.assertEqual(ms, 2.0)  # the events around the call only
+        del cuda._sleep  # a torch without _sleep: no hold, the same events
+        order.clear()
+        bench.median_ms(torch, lambda: order.append("call"), Flush(), reps=1, warmup=0)
+        self.assertEqual(order, ["flush", "record", "call", "record"])
+
+
 class BenchMerge(unittest.TestCase):
     def test_auto_sdpa_modes(self):
         import bench
