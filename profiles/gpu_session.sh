@@ -12,7 +12,7 @@
 # bench.csv: NN_name/{metrics.csv,speed_of_light.txt,ncu_raw.csv} from capture.sh and bench.png from
 # bench.py; `results.py import` unpacks it there.
 #
-# STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits reduce floor capture sass";
+# STAGES picks the stages (default: all of "build ctest run_all bench gqa candidates splits reduce floor stream capture sass";
 # "inputs", profiles/inputs_ab.py into $OUT/inputs_ab.csv, and "decodeab", step 22's variants, only when
 # named), e.g. to split
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
@@ -29,7 +29,7 @@
 set -euo pipefail
 mkdir -p "${OUT:=$PWD/gpu_out}"
 OUT=$(cd "$OUT" && pwd)
-STAGES=" ${STAGES:-build ctest run_all bench gqa candidates splits reduce floor capture sass} "
+STAGES=" ${STAGES:-build ctest run_all bench gqa candidates splits reduce floor stream capture sass} "
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/local/cuda/bin"  # nvcc, ncu, cuobjdump where the image has them only there
 work=$(mktemp -d)
@@ -93,6 +93,9 @@ reduce() {
 }
 # how fast one kernel reads each decode size (profiles/microbench/read_floor.cu); into the tarball
 floor() { mkdir -p "$work/profiles" && build/bin/read_floor > "$work/profiles/read_floor.csv" 2>> "$OUT/run.log"; }
+# step 22's copies without its math, at several ring depths and amounts of work per tile
+# (profiles/microbench/decode_stream.cu, well under a minute); into the tarball
+stream() { mkdir -p "$work/profiles" && build/bin/decode_stream > "$work/profiles/decode_stream.csv" 2>> "$OUT/run.log"; }
 # grouped-query attention: the GQA sweeps of the forward steps and SDPA's (enable_gqa) in one run, merged
 # into $OUT/bench.csv (after the bench stage) or into a copy of the committed bench.csv
 gqa() {
@@ -137,6 +140,7 @@ stage candidates candidates
 stage splits splits
 stage reduce reduce
 stage floor floor
+stage stream stream
 stage inputs inputs
 stage decodeab decodeab
 stage capture capture

@@ -620,7 +620,8 @@ BLOCKS = {
         "results:decode_bulk_ab": lambda: decode_variants_ab_table(
             os.path.join(DECODE, "history", "bulk_rows_ab.csv")),
         "results:paged_lazy_ab": lambda: decode_variants_ab_table(
-            os.path.join("23_paged_kv_decode", "history", "lazy_rescale_ab.csv"))},
+            os.path.join("23_paged_kv_decode", "history", "lazy_rescale_ab.csv")),
+        "results:decode_stream": lambda: decode_stream_table()},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_one_launch": lambda: decode_variant_table("two-launches",
                                                                                               "one-launch"),
@@ -1436,6 +1437,49 @@ def decode_vs_read_table(csv_name="read_floor.csv", variant="two-launches"):
         "1: faster than it (the read-only kernel is a reference, not a bound).\n\n" + source_line([csv_name, "bench.csv"])
 
 
+
+DECODE_STREAM_MISSING = "*Not measured yet: no `profiles/" + GPU + "/{csv}` (on a GPU: `build/bin/decode_stream > " \
+    "profiles/" + GPU + "/{csv}`, or gpu_session.sh's stage `stream`).*"
+
+
+def decode_stream_table(csv_name="decode_stream.csv"):
+    """History of doc 22: profiles/microbench/decode_stream.cu's CSV: per geometry and ring depth, the time of step
+    22's copies without its math at each amount of dependent work per tile (spin), beside the read-only kernel's
+    time for the same bytes (read_floor.csv) and step 22's own time on the decode shape the geometry names
+    (bench.csv; '-' where the label names no single shape)."""
+    path = os.path.join(gpu_dir(), csv_name)
+    rows = read_csv(path) if os.path.exists(path) else []
+    if not rows:
+        return DECODE_STREAM_MISSING.format(csv=csv_name)
+    spins = sorted({int(r["spin"]) for r in rows})
+    floor, dec = read_floor_best(), decode_cells()
+    cells, order = {}, []
+    for r in rows:
+        key = (r["geometry"], int(r["stages"]))
+        if key not in cells:
+            order.append(key)
+            cells[key] = {"r": r, "us": {}}
+        cells[key]["us"][int(r["spin"])] = float(r["median_us"]) if r["check"] == "ok" else None
+    body, failed = [], 0
+    for key in order:
+        r, us = cells[key]["r"], cells[key]["us"]
+        failed += sum(v is None for v in us.values())
+        b = 2 * int(r["streams"]) * int(r["keys"]) * 128 * 2  # K and V, d 128, fp16 (the program's only layout)
+        ro = floor.get(b, (None,))[0]
+        m = re.match(r"^B(\d+) KV(\d+) (\d+) ", r["geometry"])
+        step = dec.get((int(m.group(1)), int(m.group(2)), int(m.group(3))), {}).get(DECODE) if m else None
+        body.append([r["geometry"], r["blocks"], f"{float(r['mb']):.0f}", str(key[1])] +
+                    [f"{us[s]:.1f}" if us.get(s) is not None else "-" for s in spins] +
+                    [f"{ro:.1f}" if ro else "-", f"{step[0] * 1e3:.1f}" if step else "-"])
+    return md_table(["geometry (streams:keys:splits:halves, or the shape and grid it mirrors)", "blocks", "K/V MB",
+                     "ring"] + [f"µs, spin {s}" for s in spins] + ["read-only µs", "step 22 µs"], body) + \
+        "\n\nStep 22's copies without its math (profiles/microbench/decode_stream.cu): the same grid, chunks and ring " \
+        "of 64-key tiles, each tile then read from shared memory into a checksum and followed by `spin` dependent " \
+        "FMAs per thread; L2 flushed before each launch, median of 20, every launch's sum checked" + \
+        (f" (**{failed} failed**)" if failed else "") + ". Read-only: read_floor.cu's fastest launch for the same " \
+        "bytes. Step 22: its default on the shape named (bench.csv, another run).\n\n" + \
+        source_line([csv_name, "read_floor.csv", "bench.csv"])
+
 def read_floor_table(csv_name="read_floor.csv"):
     """Doc 22: profiles/microbench/read_floor.cu's CSV (profiles/<gpu>/read_floor.csv): per buffer size (the decode
     sweep's K/V sizes), the fastest one kernel reads it (the best of its grid sizes) against the copy's rate, the
@@ -2145,7 +2189,7 @@ def render(check):
 
 # ---- import -------------------------------------------------------------------------------------
 _CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv|source_stalls\.csv|variants_ab\.csv)|bench\.png|"
-                           r"step11_candidates\.csv|decode_splits\.csv|dq_reduce\.csv|read_floor\.csv)$")
+                           r"step11_candidates\.csv|decode_splits\.csv|dq_reduce\.csv|read_floor\.csv|decode_stream\.csv)$")
 
 
 def import_session(src):

@@ -1,0 +1,260 @@
+// decode_stream: how fast the decode steps' blocks can stream their K/V chunks when they do none of the
+// attention's math. Step 22 launches about one block per SM at batch 1 and at one K/V head, and each block
+// streams its chunk of keys through a ring of shared-memory tiles (cp.async, 64 keys of K and of V per
+// stage, 128 threads, each copying 16-byte pieces of 8 rows). On those shapes it reads at half the copy's
+// rate or less, while read_floor.cu's kernel, which only reads, gets much closer. Two causes are possible,
+// and they need different cures:
+//   - the copies: one block's ring keeps too few bytes in flight, or too few streams read at once (then a
+//     deeper ring, more splits or whole-tile TMA copies would help);
+//   - the math between the copies: with one warp per scheduler, the latency of each tile's dependent
+//     instructions is not hidden, and a block issues its next copy only after it (then more warps per SM
+//     would help, not a deeper ring).
+// This program copies exactly as the step does (same grid, same chunks, same ring, same pieces per thread)
+// and replaces the math by a chosen amount of dependent work per tile: --spin N is a chain of N dependent
+// FMAs per thread per tile (0: only the reading of the tile from shared memory into a checksum). If spin 0
+// runs near the read-only kernel and a spin of the math's latency slows it to the step's time, the math
+// is the limit; if spin 0 is already as slow as the step, the copies are.
+//
+// A geometry is STREAMS:KEYS:SPLITS:HALVES: STREAMS independent (sequence, K/V head) caches of KEYS keys
+// (d 128, fp16, K and V each [STREAMS, KEYS, 128]), each cut into SPLITS chunks (rounded up to whole
+// tiles, as step 22 cuts them), and HALVES blocks per chunk that read the same keys (step 22's two
+// 16-row blocks of a 32-row group). Grid (SPLITS, STREAMS, HALVES), one block each. The default list
+// mirrors the blocks step 22's rule launches on the decode sweep's few-block shapes (batch 1, 8 and 64 at
+// one K/V head, batch 1 at 8) and the alternatives its appendices measure. Timed as the steps are
+// (harness/timer.h: L2 flushed before each launch, CUDA events, median of --reps). Every launch's sum of
+// the words it read is checked against the host's, so a launch that skipped or repeated a piece fails.
+//
+//   build/bin/decode_stream [--geometry LIST] [--stages 2,3,4] [--spin 0,256,1024] [--reps N] > decode_stream.csv
+//
+// Output: CSV, one row per (geometry, ring depth, spin): the geometry, blocks, unique K/V MB, median µs,
+// GB/s (unique K/V bytes over the time), % of the device-to-device copy's rate measured in the same run, check.
+// Exit status: 0 every check passed, 1 a check failed, 2 bad usage, 3 no CUDA device.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "attention_inputs.h"
+#include "check.h"
+#include "cli.h"
+#include "cp_async.cuh"
+#include "device_info.h"
+#include "timer.h"
+
+namespace {
+
+using namespace fa::ptx;
+
+constexpr int kThreads = 128, kBlockN = 64, kD = 128;  // step 22's block, tile of keys, head_dim
+constexpr int kChunks = kD / 8;                        // 16-byte pieces per row: 16
+constexpr int kRowStep = kThreads / kChunks;           // rows between a thread's pieces: 8
+constexpr int kVecs = kBlockN / kRowStep;              // pieces per thread per tile, of K and of V: 8
+constexpr int kTileWords = kBlockN * kD / 8;           // 16-byte words in a tile of K (or of V): 1024
+
+// The 32-bit word i of the K buffer (V: i + the K buffer's words), as read_floor.cu hashes its buffer.
+__host__ __device__ inline std::uint32_t word(std::uint64_t i) {
+  return std::uint32_t(i * 2654435761ull) ^ std::uint32_t(i >> 13);
+}
+
+__global__ void fill(std::uint32_t* p, std::uint64_t n, std::uint64_t first) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t(blockDim.x) + threadIdx.x; i < n; i += std::uint64_t(gridDim.x) * blockDim.x)
+    p[i] = word(first + i);
+}
+
+__device__ __forceinline__ std::uint64_t add4(uint4 v) { return std::uint64_t(v.x) + v.y + v.z + v.w; }
+
+// One block per (split, stream, half). smem: STAGES stages of [64, 128] K then [64, 128] V (uint4 words).
+// Keys [k_begin, k_end) of stream blockIdx.y, tile by tile through the ring: the copy of tile t + STAGES − 1
+// is issued before tile t is consumed (step 22's loop). Consuming a tile: each thread adds 16 words of it that
+// other threads copied (after the barrier), then runs `spin` dependent FMAs (the stand-in for the math).
+template <int STAGES>
+__global__ void __launch_bounds__(kThreads) stream_chunks(const uint4* __restrict__ k, const uint4* __restrict__ v,
+                                                          int keys, int spin, unsigned long long* sum) {
+  extern __shared__ uint4 ring[];  // [STAGES][2][kTileWords]
+  const int chunk = ((keys + gridDim.x - 1) / gridDim.x + kBlockN - 1) / kBlockN * kBlockN;
+  const int k_begin = blockIdx.x * chunk, k_end = min(keys, k_begin + chunk);
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + kBlockN - 1) / kBlockN : 0;
+  const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const std::size_t base = (std::size_t(blockIdx.y) * keys + k_begin + r0) * kChunks + c;  // this thread's first piece
+  auto issue = [&](int t) {
+    if (t < n_tiles) {
+      uint4* dst = ring + (t % STAGES) * 2 * kTileWords + r0 * kChunks + c;
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        const int row = k_begin + t * kBlockN + r0 + i * kRowStep;
+        const std::size_t at = base + (std::size_t(t) * kBlockN + i * kRowStep) * kChunks;
+        const int bytes = row < k_end ? 16 : 0;  // rows past the chunk: zeros (they add nothing)
+        cp_async_16(dst + i * kRowStep * kChunks, k + (bytes ? at : 0), bytes);
+        cp_async_16(dst + kTileWords + i * kRowStep * kChunks, v + (bytes ? at : 0), bytes);
+      }
+    }
+    cp_async_commit();  // an empty group past the last tile keeps the wait's count uniform
+  };
+  for (int t = 0; t < STAGES - 1; ++t) issue(t);
+  std::uint64_t acc = 0;
+  float x = float(threadIdx.x);
+  for (int t = 0; t < n_tiles; ++t) {
+    issue(t + STAGES - 1);
+    cp_async_wait<STAGES - 1>();  // tile t's group has landed (this thread's pieces) ...
+    __syncthreads();             // ... and every thread's
+    const uint4* tile = ring + (t % STAGES) * 2 * kTileWords;
+#pragma unroll
+    for (int i = 0; i < 2 * kVecs; ++i)  // 16 words of K and V, each copied by another thread
+      acc += add4(tile[(i * kRowStep + r0) * kChunks + (c + 1) % kChunks]);
+    for (int s = 0; s < spin; ++s) x = fmaf(x, 0.999f, 1.0f);  // dependent: each waits for the one before
+    __syncthreads();  // the stage is free for the copy issued STAGES − 1 tiles later
+  }
+  cp_async_wait<0>();
+  if (x == -1.0f) acc += 1;  // never true (x stays positive), but the compiler cannot drop the chain
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (threadIdx.x % 32 == 0 && acc) atomicAdd(sum, static_cast<unsigned long long>(acc));
+}
+
+struct Geometry {
+  int streams, keys, splits, halves;
+  std::string label;  // the decode shape it mirrors
+};
+
+// Step 22's grids on the sweep's few-block shapes (its rule at 132 SMs, 32 query heads, d 128), and the
+// alternatives its appendices and history measured.
+const std::vector<Geometry> kDefaults = {
+    {1, 131072, 64, 2, "B1 KV1 131072 (rule: 64 splits, 16-row halves)"},
+    {1, 131072, 128, 2, "B1 KV1 131072 (128 splits, halves)"},
+    {1, 131072, 128, 1, "B1 KV1 131072 (128 splits, one block each)"},
+    {1, 65536, 64, 2, "B1 KV1 65536 (rule)"},
+    {1, 16384, 64, 2, "B1 KV1 16384 (rule)"},
+    {8, 16384, 16, 1, "B8 KV1 and B1 KV8 16384 (rule: 16 splits, one block each)"},
+    {64, 1024, 2, 1, "B64 KV1 1024 (rule: 2 splits of 32 rows)"},
+    {64, 1024, 1, 1, "B64 KV1 1024 (1 split)"},
+    {64, 1024, 1, 2, "B64 KV1 1024 (1 split, 16-row halves)"},
+    {64, 4096, 2, 1, "B64 KV1 4096 (rule)"},
+};
+
+std::vector<Geometry> parse_geometries(const std::string& text) {
+  std::vector<Geometry> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    std::vector<int> f;
+    std::string rest = item;
+    for (char& ch : rest) ch = ch == ':' ? ',' : ch;
+    try {
+      f = fa::attention::parse_seq_lens(rest);
+    } catch (const fa::UsageError&) {
+      f.clear();
+    }
+    if (f.size() != 4 || f[0] < 1 || f[1] < 1 || f[2] < 1 || f[3] < 1 || f[0] > 4096 || f[2] > 1024 || f[3] > 8 ||
+        std::uint64_t(f[0]) * f[1] * kD * 2 > (1ull << 32))
+      throw fa::UsageError("--geometry: '" + item + "' is not STREAMS:KEYS:SPLITS:HALVES (each at least 1; streams " +
+                           "at most 4096, splits 1024, halves 8; K at most 4 GiB)");
+    out.push_back({f[0], f[1], f[2], f[3], item});
+    at = end + 1;
+  }
+  return out;
+}
+
+std::vector<int> parse_list(const std::string& flag, const std::string& text, int lo, int hi) {
+  std::vector<int> out;
+  try {
+    out = fa::attention::parse_seq_lens(text);
+  } catch (const fa::UsageError&) {
+    out.clear();
+  }
+  if (out.empty()) throw fa::UsageError(flag + ": '" + text + "' is not a comma-separated list of whole numbers");
+  for (int n : out)
+    if (n < lo || n > hi)
+      throw fa::UsageError(flag + ": " + std::to_string(n) + " is outside " + std::to_string(lo) + "-" + std::to_string(hi));
+  return out;
+}
+
+using Kernel = void (*)(const uint4*, const uint4*, int, int, unsigned long long*);
+Kernel kernel_of(int stages) {
+  return stages == 2 ? stream_chunks<2> : stages == 3 ? stream_chunks<3> : stages == 4 ? stream_chunks<4>
+                                                                                        : stream_chunks<5>;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  long long reps = 20;
+  std::string geometry, stages_text = "2,3,4", spin_text = "0,256,1024";
+  fa::ArgParser p("decode_stream",
+                  "step 22's K/V copies (grid, chunks, ring of 64-key tiles, cp.async) without its math: per "
+                  "geometry, ring depth and dependent work per tile, the time and GB/s; CSV on stdout");
+  p.add_string("--geometry", &geometry,
+               "comma-separated STREAMS:KEYS:SPLITS:HALVES (default: step 22's grids on the few-block decode shapes)");
+  p.add_string("--stages", &stages_text, "ring depths, comma-separated, each 2-5 (default 2,3,4; step 22 uses 3)");
+  p.add_string("--spin", &spin_text, "dependent FMAs per thread per tile, comma-separated, 0-65536 (default 0,256,1024)");
+  p.add_int("--reps", &reps, 1, 1 << 20, "timed repetitions per row (median reported; at least 20)");
+  if (!p.parse(argc, argv)) return fa::kExitOk;
+  if (reps < 20) throw fa::UsageError("--reps: at least 20 (docs/conventions.md, \"Measurement\")");
+  const std::vector<Geometry> geoms = p.given("--geometry") ? parse_geometries(geometry) : kDefaults;
+  const std::vector<int> stages = parse_list("--stages", stages_text, 2, 5);
+  const std::vector<int> spins = parse_list("--spin", spin_text, 0, 65536);
+  std::string why;
+  if (!fa::cuda_device_available(&why)) {
+    std::fprintf(stderr, "decode_stream: no CUDA device: %s\n", why.c_str());
+    return fa::kExitNoDevice;
+  }
+  const fa::DeviceInfo dev = fa::query_device(0, /*measure_copy=*/true);
+  for (int s : {2, 3, 4, 5})
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_of(s), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       s * 2 * kTileWords * int(sizeof(uint4))));
+  unsigned long long* sum = nullptr;
+  FA_CUDA_CHECK(cudaMalloc(&sum, sizeof *sum));
+  fa::TimingOptions opt;
+  opt.reps = int(reps);
+  const int launches = opt.warmup + opt.reps;
+  std::printf("geometry,streams,keys,splits,halves,blocks,stages,spin,mb,median_us,gbs,pct_copy,copy_gbs,check\n");
+  bool ok = true;
+  for (const Geometry& g : geoms) {
+    const std::uint64_t words = std::uint64_t(g.streams) * g.keys * kD / 2;  // 32-bit words of K (and of V)
+    std::uint32_t *k = nullptr, *v = nullptr;
+    FA_CUDA_CHECK(cudaMalloc(&k, words * 4));
+    FA_CUDA_CHECK(cudaMalloc(&v, words * 4));
+    fill<<<dev.sm_count * 8, 256>>>(k, words, 0);
+    fill<<<dev.sm_count * 8, 256>>>(v, words, words);
+    FA_CHECK_LAUNCH();
+    std::uint64_t expect = 0;  // every word of K and V, read by each of the halves
+    for (std::uint64_t i = 0; i < 2 * words; ++i) expect += word(i);
+    expect *= std::uint64_t(g.halves);
+    const dim3 grid(g.splits, g.streams, g.halves);
+    for (int st : stages) {
+      for (int spin : spins) {
+        FA_CUDA_CHECK(cudaMemset(sum, 0, sizeof *sum));
+        const Kernel kern = kernel_of(st);
+        const int smem = st * 2 * kTileWords * int(sizeof(uint4));
+        const fa::Timing t = fa::time_launches(
+            [&](cudaStream_t s) {
+              kern<<<grid, kThreads, smem, s>>>(reinterpret_cast<const uint4*>(k), reinterpret_cast<const uint4*>(v),
+                                                 g.keys, spin, sum);
+            },
+            opt);
+        FA_CHECK_LAUNCH();
+        unsigned long long got = 0;
+        FA_CUDA_CHECK(cudaMemcpy(&got, sum, sizeof got, cudaMemcpyDeviceToHost));
+        const bool pass = got == static_cast<unsigned long long>(expect * std::uint64_t(launches));
+        ok = ok && pass;
+        const double bytes = 2.0 * words * 4, us = t.median_ms * 1e3, gbs = us > 0 ? bytes / (us * 1e3) : 0;
+        std::printf("\"%s\",%d,%d,%d,%d,%d,%d,%d,%.3f,%.2f,%.1f,%.1f,%.1f,%s\n", g.label.c_str(), g.streams, g.keys,
+                    g.splits, g.halves, g.splits * g.streams * g.halves, st, spin, bytes / 1e6, us, gbs,
+                    dev.copy_gbs > 0 ? 100 * gbs / dev.copy_gbs : 0.0, dev.copy_gbs, pass ? "ok" : "FAIL");
+        std::fflush(stdout);
+      }
+    }
+    FA_CUDA_CHECK(cudaFree(k));
+    FA_CUDA_CHECK(cudaFree(v));
+  }
+  FA_CUDA_CHECK(cudaFree(sum));
+  if (!ok) std::fprintf(stderr, "decode_stream: FAIL: a launch's sum differs from the host's\n");
+  return ok ? fa::kExitOk : fa::kExitCheckFailed;
+} catch (const fa::UsageError& e) {
+  std::fprintf(stderr, "decode_stream: %s\n", e.what());
+  return fa::kExitUsage;
+} catch (const fa::Error& e) {
+  std::fprintf(stderr, "decode_stream: %s\n", e.what());
+  return fa::kExitCheckFailed;
+}
