@@ -6,6 +6,11 @@ pinned (FA_STEP22_SPLITS=n).
 
   python3 profiles/decode_splits.py [--build build] [--out profiles/<gpu>/decode_splits.csv]
   python3 profiles/decode_splits.py --shapes 1:1:131072,1:8:16384 --splits 32,64,128 --out FILE
+  python3 profiles/decode_splits.py --shapes 64:1:1024,64:1:4096 --splits 1,2,4 --rows 16,32 --out FILE
+
+--rows also pins a block's rows (FA_STEP22_ROWS; it matters only where a K/V head has more than 16 query
+rows, MQA here): every count under each, the `splits` column then "n/rROWS" ("default/r16": the rule's
+count for blocks of 16).
 
 Rows: the executable's CSV row plus a `splits` column ("default" or n). results.py renders them in
 docs/22 (block results:decode_splits): per shape, GB/s of each count, the fastest in bold, and the
@@ -34,17 +39,30 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(fp.gpu_dir(), "decode_splits.csv"))
     ap.add_argument("--shapes", help="instead of the shapes below: BATCH:KV_HEADS:KEYS,... (e.g. 1:1:131072)")
     ap.add_argument("--splits", help="instead of the pinned counts below: N,N,...")
+    ap.add_argument("--rows", help="also pin a block's rows, each of these (16, 32): R,R")
     args = ap.parse_args(argv)
     shapes = [tuple(int(x) for x in t.split(":")) for t in args.shapes.split(",")] if args.shapes else SHAPES
     splits = tuple(int(n) for n in args.splits.split(",")) if args.splits else SPLITS
+    block_rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else (None,)
+    if any(r not in (None, 16, 32) for r in block_rows):
+        ap.error(f"--rows {args.rows}: a block holds 16 or 32 rows")
     exe = os.path.join(args.build, "bin", "22_split_kv_decode")
     rows = []
     for batch, kv_heads, keys in shapes:
         cmd = [exe, "--bench", "--csv", "--dtype", "f16", "--batch", str(batch), "--heads", "32", "--kv-heads",
                str(kv_heads), "--seq-q", "1", "--seq-k", str(keys), "--head-dim", "128", "--cache-lens", str(keys)]
-        for n in (None,) + splits:  # None: the heuristic's own count
-            rows += [dict(r, splits="default" if n is None else str(n))
-                     for r in run_pinned(cmd, "FA_STEP22_SPLITS", n)]
+        for br in block_rows:  # None: the row rule's own choice
+            old = os.environ.pop("FA_STEP22_ROWS", None)
+            if br is not None:
+                os.environ["FA_STEP22_ROWS"] = str(br)
+            try:
+                for n in (None,) + splits:  # None: the heuristic's own count
+                    tag = ("default" if n is None else str(n)) + ("" if br is None else f"/r{br}")
+                    rows += [dict(r, splits=tag) for r in run_pinned(cmd, "FA_STEP22_SPLITS", n)]
+            finally:
+                os.environ.pop("FA_STEP22_ROWS", None)
+                if old is not None:
+                    os.environ["FA_STEP22_ROWS"] = old
         if rows:  # after every shape, so a run cut short keeps the shapes it finished
             write_tagged_csv(args.out, "splits", rows)
 

@@ -2021,7 +2021,11 @@ def decode_splits_table(csv_name="decode_splits.csv"):
         cells = [("**{:.0f}**" if c == best else "{:.0f}").format(rate[c]) if rate.get(c) else "-" for c in counts]
         heuristic = f"{time['default'] / time[best]:.2f}×" if best and time.get("default") else "-"
         body.append([problem, f"{rate['default']:.0f}" if rate.get("default") else "-"] + cells + [heuristic])
-    return md_table(["shape", "unpinned GB/s"] + [f"{c} split{'s' if c != '1' else ''}" for c in counts] +
+    def label(c):  # "8", or "8/r16" and "default/r16" (profiles/decode_splits.py --rows: a block's rows pinned too)
+        n, _, r = c.partition("/r")
+        return ("unpinned" if n == "default" else f"{n} split{'s' if n != '1' else ''}") + (f", rows {r}" if r else "")
+
+    return md_table(["shape", "unpinned GB/s"] + [label(c) for c in counts] +
                     ["unpinned time / fastest's"], body) + \
         "\n\nGB/s of K/V bytes read; each count pinned with `FA_STEP22_SPLITS` and timed by `22_split_kv_decode " \
         "--bench` (median of 20, L2 flushed); fp16, one query row per head, every sequence as long as the cache; " \

@@ -778,9 +778,40 @@ class DecodeSplits(unittest.TestCase):
             table = results.decode_splits_table()
             # the heuristic's 0.05 ms against the fastest count's (8 splits, 0.04 ms): 1.25×
             self.assertIn(f"| {shape} | 1400 | 170 | 340 | **1700** | 1.25× |", table)
+            rows += [dict(bench_row("22_split_kv_decode", shape, ms), splits=n, rate=str(rate), unit="GB/s")
+                     for n, ms, rate in (("default/r16", 0.045, 1500), ("1/r16", 0.03, 2000))]
+            with open(path, "w", newline="") as f:  # decode_splits.py --rows: a block's rows pinned too
+                w = csv.DictWriter(f, fieldnames=["splits"] + fp.BENCH_COLUMNS, lineterminator="\n")
+                w.writeheader()
+                w.writerows(rows)
+            table = results.decode_splits_table()
+            self.assertIn("| 1 split | 2 splits | 8 splits | unpinned, rows 16 | 1 split, rows 16 |", table)
+            self.assertIn(f"| {shape} | 1400 | 170 | 340 | 1700 | 1500 | **2000** | 1.67× |", table)
         finally:
             results.SPLITS_OVERRIDE = None
             shutil.rmtree(tmp)
+
+    def test_rows_pinned_beside_the_splits(self):
+        """decode_splits.py --rows: every count under each pinned block of rows, the executable seeing both
+        variables (a fake step that writes them into its row), neither left set afterwards."""
+        import decode_splits
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "bin"))
+            exe = os.path.join(tmp, "bin", "22_split_kv_decode")
+            with open(exe, "w") as f:
+                f.write("#!/bin/sh\necho step,idea,problem,time_ms\n"
+                        "echo \"22_split_kv_decode,x,s=${FA_STEP22_SPLITS:-none} r=${FA_STEP22_ROWS:-none},0.01\"\n")
+            os.chmod(exe, 0o755)
+            out = os.path.join(tmp, "out.csv")
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                decode_splits.main(["--build", tmp, "--shapes", "64:1:1024", "--splits", "1,2", "--rows", "16,32",
+                                    "--out", out])
+            with open(out, newline="") as f:
+                got = [(r["splits"], r["problem"]) for r in csv.DictReader(f)]
+            self.assertEqual(got, [("default/r16", "s=none r=16"), ("1/r16", "s=1 r=16"), ("2/r16", "s=2 r=16"),
+                                   ("default/r32", "s=none r=32"), ("1/r32", "s=1 r=32"), ("2/r32", "s=2 r=32")])
+            self.assertNotIn("FA_STEP22_ROWS", os.environ)
+            self.assertNotIn("FA_STEP22_SPLITS", os.environ)
 
 
 def history_table(test, name, csv_name, header, rows):

@@ -24,7 +24,7 @@
 // (harness/timer.h: L2 flushed before each launch, CUDA events, median of --reps). Every launch's sum of
 // the words it read is checked against the host's, so a launch that skipped or repeated a piece fails.
 //
-//   build/bin/decode_stream [--geometry LIST] [--stages 2,3,4] [--spin 0,256,1024] [--reps N] > decode_stream.csv
+//   build/bin/decode_stream [--geometry LIST] [--stages 2,3,4] [--spin 0,256,512,1024] [--reps N] > decode_stream.csv
 //
 // Output: CSV, one row per (geometry, ring depth, spin): the geometry, blocks, unique K/V MB, median µs,
 // GB/s (unique K/V bytes over the time), % of the device-to-device copy's rate measured in the same run, check.
@@ -180,14 +180,14 @@ Kernel kernel_of(int stages) {
 
 int main(int argc, char** argv) try {
   long long reps = 20;
-  std::string geometry, stages_text = "2,3,4", spin_text = "0,256,1024";
+  std::string geometry, stages_text = "2,3,4", spin_text = "0,256,512,1024";
   fa::ArgParser p("decode_stream",
                   "step 22's K/V copies (grid, chunks, ring of 64-key tiles, cp.async) without its math: per "
                   "geometry, ring depth and dependent work per tile, the time and GB/s; CSV on stdout");
   p.add_string("--geometry", &geometry,
                "comma-separated STREAMS:KEYS:SPLITS:HALVES (default: step 22's grids on the few-block decode shapes)");
   p.add_string("--stages", &stages_text, "ring depths, comma-separated, each 2-5 (default 2,3,4; step 22 uses 3)");
-  p.add_string("--spin", &spin_text, "dependent FMAs per thread per tile, comma-separated, 0-65536 (default 0,256,1024)");
+  p.add_string("--spin", &spin_text, "dependent FMAs per thread per tile, comma-separated, 0-65536 (default 0,256,512,1024)");
   p.add_int("--reps", &reps, 1, 1 << 20, "timed repetitions per row (median reported; at least 20)");
   if (!p.parse(argc, argv)) return fa::kExitOk;
   if (reps < 20) throw fa::UsageError("--reps: at least 20 (docs/conventions.md, \"Measurement\")");

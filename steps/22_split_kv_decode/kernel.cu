@@ -441,10 +441,17 @@ int rule_splits(const fa::AttnParams& p, int sms, int block) {
 // 32, unless blocks of 16 fill more of the first wave because the split count is capped (by kMaxSplits at
 // batch 1, by kMinSplitKeys on short caches): then 16, both halves of a split reading the same keys, the
 // second mostly from L2. Where the wave is as full either way, 32: halves would only read every key twice.
+// FA_STEP22_ROWS=16 or 32 pins it for groups of more than 16 rows (the measurements behind the rule).
+std::optional<int> pinned_rows() {
+  const std::optional<int> r = fa::env_int("FA_STEP22_ROWS", 16, 32, "a block's rows, 16 or 32");
+  if (r && *r != 16 && *r != 32) throw fa::UsageError("FA_STEP22_ROWS=" + std::to_string(*r) + ": a block holds 16 or 32 rows");
+  return r;
+}
 int block_rows(const fa::AttnParams& p, int sms) {
   const int rows = group_rows(p);
   if (rows <= 16) return 16;
   if (p.variant == kRows32) return 32;
+  if (const std::optional<int> r = pinned_rows()) return *r;
   auto grid = [&](int block) {  // blocks in the first wave (one per SM)
     const long long n = (long long)((rows + block - 1) / block) * rule_splits(p, sms, block);
     return sms > 0 ? std::min<long long>(n, sms) : n;
@@ -537,7 +544,7 @@ void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 // Decoding takes a few query rows per head; prefill belongs to the forward steps. A pinned split count
 // is read here too, so that a bad one is refused before the device is opened (no GPU needed).
 std::string supports(const fa::Problem& pr) {
-  pinned_splits();  // throws fa::UsageError naming FA_STEP22_SPLITS
+  pinned_splits(), pinned_rows();  // throw fa::UsageError naming FA_STEP22_SPLITS or FA_STEP22_ROWS
   if (pr.attn.seq_q > kMaxSeqQ)
     return "this step decodes: seq_q at most " + std::to_string(kMaxSeqQ) + " query rows per head (got " +
            std::to_string(pr.attn.seq_q) + "; a prefill runs on steps 11-18)";

@@ -32,6 +32,11 @@ struct PinSplits {
   }
   ~PinSplits() { unsetenv("FA_STEP22_SPLITS"); }
 };
+// FA_STEP22_ROWS=n (16 or 32) for one scope: a block's rows for groups of more than 16.
+struct PinRows {
+  explicit PinRows(int n) { setenv("FA_STEP22_ROWS", std::to_string(n).c_str(), 1); }
+  ~PinRows() { unsetenv("FA_STEP22_ROWS"); }
+};
 
 // Step 22 against fp64 on a KV cache with these lengths; O and LSE per row (NaN fails). Rows of a
 // sequence of length 0 must be exactly O = 0, LSE = −inf.
@@ -161,6 +166,22 @@ TEST(Step22SplitKvDecode, Rows32MatchesFp64) {
   }
 }
 
+// The rows pinned (FA_STEP22_ROWS, for measuring the row rule): blocks of 16 and of 32 for MQA's 32 rows and for
+// 40 rows (8 heads of 5 queries: blocks of 16, 16 and 8, or 32 and 8), each with 1 and 3 splits pinned.
+TEST(Step22SplitKvDecode, PinnedRowsMatchFp64) {
+  for (int rows : {16, 32})
+    for (int n : {1, 3}) {
+      SCOPED_TRACE("FA_STEP22_ROWS=" + std::to_string(rows) + " FA_STEP22_SPLITS=" + std::to_string(n));
+      PinRows pin_rows(rows);
+      PinSplits pin(n);
+      for (fa::DType t : kTypes)
+        for (Shape s : {Shape{2, 32, 1, 3000, 128, true, 0, t, 1}, Shape{2, 8, 5, 700, 64, true, 0, t, 1}}) {
+          s.kv_cache = true;
+          expect_cache_matches_fp64(s, {s.seq_k, 130});
+        }
+    }
+}
+
 // FlashAttention-3's sweep: every case with the query heads of a K/V head packed into one group of rows (the
 // default) and unpacked (the variant unpacked: each query head its own group, K and V read once per query head),
 // each with 1, 3 and the rule's splits: GQA, MQA and MHA, ragged and empty sequences, several causal query rows.
@@ -230,6 +251,10 @@ TEST(Step22SplitKvDecode, RowsOf16WhereTheyFillMoreOfTheWave) {
   EXPECT_EQ(splits(2), s32) << "rows32";
   p.batch = 64, p.seq_k = 4096;
   EXPECT_EQ(splits(0), splits(2)) << "batch 64: blocks of 32 either way";
+  PinRows pin(16);  // 128 blocks of 16 rows per split at batch 64: one split on 132 SMs, so no workspace
+  if (sms < 256) EXPECT_EQ(splits(0), 0u) << "FA_STEP22_ROWS=16 at batch 64";
+  p.batch = 2, p.seq_k = 131072;
+  EXPECT_EQ(splits(0), std::min<std::size_t>(sms / 4, 64)) << "FA_STEP22_ROWS=16 at batch 2";
 }
 
 // fp32, head dims off the rule, prefill-sized seq_q, a cache without its lengths.

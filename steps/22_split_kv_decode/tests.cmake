@@ -11,6 +11,16 @@ add_cli_test(${step}.pinned_splits_out_of_range 2 "FA_STEP22_SPLITS=0: expected 
 add_cli_test(${step}.pinned_splits_valid 3 "no CUDA device"
              env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=8
              ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+# A pinned block of rows (FA_STEP22_ROWS, the row rule's measurements) is 16 or 32, refused the same way.
+add_cli_test(${step}.pinned_rows_neither 2 "FA_STEP22_ROWS=24: a block holds 16 or 32 rows"
+             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_ROWS=24
+             ${exe} --batch 1 --heads 32 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+add_cli_test(${step}.pinned_rows_garbage 2 "FA_STEP22_ROWS=x: expected a whole number from 16 to 32"
+             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_ROWS=x
+             ${exe} --batch 1 --heads 32 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+add_cli_test(${step}.pinned_rows_valid 3 "no CUDA device"
+             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_ROWS=16 FA_STEP22_SPLITS=1
+             ${exe} --batch 1 --heads 32 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
 # --help tells this step's real defaults: its K/V heads, the element type of its own sweep, causal
 # aligned to each sequence's end; and --heads alone (MHA) says so.
 add_cli_test(${step}.help_kv_heads 0 "--kv-heads N +K/V heads .*default 8, of the default 32 heads" ${exe} --help)
