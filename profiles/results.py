@@ -1455,7 +1455,7 @@ def decode_stream_table(csv_name="decode_stream.csv"):
     floor, dec = read_floor_best(), decode_cells()
     cells, order = {}, []
     for r in rows:
-        key = (r["geometry"], int(r["stages"]))
+        key = (r["geometry"], r.get("copy", "cp.async"), int(r["stages"]))
         if key not in cells:
             order.append(key)
             cells[key] = {"r": r, "us": {}}
@@ -1468,13 +1468,14 @@ def decode_stream_table(csv_name="decode_stream.csv"):
         ro = floor.get(b, (None,))[0]
         m = re.match(r"^B(\d+) KV(\d+) (\d+) ", r["geometry"])
         step = dec.get((int(m.group(1)), int(m.group(2)), int(m.group(3))), {}).get(DECODE) if m else None
-        body.append([r["geometry"], r["blocks"], f"{float(r['mb']):.0f}", str(key[1])] +
+        body.append([r["geometry"], r["blocks"], f"{float(r['mb']):.0f}", key[1], str(key[2])] +
                     [f"{us[s]:.1f}" if us.get(s) is not None else "-" for s in spins] +
                     [f"{ro:.1f}" if ro else "-", f"{step[0] * 1e3:.1f}" if step else "-"])
     return md_table(["geometry (streams:keys:splits:halves, or the shape and grid it mirrors)", "blocks", "K/V MB",
-                     "ring"] + [f"µs, spin {s}" for s in spins] + ["read-only µs", "step 22 µs"], body) + \
+                     "copy", "ring"] + [f"µs, spin {s}" for s in spins] + ["read-only µs", "step 22 µs"], body) + \
         "\n\nStep 22's copies without its math (profiles/microbench/decode_stream.cu): the same grid, chunks and ring " \
-        "of 64-key tiles, each tile then read from shared memory into a checksum and followed by `spin` dependent " \
+        "of 64-key tiles, copied by cp.async as the step copies them or as four TMA boxes per tile, each tile then " \
+        "read from shared memory into a checksum and followed by `spin` dependent " \
         "FMAs per thread; L2 flushed before each launch, median of 20, every launch's sum checked" + \
         (f" (**{failed} failed**)" if failed else "") + ". Read-only: read_floor.cu's fastest launch for the same " \
         "bytes. Step 22: its default on the shape named (bench.csv, another run).\n\n" + \

@@ -992,22 +992,26 @@ class OneRunTables(unittest.TestCase):
         self.assertIn("Not measured", self.render("read_floor_table", {"bench.csv": bench}))
 
     def test_decode_stream_spins_side_by_side(self):
-        head = ["geometry", "streams", "keys", "splits", "halves", "blocks", "stages", "spin", "mb", "median_us", "gbs",
-                "pct_copy", "copy_gbs", "check"]
+        head = ["geometry", "streams", "keys", "splits", "halves", "blocks", "copy", "stages", "spin", "mb", "median_us",
+                "gbs", "pct_copy", "copy_gbs", "check"]
         g = "B1 KV1 131072 (rule: 64 splits, 16-row halves)"
-        rows = [dict(zip(head, [g, "1", "131072", "64", "2", "128", "3", str(spin), "67.109", us, "0", "0", "3000", ok]))
-                for spin, us, ok in [(0, "31.5", "ok"), (1024, "44.0", "ok")]]
-        rows.append(dict(zip(head, [g, "1", "131072", "64", "2", "128", "4", "0", "67.109", "30.0", "0", "0", "3000", "FAIL"])))
-        rows.append(dict(zip(head, ["2:4096:64:1", "2", "4096", "64", "1", "128", "3", "0", "4.194", "9.0", "0", "0", "3000",
-                                    "ok"])))
+        rows = [dict(zip(head, [g, "1", "131072", "64", "2", "128", "cp.async", "3", str(spin), "67.109", us, "0", "0",
+                                "3000", ok])) for spin, us, ok in [(0, "31.5", "ok"), (1024, "44.0", "ok")]]
+        rows.append(dict(zip(head, [g, "1", "131072", "64", "2", "128", "cp.async", "4", "0", "67.109", "30.0", "0", "0",
+                                    "3000", "FAIL"])))
+        rows.append(dict(zip(head, [g, "1", "131072", "64", "2", "128", "tma", "3", "0", "67.109", "29.9", "0", "0",
+                                    "3000", "ok"])))
+        rows.append(dict(zip(head, ["2:4096:64:1", "2", "4096", "64", "1", "128", "cp.async", "3", "0", "4.194", "9.0", "0",
+                                    "0", "3000", "ok"])))
         floor = [dict(zip(["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs",
                            "check"], ["67108864", "67.1", "2", "4", "29.6", "0", "0", "3000", "ok"]))]
         bench = [self.row("22_split_kv_decode", "B1 H32 KV1 Sq1 Sk131072 D128 cache f16", 0.0455)]
         table = self.render("decode_stream_table", {"decode_stream.csv": rows, "read_floor.csv": floor, "bench.csv": bench})
-        self.assertIn("| ring | µs, spin 0 | µs, spin 1024 | read-only µs | step 22 µs |", table)
-        self.assertIn(f"| {g} | 128 | 67 | 3 | 31.5 | 44.0 | 29.6 | 45.5 |", table)
-        self.assertIn(f"| {g} | 128 | 67 | 4 | - | - | 29.6 | 45.5 |", table)  # failed check: no time
-        self.assertIn("| 2:4096:64:1 | 128 | 4 | 3 | 9.0 | - | - | - |", table)  # no floor row, no shape named
+        self.assertIn("| copy | ring | µs, spin 0 | µs, spin 1024 | read-only µs | step 22 µs |", table)
+        self.assertIn(f"| {g} | 128 | 67 | cp.async | 3 | 31.5 | 44.0 | 29.6 | 45.5 |", table)
+        self.assertIn(f"| {g} | 128 | 67 | cp.async | 4 | - | - | 29.6 | 45.5 |", table)  # failed check: no time
+        self.assertIn(f"| {g} | 128 | 67 | tma | 3 | 29.9 | - | 29.6 | 45.5 |", table)
+        self.assertIn("| 2:4096:64:1 | 128 | 4 | cp.async | 3 | 9.0 | - | - | - |", table)  # no floor, no shape named
         self.assertIn("(**1 failed**)", table)
         self.assertIn("Not measured yet", self.render("decode_stream_table", {"bench.csv": bench}))
 

@@ -13,7 +13,9 @@
 // and replaces the math by a chosen amount of dependent work per tile: --spin N is a chain of N dependent
 // FMAs per thread per tile (0: only the reading of the tile from shared memory into a checksum). If spin 0
 // runs near the read-only kernel and a spin of the math's latency slows it to the step's time, the math
-// is the limit; if spin 0 is already as slow as the step, the copies are.
+// is the limit; if spin 0 is already as slow as the step, the copies are. Then --copy tma says whether
+// whole tiles by TMA (four boxes per tile from one thread, steps 17 on) stream faster than the 2048
+// cp.async a tile takes from 128 threads, before a step is built on them.
 //
 // A geometry is STREAMS:KEYS:SPLITS:HALVES: STREAMS independent (sequence, K/V head) caches of KEYS keys
 // (d 128, fp16, K and V each [STREAMS, KEYS, 128]), each cut into SPLITS chunks (rounded up to whole
@@ -24,11 +26,13 @@
 // (harness/timer.h: L2 flushed before each launch, CUDA events, median of --reps). Every launch's sum of
 // the words it read is checked against the host's, so a launch that skipped or repeated a piece fails.
 //
-//   build/bin/decode_stream [--geometry LIST] [--stages 2,3,4] [--spin 0,256,512,1024] [--reps N] > decode_stream.csv
+//   build/bin/decode_stream [--geometry LIST] [--copy cp.async|tma] [--stages 2,3,4] [--spin 0,256,512,1024]
+//                           [--reps N] > decode_stream.csv
 //
-// Output: CSV, one row per (geometry, ring depth, spin): the geometry, blocks, unique K/V MB, median µs,
+// Output: CSV, one row per (geometry, copy, ring depth, spin): the geometry, blocks, unique K/V MB, median µs,
 // GB/s (unique K/V bytes over the time), % of the device-to-device copy's rate measured in the same run, check.
-// Exit status: 0 every check passed, 1 a check failed, 2 bad usage, 3 no CUDA device.
+// Exit status: 0 every check passed, 1 a check failed, 2 bad usage (or a GPU other than compute capability
+// 9.x: the TMA kernels are built for sm_90a), 3 no CUDA device.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -41,6 +45,8 @@
 #include "cli.h"
 #include "cp_async.cuh"
 #include "device_info.h"
+#include "hopper.cuh"
+#include "tensor_map.h"
 #include "timer.h"
 
 namespace {
@@ -65,48 +71,85 @@ __global__ void fill(std::uint32_t* p, std::uint64_t n, std::uint64_t first) {
 
 __device__ __forceinline__ std::uint64_t add4(uint4 v) { return std::uint64_t(v.x) + v.y + v.z + v.w; }
 
-// One block per (split, stream, half). smem: STAGES stages of [64, 128] K then [64, 128] V (uint4 words).
-// Keys [k_begin, k_end) of stream blockIdx.y, tile by tile through the ring: the copy of tile t + STAGES − 1
-// is issued before tile t is consumed (step 22's loop). Consuming a tile: each thread adds 16 words of it that
-// other threads copied (after the barrier), then runs `spin` dependent FMAs (the stand-in for the math).
-template <int STAGES>
-__global__ void __launch_bounds__(kThreads) stream_chunks(const uint4* __restrict__ k, const uint4* __restrict__ v,
-                                                          int keys, int spin, unsigned long long* sum) {
-  extern __shared__ uint4 ring[];  // [STAGES][2][kTileWords]
+// One block per (split, stream, half): keys [k_begin, k_end) of stream blockIdx.y, cut as step 22 cuts them,
+// tile by tile through a ring of STAGES stages of 64 keys of K and V (32 KB). The copy of tile t + STAGES − 1
+// is issued before tile t is consumed (STAGES − 1 tiles in flight, as in step 22's loop). Consuming a tile:
+// each thread adds 16 of its 16-byte words (word i·128 + thread: conflict-free) into a checksum, skipping rows
+// past the chunk, then runs `spin` dependent FMAs (the stand-in for the math); a barrier frees the stage.
+//   TMA false: step 22's copies, 128 threads each issuing 8 cp.async of 16 bytes per tile of K and of V (rows
+//              r0 + 8i, column c), rows past the chunk zero-filled. A stage: K [64 rows][16 words], then V.
+//   TMA true:  thread 0 issues the tile as four boxes of [64 rows, 64 columns] (K's and V's two halves of
+//              head_dim) with the 128-byte swizzle, counted on the stage's mbarrier; every thread waits on it.
+//              A stage: K columns 0-63, K 64-127, V 0-63, V 64-127, each [64 rows][8 words]; rows past the
+//              chunk are read too (the next split's keys, zeros past the cache) and skipped by the sum.
+template <int STAGES, bool TMA>
+__global__ void __launch_bounds__(kThreads)
+    stream_chunks(const __grid_constant__ CUtensorMap km, const __grid_constant__ CUtensorMap vm,
+                  const uint4* __restrict__ k, const uint4* __restrict__ v, int keys, int spin,
+                  unsigned long long* sum) {
+  extern __shared__ uint4 raw[];
+  // 1024-byte aligned for the 128-byte swizzle (the launch allocates 1 KB more than the ring)
+  uint4* ring = reinterpret_cast<uint4*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t(1023));
+  __shared__ std::uint64_t full[STAGES];  // TMA: stage s's phase completes when its 32 KB have landed
   const int chunk = ((keys + gridDim.x - 1) / gridDim.x + kBlockN - 1) / kBlockN * kBlockN;
   const int k_begin = blockIdx.x * chunk, k_end = min(keys, k_begin + chunk);
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + kBlockN - 1) / kBlockN : 0;
   const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
   const std::size_t base = (std::size_t(blockIdx.y) * keys + k_begin + r0) * kChunks + c;  // this thread's first piece
+  if (TMA && threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) mbarrier_init(&full[s], 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
   auto issue = [&](int t) {
-    if (t < n_tiles) {
-      uint4* dst = ring + (t % STAGES) * 2 * kTileWords + r0 * kChunks + c;
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        const int row = k_begin + t * kBlockN + r0 + i * kRowStep;
-        const std::size_t at = base + (std::size_t(t) * kBlockN + i * kRowStep) * kChunks;
-        const int bytes = row < k_end ? 16 : 0;  // rows past the chunk: zeros (they add nothing)
-        cp_async_16(dst + i * kRowStep * kChunks, k + (bytes ? at : 0), bytes);
-        cp_async_16(dst + kTileWords + i * kRowStep * kChunks, v + (bytes ? at : 0), bytes);
+    if constexpr (TMA) {
+      if (threadIdx.x == 0 && t < n_tiles) {
+        uint4* st = ring + (t % STAGES) * 2 * kTileWords;
+        std::uint64_t* bar = &full[t % STAGES];
+        const int row = k_begin + t * kBlockN, y = blockIdx.y;
+        mbarrier_arrive_expect_tx(bar, 2 * kTileWords * sizeof(uint4));
+        tma_load_3d(st, &km, bar, 0, row, y);
+        tma_load_3d(st + kTileWords / 2, &km, bar, 64, row, y);
+        tma_load_3d(st + kTileWords, &vm, bar, 0, row, y);
+        tma_load_3d(st + 3 * kTileWords / 2, &vm, bar, 64, row, y);
       }
+    } else {
+      if (t < n_tiles) {
+        uint4* dst = ring + (t % STAGES) * 2 * kTileWords + r0 * kChunks + c;
+#pragma unroll
+        for (int i = 0; i < kVecs; ++i) {
+          const int row = k_begin + t * kBlockN + r0 + i * kRowStep;
+          const std::size_t at = base + (std::size_t(t) * kBlockN + i * kRowStep) * kChunks;
+          const int bytes = row < k_end ? 16 : 0;  // rows past the chunk: zeros
+          cp_async_16(dst + i * kRowStep * kChunks, k + (bytes ? at : 0), bytes);
+          cp_async_16(dst + kTileWords + i * kRowStep * kChunks, v + (bytes ? at : 0), bytes);
+        }
+      }
+      cp_async_commit();  // an empty group past the last tile keeps the wait's count uniform
     }
-    cp_async_commit();  // an empty group past the last tile keeps the wait's count uniform
   };
   for (int t = 0; t < STAGES - 1; ++t) issue(t);
   std::uint64_t acc = 0;
   float x = float(threadIdx.x);
   for (int t = 0; t < n_tiles; ++t) {
-    issue(t + STAGES - 1);
-    cp_async_wait<STAGES - 1>();  // tile t's group has landed (this thread's pieces) ...
-    __syncthreads();             // ... and every thread's
+    issue(t + STAGES - 1);  // into the stage tile t − 1 used, freed by the barrier that ended its turn
+    if constexpr (TMA) {
+      mbarrier_wait(&full[t % STAGES], (t / STAGES) & 1);  // tile t's 32 KB have landed
+    } else {
+      cp_async_wait<STAGES - 1>();  // tile t's group has landed (this thread's pieces) ...
+      __syncthreads();              // ... and every thread's
+    }
     const uint4* tile = ring + (t % STAGES) * 2 * kTileWords;
 #pragma unroll
-    for (int i = 0; i < 2 * kVecs; ++i)  // 16 words of K and V, each copied by another thread
-      acc += add4(tile[(i * kRowStep + r0) * kChunks + (c + 1) % kChunks]);
+    for (int i = 0; i < 2 * kVecs; ++i) {  // 16 words each, 2048 in all: the tile's K and V
+      const int w = i * kThreads + threadIdx.x;
+      const int row = TMA ? w % (kTileWords / 2) / 8 : w % kTileWords / kChunks;  // the word's key in the tile
+      if (k_begin + t * kBlockN + row < k_end) acc += add4(tile[w]);
+    }
     for (int s = 0; s < spin; ++s) x = fmaf(x, 0.999f, 1.0f);  // dependent: each waits for the one before
     __syncthreads();  // the stage is free for the copy issued STAGES − 1 tiles later
   }
-  cp_async_wait<0>();
+  if constexpr (!TMA) cp_async_wait<0>();
   if (x == -1.0f) acc += 1;  // never true (x stays positive), but the compiler cannot drop the chain
   for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if (threadIdx.x % 32 == 0 && acc) atomicAdd(sum, static_cast<unsigned long long>(acc));
@@ -170,22 +213,28 @@ std::vector<int> parse_list(const std::string& flag, const std::string& text, in
   return out;
 }
 
-using Kernel = void (*)(const uint4*, const uint4*, int, int, unsigned long long*);
+using Kernel = void (*)(CUtensorMap, CUtensorMap, const uint4*, const uint4*, int, int, unsigned long long*);
+template <bool TMA>
 Kernel kernel_of(int stages) {
-  return stages == 2 ? stream_chunks<2> : stages == 3 ? stream_chunks<3> : stages == 4 ? stream_chunks<4>
-                                                                                        : stream_chunks<5>;
+  return stages == 2 ? stream_chunks<2, TMA> : stages == 3 ? stream_chunks<3, TMA>
+                     : stages == 4 ? stream_chunks<4, TMA> : stream_chunks<5, TMA>;
 }
+Kernel kernel_of(int stages, bool tma) { return tma ? kernel_of<true>(stages) : kernel_of<false>(stages); }
+int smem_of(int stages) { return stages * 2 * kTileWords * int(sizeof(uint4)) + 1024; }  // + the alignment's slack
 
 }  // namespace
 
 int main(int argc, char** argv) try {
   long long reps = 20;
-  std::string geometry, stages_text = "2,3,4", spin_text = "0,256,512,1024";
+  std::string geometry, stages_text = "2,3,4", spin_text = "0,256,512,1024", copy_text = "cp.async,tma";
   fa::ArgParser p("decode_stream",
-                  "step 22's K/V copies (grid, chunks, ring of 64-key tiles, cp.async) without its math: per "
-                  "geometry, ring depth and dependent work per tile, the time and GB/s; CSV on stdout");
+                  "step 22's K/V copies (grid, chunks, ring of 64-key tiles) without its math, by cp.async as the "
+                  "step copies or by TMA boxes: per geometry, copy, ring depth and dependent work per tile, the time "
+                  "and GB/s; CSV on stdout");
   p.add_string("--geometry", &geometry,
                "comma-separated STREAMS:KEYS:SPLITS:HALVES (default: step 22's grids on the few-block decode shapes)");
+  p.add_string("--copy", &copy_text, "cp.async (the step's), tma (whole tiles by one thread), or both (default)",
+               {"cp.async", "tma", "cp.async,tma"});
   p.add_string("--stages", &stages_text, "ring depths, comma-separated, each 2-5 (default 2,3,4; step 22 uses 3)");
   p.add_string("--spin", &spin_text, "dependent FMAs per thread per tile, comma-separated, 0-65536 (default 0,256,512,1024)");
   p.add_int("--reps", &reps, 1, 1 << 20, "timed repetitions per row (median reported; at least 20)");
@@ -194,21 +243,25 @@ int main(int argc, char** argv) try {
   const std::vector<Geometry> geoms = p.given("--geometry") ? parse_geometries(geometry) : kDefaults;
   const std::vector<int> stages = parse_list("--stages", stages_text, 2, 5);
   const std::vector<int> spins = parse_list("--spin", spin_text, 0, 65536);
+  std::vector<bool> copies;
+  if (copy_text != "tma") copies.push_back(false);
+  if (copy_text != "cp.async") copies.push_back(true);
   std::string why;
   if (!fa::cuda_device_available(&why)) {
     std::fprintf(stderr, "decode_stream: no CUDA device: %s\n", why.c_str());
     return fa::kExitNoDevice;
   }
   const fa::DeviceInfo dev = fa::query_device(0, /*measure_copy=*/true);
+  if (dev.cc_major != 9) throw fa::UsageError("built for sm_90a (TMA): needs an H100-class GPU, found " + dev.name);
   for (int s : {2, 3, 4, 5})
-    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_of(s), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       s * 2 * kTileWords * int(sizeof(uint4))));
+    for (bool tma : {false, true})
+      FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_of(s, tma), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_of(s)));
   unsigned long long* sum = nullptr;
   FA_CUDA_CHECK(cudaMalloc(&sum, sizeof *sum));
   fa::TimingOptions opt;
   opt.reps = int(reps);
   const int launches = opt.warmup + opt.reps;
-  std::printf("geometry,streams,keys,splits,halves,blocks,stages,spin,mb,median_us,gbs,pct_copy,copy_gbs,check\n");
+  std::printf("geometry,streams,keys,splits,halves,blocks,copy,stages,spin,mb,median_us,gbs,pct_copy,copy_gbs,check\n");
   bool ok = true;
   for (const Geometry& g : geoms) {
     const std::uint64_t words = std::uint64_t(g.streams) * g.keys * kD / 2;  // 32-bit words of K (and of V)
@@ -218,33 +271,38 @@ int main(int argc, char** argv) try {
     fill<<<dev.sm_count * 8, 256>>>(k, words, 0);
     fill<<<dev.sm_count * 8, 256>>>(v, words, words);
     FA_CHECK_LAUNCH();
+    // K and V as [streams, keys, 128] fp16, boxes of [64 keys, 64 columns] (the 128-byte swizzle's widest)
+    const CUtensorMap km = fa::tensor_map_16bit_3d(k, fa::DType::F16, g.streams, g.keys, kD, kBlockN, 64,
+                                                   "decode_stream", "K");
+    const CUtensorMap vm = fa::tensor_map_16bit_3d(v, fa::DType::F16, g.streams, g.keys, kD, kBlockN, 64,
+                                                   "decode_stream", "V");
     std::uint64_t expect = 0;  // every word of K and V, read by each of the halves
     for (std::uint64_t i = 0; i < 2 * words; ++i) expect += word(i);
     expect *= std::uint64_t(g.halves);
     const dim3 grid(g.splits, g.streams, g.halves);
-    for (int st : stages) {
-      for (int spin : spins) {
-        FA_CUDA_CHECK(cudaMemset(sum, 0, sizeof *sum));
-        const Kernel kern = kernel_of(st);
-        const int smem = st * 2 * kTileWords * int(sizeof(uint4));
-        const fa::Timing t = fa::time_launches(
-            [&](cudaStream_t s) {
-              kern<<<grid, kThreads, smem, s>>>(reinterpret_cast<const uint4*>(k), reinterpret_cast<const uint4*>(v),
-                                                 g.keys, spin, sum);
-            },
-            opt);
-        FA_CHECK_LAUNCH();
-        unsigned long long got = 0;
-        FA_CUDA_CHECK(cudaMemcpy(&got, sum, sizeof got, cudaMemcpyDeviceToHost));
-        const bool pass = got == static_cast<unsigned long long>(expect * std::uint64_t(launches));
-        ok = ok && pass;
-        const double bytes = 2.0 * words * 4, us = t.median_ms * 1e3, gbs = us > 0 ? bytes / (us * 1e3) : 0;
-        std::printf("\"%s\",%d,%d,%d,%d,%d,%d,%d,%.3f,%.2f,%.1f,%.1f,%.1f,%s\n", g.label.c_str(), g.streams, g.keys,
-                    g.splits, g.halves, g.splits * g.streams * g.halves, st, spin, bytes / 1e6, us, gbs,
-                    dev.copy_gbs > 0 ? 100 * gbs / dev.copy_gbs : 0.0, dev.copy_gbs, pass ? "ok" : "FAIL");
-        std::fflush(stdout);
-      }
-    }
+    for (bool tma : copies)
+      for (int st : stages)
+        for (int spin : spins) {
+          FA_CUDA_CHECK(cudaMemset(sum, 0, sizeof *sum));
+          const Kernel kern = kernel_of(st, tma);
+          const fa::Timing t = fa::time_launches(
+              [&](cudaStream_t s) {
+                kern<<<grid, kThreads, smem_of(st), s>>>(km, vm, reinterpret_cast<const uint4*>(k),
+                                                         reinterpret_cast<const uint4*>(v), g.keys, spin, sum);
+              },
+              opt);
+          FA_CHECK_LAUNCH();
+          unsigned long long got = 0;
+          FA_CUDA_CHECK(cudaMemcpy(&got, sum, sizeof got, cudaMemcpyDeviceToHost));
+          const bool pass = got == static_cast<unsigned long long>(expect * std::uint64_t(launches));
+          ok = ok && pass;
+          const double bytes = 2.0 * words * 4, us = t.median_ms * 1e3, gbs = us > 0 ? bytes / (us * 1e3) : 0;
+          std::printf("\"%s\",%d,%d,%d,%d,%d,%s,%d,%d,%.3f,%.2f,%.1f,%.1f,%.1f,%s\n", g.label.c_str(), g.streams,
+                      g.keys, g.splits, g.halves, g.splits * g.streams * g.halves, tma ? "tma" : "cp.async", st, spin,
+                      bytes / 1e6, us, gbs, dev.copy_gbs > 0 ? 100 * gbs / dev.copy_gbs : 0.0, dev.copy_gbs,
+                      pass ? "ok" : "FAIL");
+          std::fflush(stdout);
+        }
     FA_CUDA_CHECK(cudaFree(k));
     FA_CUDA_CHECK(cudaFree(v));
   }
