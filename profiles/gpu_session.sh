@@ -84,8 +84,19 @@ bench() {  # every step's --sweep (--bwd) and the SDPA baselines; the plot goes 
 }
 # step 11's candidate instances, each pinned, side by side (profiles/candidates.py); into the tarball
 candidates() { python3 profiles/candidates.py --out "$work/profiles/step11_candidates.csv" >> "$OUT/run.log" 2>&1; }
-# step 22's split counts, each pinned, beside the heuristic's (profiles/decode_splits.py); into the tarball
-splits() { python3 profiles/decode_splits.py --out "$work/profiles/decode_splits.csv" >> "$OUT/run.log" 2>&1; }
+# step 22's split counts, each pinned, beside the heuristic's (profiles/decode_splits.py); into the tarball.
+# SPLITS_ARGS replaces its shapes and counts, e.g. "--shapes 64:1:1024 --splits 1,2 --rows 16,32" (then into
+# history/decode_splits_pinned.csv under the step's folder, so the doc's table of the rule stays as measured)
+splits() {
+  if [[ -n ${SPLITS_ARGS:-} ]]; then
+    mkdir -p "$work/profiles/22_split_kv_decode/history"
+    # shellcheck disable=SC2086  # SPLITS_ARGS: several words
+    python3 profiles/decode_splits.py ${SPLITS_ARGS} --out "$work/profiles/22_split_kv_decode/history/decode_splits_pinned.csv" \
+      >> "$OUT/run.log" 2>&1
+  else
+    python3 profiles/decode_splits.py --out "$work/profiles/decode_splits.csv" >> "$OUT/run.log" 2>&1
+  fi
+}
 # the L2's rate for dQ's fp32 additions, per way of adding (profiles/microbench/dq_reduce.cu); into the tarball
 reduce() {
   mkdir -p "$work/profiles"

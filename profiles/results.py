@@ -2193,7 +2193,7 @@ def render(check):
 
 
 # ---- import -------------------------------------------------------------------------------------
-_CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv|source_stalls\.csv|variants_ab\.csv)|bench\.png|"
+_CAPTURE_FILE = re.compile(r"^(?:\./)?(\d\d_[a-z0-9_]+/(?:metrics\.csv|speed_of_light\.txt|ncu_raw\.csv|source_stalls\.csv|variants_ab\.csv|history/decode_splits_pinned\.csv)|bench\.png|"
                            r"step11_candidates\.csv|decode_splits\.csv|dq_reduce\.csv|read_floor\.csv|decode_stream\.csv)$")
 
 

@@ -991,6 +991,36 @@ class OneRunTables(unittest.TestCase):
         self.assertIn("| 0 (the launch alone) | 4.0 |", table)
         self.assertIn("Not measured", self.render("read_floor_table", {"bench.csv": bench}))
 
+    def test_import_takes_the_decode_microbench_and_pinned_splits(self):
+        """results.py import: decode_stream.csv beside read_floor.csv, and gpu_session.sh's SPLITS_ARGS output
+        (22_split_kv_decode/history/decode_splits_pinned.csv); other history files of a tarball are not taken."""
+        import results
+        import tarfile
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = os.path.join(d, "out"), os.path.join(d, "h100")
+            os.makedirs(src)
+            with open(os.path.join(src, "env.txt"), "w") as f:
+                f.write("NVIDIA H100 80GB HBM3, 580.0, 81559 MiB, 1980 MHz\n")
+            names = ["decode_stream.csv", "22_split_kv_decode/history/decode_splits_pinned.csv",
+                     "22_split_kv_decode/history/other.csv"]
+            with tarfile.open(os.path.join(src, "profiles.tar.gz"), "w:gz") as t:
+                for n in names:
+                    data = f"rows of {n}\n".encode()
+                    info = tarfile.TarInfo(n)
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+            saved = results.gpu_dir
+            results.gpu_dir = lambda gpu=None: dst
+            try:
+                with contextlib.redirect_stdout(io.StringIO()) as out:
+                    results.import_session(src)
+            finally:
+                results.gpu_dir = saved
+            self.assertTrue(os.path.exists(os.path.join(dst, names[0])))
+            self.assertTrue(os.path.exists(os.path.join(dst, names[1])))
+            self.assertFalse(os.path.exists(os.path.join(dst, names[2])))
+            self.assertIn("decode_stream.csv", out.getvalue())
+
     def test_decode_stream_spins_side_by_side(self):
         head = ["geometry", "streams", "keys", "splits", "halves", "blocks", "copy", "stages", "spin", "mb", "median_us",
                 "gbs", "pct_copy", "copy_gbs", "check"]
