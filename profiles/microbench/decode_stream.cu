@@ -160,12 +160,17 @@ struct Geometry {
   std::string label;  // the decode shape it mirrors
 };
 
-// Step 22's grids on the sweep's few-block shapes (its rule at 132 SMs, 32 query heads, d 128), and the
-// alternatives its appendices and history measured.
+// Step 22's grids on the sweep's few-block shapes (its rule at 132 SMs, 32 query heads, d 128), the
+// alternatives its appendices and history measured, and the launch alone.
 const std::vector<Geometry> kDefaults = {
+    // one tile for one block: the launch and its ring's shared memory, after the flush's memset (which runs with
+    // none, so the SM's split between L1 and shared memory may have to change first), against read_floor's
+    // launch alone
+    {1, 64, 1, 1, "one block, one tile (the launch)"},
     {1, 131072, 64, 2, "B1 KV1 131072 (rule: 64 splits, 16-row halves)"},
     {1, 131072, 128, 2, "B1 KV1 131072 (128 splits, halves)"},
     {1, 131072, 128, 1, "B1 KV1 131072 (128 splits, one block each)"},
+    {1, 131072, 264, 1, "B1 KV1 131072 (264 splits: two blocks per SM)"},
     {1, 65536, 64, 2, "B1 KV1 65536 (rule)"},
     {1, 16384, 64, 2, "B1 KV1 16384 (rule)"},
     {8, 16384, 16, 1, "B8 KV1 and B1 KV8 16384 (rule: 16 splits, one block each)"},
