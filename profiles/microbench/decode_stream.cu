@@ -259,8 +259,11 @@ int main(int argc, char** argv) try {
   const fa::DeviceInfo dev = fa::query_device(0, /*measure_copy=*/true);
   if (dev.cc_major != 9) throw fa::UsageError("built for sm_90a (TMA): needs an H100-class GPU, found " + dev.name);
   for (int s : {2, 3, 4, 5})
-    for (bool tma : {false, true})
+    for (bool tma : {false, true}) {  // as the step's kernels are set up (fa::opt_in_shared_memory)
       FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_of(s, tma), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_of(s)));
+      FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_of(s, tma), cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         int(cudaSharedmemCarveoutMaxShared)));
+    }
   unsigned long long* sum = nullptr;
   FA_CUDA_CHECK(cudaMalloc(&sum, sizeof *sum));
   fa::TimingOptions opt;
