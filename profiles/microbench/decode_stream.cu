@@ -45,6 +45,7 @@
 #include "cli.h"
 #include "cp_async.cuh"
 #include "device_info.h"
+#include "hashed_buffer.cuh"
 #include "hopper.cuh"
 #include "tensor_map.h"
 #include "timer.h"
@@ -59,17 +60,10 @@ constexpr int kRowStep = kThreads / kChunks;           // rows between a thread'
 constexpr int kVecs = kBlockN / kRowStep;              // pieces per thread per tile, of K and of V: 8
 constexpr int kTileWords = kBlockN * kD / 8;           // 16-byte words in a tile of K (or of V): 1024
 
-// The 32-bit word i of the K buffer (V: i + the K buffer's words), as read_floor.cu hashes its buffer.
-__host__ __device__ inline std::uint32_t word(std::uint64_t i) {
-  return std::uint32_t(i * 2654435761ull) ^ std::uint32_t(i >> 13);
-}
-
-__global__ void fill(std::uint32_t* p, std::uint64_t n, std::uint64_t first) {
-  for (std::uint64_t i = blockIdx.x * std::uint64_t(blockDim.x) + threadIdx.x; i < n; i += std::uint64_t(gridDim.x) * blockDim.x)
-    p[i] = word(first + i);
-}
-
-__device__ __forceinline__ std::uint64_t add4(uint4 v) { return std::uint64_t(v.x) + v.y + v.z + v.w; }
+// Word i of K is word(i), of V word(i + K's words) (hashed_buffer.cuh, as read_floor.cu's buffer).
+using fa::microbench::add4;
+using fa::microbench::fill;
+using fa::microbench::word;
 
 // One block per (split, stream, half): keys [k_begin, k_end) of stream blockIdx.y, cut as step 22 cuts them,
 // tile by tile through a ring of STAGES stages of 64 keys of K and V (32 KB). The copy of tile t + STAGES − 1

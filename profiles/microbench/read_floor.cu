@@ -28,23 +28,16 @@
 #include "check.h"
 #include "cli.h"
 #include "device_info.h"
+#include "hashed_buffer.cuh"
 #include "timer.h"
 
 namespace {
 
 constexpr int kThreads = 256;
 
-// The buffer's 32-bit word i.
-__host__ __device__ inline std::uint32_t word(std::uint64_t i) {
-  return std::uint32_t(i * 2654435761ull) ^ std::uint32_t(i >> 13);
-}
-
-__global__ void fill(std::uint32_t* p, std::uint64_t n) {
-  for (std::uint64_t i = blockIdx.x * std::uint64_t(blockDim.x) + threadIdx.x; i < n; i += std::uint64_t(gridDim.x) * blockDim.x)
-    p[i] = word(i);
-}
-
-__device__ __forceinline__ std::uint64_t add4(uint4 v) { return std::uint64_t(v.x) + v.y + v.z + v.w; }
+using fa::microbench::add4;
+using fa::microbench::fill;
+using fa::microbench::word;
 
 // Every 16-byte word of p[0, n16) read once, kUnroll loads issued before any is used; the words' sum
 // added into *sum (one atomic per warp).
