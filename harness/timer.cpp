@@ -26,7 +26,10 @@ std::vector<Timing> time_interleaved(const std::vector<Launch>& launches, const 
   for (auto& e : events) FA_CUDA_CHECK(cudaEventCreate(&e));
   for (std::size_t r = 0; r < reps; ++r)
     for (std::size_t k = 0; k < n; ++k) {
-      if (opt.flush_l2) FA_CUDA_CHECK(cudaMemsetAsync(flush.get(), int(r & 0xFF), flush.bytes(), stream));
+      if (opt.flush_l2) {
+        FA_CUDA_CHECK(cudaMemsetAsync(flush.get(), int(r & 0xFF), flush.bytes(), stream));
+        if (opt.hold_cycles > 0) hold_gpu(opt.hold_cycles, stream);  // outside the events (timer.h)
+      }
       FA_CUDA_CHECK(cudaEventRecord(events[2 * (r * n + k)], stream));
       launches[k](stream);
       FA_CUDA_CHECK(cudaEventRecord(events[2 * (r * n + k) + 1], stream));

@@ -1,6 +1,10 @@
 // timer.h: CUDA-event timing. Warm-up launches first (module load, first-touch), then `reps`
 // timed launches, each alone between two events, with L2 flushed in between so every
 // repetition reads its inputs from device memory as a real first call would. Median reported.
+// After each flush the GPU is held (a kernel spinning hold_cycles of its clock) before the start
+// event: every launch then starts on a GPU that has been quiet for as long, the same way
+// profiles/bench.py times SDPA (torch.cuda._sleep, HOLD_CYCLES), whose dispatch on the host needs
+// the hold so that its events time the GPU, not the host.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -13,6 +17,7 @@ struct TimingOptions {
   int warmup = 3;
   int reps = 20;  // docs/conventions.md, "Measurement": at least 20
   bool flush_l2 = true;
+  long long hold_cycles = 1ll << 19;  // after each flush (about 0.3 ms at an H100's clocks); 0: none
 };
 
 struct Timing {
@@ -33,5 +38,8 @@ std::vector<Timing> time_interleaved(const std::vector<Launch>& launches, const 
 // between them; the queue holds them all), per call, in µs, after one warm-up call. What a decode step's
 // launcher does per call (checks, the split rule, the launch API) shows here, apart from the GPU's time.
 double host_us_per_call(const Launch& launch, int calls = 50, cudaStream_t stream = nullptr);
+
+// Keeps the GPU busy for `cycles` of its clock (one thread spinning), queued on `stream` (gpu_hold.cu).
+void hold_gpu(long long cycles, cudaStream_t stream = nullptr);
 
 }  // namespace fa

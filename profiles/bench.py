@@ -290,7 +290,8 @@ def merge_rows(old, new, by_problem=False):
 
 
 # ---- the SDPA baselines --------------------------------------------------------------------------
-# GPU cycles of the hold before each timed SDPA call (torch.cuda._sleep): about 0.3 ms at the H100's clocks.
+# GPU cycles of the hold before each timed SDPA call (torch.cuda._sleep): about 0.3 ms at the H100's clocks; the
+# steps' timer holds as long (harness/timer.h, TimingOptions::hold_cycles)
 HOLD_CYCLES = 1 << 19
 
 
@@ -300,8 +301,8 @@ def median_ms(torch, fn, flush, reps, warmup):
     SDPA's dispatch takes on the host (Python, the dispatcher, the backend's plan), so once the GPU has
     caught up with the host it would wait between the start event and the call's first kernel, and the
     events would time that wait. A spin on the GPU after the flush (torch.cuda._sleep, HOLD_CYCLES) keeps it
-    busy while the host enqueues the start event, the call and the end event. The steps' C++ timer needs no
-    hold: a launch costs the host far less than the flush's memset takes on the GPU."""
+    busy while the host enqueues the start event, the call and the end event. The steps' C++ timer holds the same
+    way (harness/timer.h), so that both start their calls on a GPU that has been quiet for as long."""
     hold = getattr(torch.cuda, "_sleep", None)
     for _ in range(warmup):
         fn()

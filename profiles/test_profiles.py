@@ -1205,6 +1205,20 @@ class BenchTimer(unittest.TestCase):
         bench.median_ms(torch, lambda: order.append("call"), Flush(), reps=1, warmup=0)
         self.assertEqual(order, ["flush", "record", "call", "record"])
 
+    def test_hold_as_long_as_the_steps_timer(self):
+        """The steps' C++ timer (harness/timer.h) holds the GPU for as many cycles as bench.py's SDPA timer, so
+        the two start their calls alike (docs/conventions.md, "Measurement")."""
+        import re
+        import bench
+        with open(os.path.join(fp.ROOT, "harness", "timer.h")) as f:
+            m = re.search(r"long long hold_cycles = 1ll << (\d+);", f.read())
+        self.assertIsNotNone(m, "harness/timer.h: no TimingOptions::hold_cycles")
+        self.assertEqual(1 << int(m.group(1)), bench.HOLD_CYCLES)
+        with open(os.path.join(fp.ROOT, "harness", "timer.cpp")) as f:
+            src = f.read()  # the hold after the flush's memset, before the start event
+        self.assertLess(src.index("cudaMemsetAsync(flush"), src.index("hold_gpu(opt.hold_cycles"))
+        self.assertLess(src.index("hold_gpu(opt.hold_cycles"), src.index("cudaEventRecord(events[2 * (r * n + k)]"))
+
 
 class BenchMerge(unittest.TestCase):
     def test_auto_sdpa_modes(self):
