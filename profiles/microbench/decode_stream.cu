@@ -171,7 +171,10 @@ const std::vector<Geometry> kDefaults = {
     {64, 1024, 2, 1, "B64 KV1 1024 (rule: 2 splits of 32 rows)"},
     {64, 1024, 1, 1, "B64 KV1 1024 (1 split)"},
     {64, 1024, 1, 2, "B64 KV1 1024 (1 split, 16-row halves)"},
+    {64, 1024, 2, 2, "B64 KV1 1024 (2 splits, 16-row halves)"},
     {64, 4096, 2, 1, "B64 KV1 4096 (rule)"},
+    {64, 4096, 1, 2, "B64 KV1 4096 (1 split, 16-row halves)"},
+    {64, 4096, 2, 2, "B64 KV1 4096 (2 splits, 16-row halves)"},
 };
 
 std::vector<Geometry> parse_geometries(const std::string& text) {
