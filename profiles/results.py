@@ -621,7 +621,8 @@ BLOCKS = {
             os.path.join(DECODE, "history", "bulk_rows_ab.csv")),
         "results:paged_lazy_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "lazy_rescale_ab.csv")),
-        "results:decode_stream": lambda: decode_stream_table()},
+        "results:decode_stream": lambda: decode_stream_table("spins"),
+        "results:decode_stream_copies": lambda: decode_stream_table("copies")},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
                                    "results:decode_one_launch": lambda: decode_variant_table("two-launches",
                                                                                               "one-launch"),
@@ -1442,44 +1443,54 @@ DECODE_STREAM_MISSING = "*Not measured yet: no `profiles/" + GPU + "/{csv}` (on 
     "profiles/" + GPU + "/{csv}`, or gpu_session.sh's stage `stream`).*"
 
 
-def decode_stream_table(csv_name="decode_stream.csv"):
-    """History of doc 22: profiles/microbench/decode_stream.cu's CSV: per geometry and ring depth, the time of step
-    22's copies without its math at each amount of dependent work per tile (spin), beside the read-only kernel's
-    time for the same bytes (read_floor.csv) and step 22's own time on the decode shape the geometry names
-    (bench.csv; '-' where the label names no single shape)."""
+def decode_stream_table(view="spins", csv_name="decode_stream.csv"):
+    """History of doc 22: profiles/microbench/decode_stream.cu's CSV (step 22's copies without its math), per
+    geometry. view "spins": the step's own copies (cp.async, a ring of 3) at each amount of dependent work per
+    tile, beside the read-only kernel's time for the same bytes (read_floor.csv) and step 22's own time on the
+    decode shape the geometry names (bench.csv; '-' where it names no single shape): copies or math? view
+    "copies": no work per tile (spin 0), each copy (cp.async, TMA) at each ring depth: would TMA or a deeper ring
+    stream faster?"""
     path = os.path.join(gpu_dir(), csv_name)
     rows = read_csv(path) if os.path.exists(path) else []
     if not rows:
         return DECODE_STREAM_MISSING.format(csv=csv_name)
-    spins = sorted({int(r["spin"]) for r in rows})
-    floor, dec = read_floor_best(), decode_cells()
-    cells, order = {}, []
+    geoms, us = {}, {}  # geometry -> its first row; (geometry, copy, ring, spin) -> µs (None: check failed)
     for r in rows:
-        key = (r["geometry"], r.get("copy", "cp.async"), int(r["stages"]))
-        if key not in cells:
-            order.append(key)
-            cells[key] = {"r": r, "us": {}}
-        cells[key]["us"][int(r["spin"])] = float(r["median_us"]) if r["check"] == "ok" else None
-    body, failed = [], 0
-    for key in order:
-        r, us = cells[key]["r"], cells[key]["us"]
-        failed += sum(v is None for v in us.values())
-        b = 2 * int(r["streams"]) * int(r["keys"]) * 128 * 2  # K and V, d 128, fp16 (the program's only layout)
-        ro = floor.get(b, (None,))[0]
-        m = re.match(r"^B(\d+) KV(\d+) (\d+) ", r["geometry"])
-        step = dec.get((int(m.group(1)), int(m.group(2)), int(m.group(3))), {}).get(DECODE) if m else None
-        body.append([r["geometry"], r["blocks"], f"{float(r['mb']):.0f}", key[1], str(key[2])] +
-                    [f"{us[s]:.1f}" if us.get(s) is not None else "-" for s in spins] +
-                    [f"{ro:.1f}" if ro else "-", f"{step[0] * 1e3:.1f}" if step else "-"])
-    return md_table(["geometry (streams:keys:splits:halves, or the shape and grid it mirrors)", "blocks", "K/V MB",
-                     "copy", "ring"] + [f"µs, spin {s}" for s in spins] + ["read-only µs", "step 22 µs"], body) + \
-        "\n\nStep 22's copies without its math (profiles/microbench/decode_stream.cu): the same grid, chunks and ring " \
-        "of 64-key tiles, copied by cp.async as the step copies them or as four TMA boxes per tile, each tile then " \
-        "read from shared memory into a checksum and followed by `spin` dependent " \
-        "FMAs per thread; L2 flushed before each launch, median of 20, every launch's sum checked" + \
-        (f" (**{failed} failed**)" if failed else "") + ". Read-only: read_floor.cu's fastest launch for the same " \
-        "bytes. Step 22: its default on the shape named (bench.csv, another run).\n\n" + \
-        source_line([csv_name, "read_floor.csv", "bench.csv"])
+        geoms.setdefault(r["geometry"], r)
+        us[(r["geometry"], r["copy"], int(r["stages"]), int(r["spin"]))] = \
+            float(r["median_us"]) if r["check"] == "ok" else None
+    failed = sum(v is None for v in us.values())
+    cell = (lambda k: "-" if us.get(k) is None else f"{us[k]:.1f}")
+    if view == "spins":
+        cols = sorted({k[3] for k in us if k[1:3] == ("cp.async", 3)})
+        floor, dec = read_floor_best(), decode_cells()
+        body = []
+        for g, r in geoms.items():
+            b = 2 * int(r["streams"]) * int(r["keys"]) * 128 * 2  # K and V, d 128, fp16 (the program's only layout)
+            ro = floor.get(b, (None,))[0]
+            m = re.match(r"^B(\d+) KV(\d+) (\d+) ", g)
+            step = dec.get((int(m.group(1)), int(m.group(2)), int(m.group(3))), {}).get(DECODE) if m else None
+            body.append([g, r["blocks"], f"{float(r['mb']):.0f}"] + [cell((g, "cp.async", 3, s)) for s in cols] +
+                        [f"{ro:.1f}" if ro else "-", f"{step[0] * 1e3:.1f}" if step else "-"])
+        head = [f"µs, spin {s}" for s in cols] + ["read-only µs", "step 22 µs"]
+        what = "copied by cp.async as the step copies them through a ring of 3 tiles, each tile then read from " \
+               "shared memory into a checksum and followed by `spin` dependent FMAs per thread. Read-only: " \
+               "read_floor.cu's fastest launch for the same bytes. Step 22: its default on the shape named " \
+               "(bench.csv, another run)"
+    else:
+        cols = sorted({k[1:3] for k in us if k[3] == 0}, key=lambda c: (c[0] != "cp.async", c[1]))
+        body = [[g, r["blocks"], f"{float(r['mb']):.0f}"] + [cell((g, c, st, 0)) for c, st in cols]
+                for g, r in geoms.items()]
+        head = [f"{c}, ring {st} µs" for c, st in cols]
+        what = "no work per tile (spin 0), copied by cp.async as the step copies them (128 threads, 16 bytes each) " \
+               "or as four TMA boxes of [64 keys, 64 columns] per tile from one thread, through rings of 2 to 5 tiles"
+    return md_table(["geometry (the shape and grid it mirrors, or streams:keys:splits:halves)", "blocks",
+                     "K/V MB"] + head, body) + \
+        "\n\nStep 22's copies without its math (profiles/microbench/decode_stream.cu): the same grid, chunks and " \
+        f"64-key tiles, {what}. L2 flushed before each launch, median of 20, every launch's sum checked" + \
+        (f" (**{failed} failed**: no time shown)" if failed else "") + ".\n\n" + \
+        source_line([csv_name] + (["read_floor.csv", "bench.csv"] if view == "spins" else []))
+
 
 def read_floor_table(csv_name="read_floor.csv"):
     """Doc 22: profiles/microbench/read_floor.cu's CSV (profiles/<gpu>/read_floor.csv): per buffer size (the decode

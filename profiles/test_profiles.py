@@ -1036,13 +1036,16 @@ class OneRunTables(unittest.TestCase):
         floor = [dict(zip(["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs",
                            "check"], ["67108864", "67.1", "2", "4", "29.6", "0", "0", "3000", "ok"]))]
         bench = [self.row("22_split_kv_decode", "B1 H32 KV1 Sq1 Sk131072 D128 cache f16", 0.0455)]
-        table = self.render("decode_stream_table", {"decode_stream.csv": rows, "read_floor.csv": floor, "bench.csv": bench})
-        self.assertIn("| copy | ring | µs, spin 0 | µs, spin 1024 | read-only µs | step 22 µs |", table)
-        self.assertIn(f"| {g} | 128 | 67 | cp.async | 3 | 31.5 | 44.0 | 29.6 | 45.5 |", table)
-        self.assertIn(f"| {g} | 128 | 67 | cp.async | 4 | - | - | 29.6 | 45.5 |", table)  # failed check: no time
-        self.assertIn(f"| {g} | 128 | 67 | tma | 3 | 29.9 | - | 29.6 | 45.5 |", table)
-        self.assertIn("| 2:4096:64:1 | 128 | 4 | cp.async | 3 | 9.0 | - | - | - |", table)  # no floor, no shape named
-        self.assertIn("(**1 failed**)", table)
+        files = {"decode_stream.csv": rows, "read_floor.csv": floor, "bench.csv": bench}
+        table = self.render("decode_stream_table", files, "spins")  # the step's copies (cp.async, ring 3) by spin
+        self.assertIn("| K/V MB | µs, spin 0 | µs, spin 1024 | read-only µs | step 22 µs |", table)
+        self.assertIn(f"| {g} | 128 | 67 | 31.5 | 44.0 | 29.6 | 45.5 |", table)
+        self.assertIn("| 2:4096:64:1 | 128 | 4 | 9.0 | - | - | - |", table)  # no floor row, no shape named
+        self.assertIn("(**1 failed**: no time shown)", table)
+        table = self.render("decode_stream_table", files, "copies")  # spin 0, each copy and ring
+        self.assertIn("| K/V MB | cp.async, ring 3 µs | cp.async, ring 4 µs | tma, ring 3 µs |", table)
+        self.assertIn(f"| {g} | 128 | 67 | 31.5 | - | 29.9 |", table)  # ring 4 failed its check: no time
+        self.assertIn("| 2:4096:64:1 | 128 | 4 | 9.0 | - | - |", table)
         self.assertIn("Not measured yet", self.render("decode_stream_table", {"bench.csv": bench}))
 
 
