@@ -1,8 +1,8 @@
 // decode_stream: how fast the decode steps' blocks can stream their K/V chunks when they do none of the
 // attention's math. Step 22 launches about one block per SM at batch 1 and at one K/V head, and each block
 // streams its chunk of keys through a ring of shared-memory tiles (cp.async, 64 keys of K and of V per
-// stage, 128 threads, each copying 16-byte pieces of 8 rows). On those shapes it reads at half the copy's
-// rate or less, while read_floor.cu's kernel, which only reads, gets much closer. Two causes are possible,
+// stage, 128 threads, each copying 16-byte pieces of 8 rows). On those shapes it reads well below the copy's
+// rate, and below read_floor.cu's kernel, which only reads the same bytes (doc 22). Two causes are possible,
 // and they need different cures:
 //   - the copies: one block's ring keeps too few bytes in flight, or too few streams read at once (then a
 //     deeper ring, more splits or whole-tile TMA copies would help);
