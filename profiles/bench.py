@@ -57,6 +57,7 @@ and the terminal table are still written. While the steps run, OUT.partial holds
 by a time limit keeps what it measured.
 """
 import argparse
+import contextlib
 import csv
 import glob
 import importlib.util
@@ -132,18 +133,25 @@ def run_csv(cmd):
     return rows, p.returncode
 
 
-def run_pinned(cmd, env_var, value):
-    """run_csv(cmd) with env_var set to `value` for this run only (None: unset), e.g. a step's pinned candidate
-    or split count. A run that fails is fatal: the table it feeds would compare against nothing."""
+@contextlib.contextmanager
+def pinned(env_var, value):
+    """env_var set to `value` inside the block (None: unset there), as it was again after it: a step's pin."""
     old = os.environ.pop(env_var, None)
     if value is not None:
         os.environ[env_var] = str(value)
     try:
-        rows, rc = run_csv(cmd)
+        yield
     finally:
         os.environ.pop(env_var, None)
         if old is not None:
             os.environ[env_var] = old
+
+
+def run_pinned(cmd, env_var, value):
+    """run_csv(cmd) with env_var set to `value` for this run only (None: unset), e.g. a step's pinned candidate
+    or split count. A run that fails is fatal: the table it feeds would compare against nothing."""
+    with pinned(env_var, value):
+        rows, rc = run_csv(cmd)
     if rc:
         raise SystemExit(f"{env_var}={value} failed on {' '.join(cmd)}")
     return rows
@@ -447,6 +455,13 @@ DECODE_STEPS = {"22", "23"}  # the steps timed on these shapes (23: paged, in pa
 # bench.csv. The others (step 22's rows32, unpacked; step 23's two-launches, unpacked) are experiments,
 # timed against the default by profiles/knob_ab.py --decode (gpu_session.sh stage decodeab).
 DECODE_SWEPT = {"22": {"one-launch", "two-launches"}, "23": {"one-launch"}}
+
+
+def decode_flags(batch, kv_heads, keys):
+    """A decode shape's flags as the sweep runs it: fp16, DECODE_HEADS query heads of d DECODE_DIM, one query
+    row, every sequence as long as the cache (profiles/knob_ab.py --decode, profiles/decode_splits.py)."""
+    return ["--dtype", "f16", "--batch", str(batch), "--heads", str(DECODE_HEADS), "--kv-heads", str(kv_heads),
+            "--seq-q", "1", "--seq-k", str(keys), "--head-dim", str(DECODE_DIM), "--cache-lens", str(keys)]
 
 
 def copy_gbs(torch, flush, reps, warmup):

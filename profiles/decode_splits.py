@@ -24,7 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa_profiles as fp  # noqa: E402
-from bench import run_pinned, write_tagged_csv  # noqa: E402
+from bench import decode_flags, pinned, run_pinned, write_tagged_csv  # noqa: E402
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 # (batch, K/V heads, keys): caches that fit in L2, where only latency counts (how short may a split
@@ -49,20 +49,12 @@ def main(argv=None):
     exe = os.path.join(args.build, "bin", "22_split_kv_decode")
     rows = []
     for batch, kv_heads, keys in shapes:
-        cmd = [exe, "--bench", "--csv", "--dtype", "f16", "--batch", str(batch), "--heads", "32", "--kv-heads",
-               str(kv_heads), "--seq-q", "1", "--seq-k", str(keys), "--head-dim", "128", "--cache-lens", str(keys)]
+        cmd = [exe, "--bench", "--csv"] + decode_flags(batch, kv_heads, keys)
         for br in block_rows:  # None: the row rule's own choice
-            old = os.environ.pop("FA_STEP22_ROWS", None)
-            if br is not None:
-                os.environ["FA_STEP22_ROWS"] = str(br)
-            try:
+            with pinned("FA_STEP22_ROWS", br):
                 for n in (None,) + splits:  # None: the heuristic's own count
                     tag = ("default" if n is None else str(n)) + ("" if br is None else f"/r{br}")
                     rows += [dict(r, splits=tag) for r in run_pinned(cmd, "FA_STEP22_SPLITS", n)]
-            finally:
-                os.environ.pop("FA_STEP22_ROWS", None)
-                if old is not None:
-                    os.environ["FA_STEP22_ROWS"] = old
         if rows:  # after every shape, so a run cut short keeps the shapes it finished
             write_tagged_csv(args.out, "splits", rows)
 

@@ -52,10 +52,7 @@ def decode_cells(kv_heads, page_size=None):
         for k in kv_heads:
             for n in bench.DECODE_LENS:
                 if b * k * n * bench.DECODE_DIM <= 1 << 30:
-                    yield "decode", ["--dtype", "f16", "--batch", str(b), "--heads", str(bench.DECODE_HEADS),
-                                     "--kv-heads", str(k), "--seq-q", "1", "--seq-k", str(n), "--head-dim",
-                                     str(bench.DECODE_DIM), "--cache-lens", str(n)] + \
-                        (["--page-size", str(page_size)] if page_size else [])
+                    yield "decode", bench.decode_flags(b, k, n) + (["--page-size", str(page_size)] if page_size else [])
 
 
 def run_arm(exe, env, cell, fwd, extra=()):
