@@ -621,6 +621,10 @@ BLOCKS = {
             os.path.join(DECODE, "history", "bulk_rows_ab.csv")),
         "results:paged_lazy_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "lazy_rescale_ab.csv")),
+        "results:decode_splits_pinned": lambda: decode_splits_table(
+            os.path.join(DECODE, "history", "decode_splits_pinned.csv")),
+        "results:decode_warps8_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "warps8_ab.csv")),
         "results:decode_stream": lambda: decode_stream_table("spins"),
         "results:decode_stream_copies": lambda: decode_stream_table("copies")},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
@@ -2037,12 +2041,17 @@ def decode_splits_table(csv_name="decode_splits.csv"):
         n, _, r = c.partition("/r")
         return ("unpinned" if n == "default" else f"{n} split{'s' if n != '1' else ''}") + (f", rows {r}" if r else "")
 
-    return md_table(["shape", "unpinned GB/s"] + [label(c) for c in counts] +
-                    ["unpinned time / fastest's"], body) + \
-        "\n\nGB/s of K/V bytes read; each count pinned with `FA_STEP22_SPLITS` and timed by `22_split_kv_decode " \
+    plain = any(r["splits"] == "default" for r in rows)  # --rows: the unpinned count has a column per row size
+    if not plain:
+        body = [b[:1] + b[2:-1] for b in body]
+    note = ("unpinned: the count the measured build's rule picked (1.00× in the last column: it picked the fastest)"
+            if plain else "unpinned: the count the measured build's rule picked for blocks of those rows")
+    return md_table(["shape"] + (["unpinned GB/s"] if plain else []) + [label(c) for c in counts] +
+                    (["unpinned time / fastest's"] if plain else []), body) + \
+        "\n\nGB/s of K/V bytes read; each count pinned with `FA_STEP22_SPLITS` (and with `--rows`, a block's rows " \
+        "with `FA_STEP22_ROWS`) and timed by `22_split_kv_decode " \
         "--bench` (median of 20, L2 flushed); fp16, one query row per head, every sequence as long as the cache; " \
-        "the fastest count of a shape in bold; unpinned: the count the measured build's rule picked (1.00× in the " \
-        "last column: it picked the fastest).\n\n" + \
+        f"the fastest of a shape in bold; {note}.\n\n" + \
         source_line([csv_name])
 
 

@@ -62,7 +62,8 @@ using namespace fa::ptx;  // step 09's ldmatrix_x4, mma_16816, pack, quad_*; ste
 
 const fa::StepInfo& info();
 
-constexpr int kWarp = 32, kWarps = 4;  // warps per block (the variant warps8: 8, two per scheduler)
+constexpr int kWarp = 32, kWarps = 4, kThreads = kWarps * kWarp;
+constexpr int kBlockN = 64;            // keys per tile: 16 per warp
 constexpr int kStages = 3;             // K/V ring depth: 2 tiles in flight
 constexpr int kMaxSplits = 64;         // partials per row at most (the merge reads them all)
 constexpr int kMinSplitKeys = 128;     // a split attends to at least this many keys (2 tiles)
@@ -70,15 +71,14 @@ constexpr int kMaxSeqQ = 64;           // query rows per head: decoding, not pre
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- one instance: the head_dim, the rows of a block and the ring's depth --------------------------------
-template <int D_, int MF_, int STAGES_ = kStages, int WARPS_ = kWarps>
+template <int D_, int MF_, int STAGES_ = kStages>
 struct Config {
   static constexpr int D = D_, MF = MF_, ROWS = 16 * MF;  // query rows per block: MF 16-row fragments
   static constexpr int STAGES = STAGES_;                  // K/V tiles in the ring: STAGES − 1 in flight
-  static constexpr int WARPS = WARPS_, THREADS = WARPS * kWarp, BLOCK_N = 16 * WARPS;  // keys per tile: 16 a warp
   static constexpr std::size_t Q_BYTES = 2 * std::size_t(ROWS) * D;
-  static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * STAGES * BLOCK_N) * D;  // K and V, 16-bit
-  static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(WARPS) * ROWS * D;         // fp32 O per warp
-  static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * WARPS * ROWS);           // m and l per warp
+  static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * STAGES * kBlockN) * D;  // K and V, 16-bit
+  static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
+  static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
   // The merge reuses the ring (dead after the last tile).
   static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + STAT_BYTES;
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
@@ -90,10 +90,10 @@ __device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0
 // ---- device memory -> shared memory (step 11's TileCopy) --------------------------------------------------
 // One 16-byte chunk column per thread, rows r0, r0 + ROW_STEP, ...; rows >= seq and columns >=
 // head_dim zero-filled without being read (cp.async with 0 source bytes).
-template <int ROWS, int D, int THREADS>
+template <int ROWS, int D>
 struct TileCopy {
-  static constexpr int CHUNKS = D / 8, ROW_STEP = THREADS / CHUNKS, VECS = ROWS / ROW_STEP;
-  static_assert(THREADS % CHUNKS == 0 && ROWS % ROW_STEP == 0 && ROW_STEP % 8 == 0, "step 11's layout");
+  static constexpr int CHUNKS = D / 8, ROW_STEP = kThreads / CHUNKS, VECS = ROWS / ROW_STEP;
+  static_assert(kThreads % CHUNKS == 0 && ROWS % ROW_STEP == 0 && ROW_STEP % 8 == 0, "step 11's layout");
   int r0, c, smem_off;
   __device__ TileCopy() : r0(threadIdx.x / CHUNKS), c(threadIdx.x % CHUNKS), smem_off(swz<D>(r0, c)) {}
   template <class T>
@@ -120,28 +120,28 @@ __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T
                                    std::size_t rows_total, int head_dim);
 
 // ---- the split kernel: one (split, sequence·K/V head, row block) per block ----------------------------
-// grid (n_splits, batch·kv_heads·G/group, row blocks); block C::THREADS. T: __half or __nv_bfloat16. A group
+// grid (n_splits, batch·kv_heads·G/group, row blocks); block kThreads. T: __half or __nv_bfloat16. A group
 // holds `group` query heads of a K/V head: all G of them (packed, the default) or one (the variant unpacked).
 // Its rows r = g·seq_q + i (query i of its g-th query head) are rows (grp·group)·seq_q + r of Q, O and LSE:
 // the heads of a K/V head are adjacent. One split: O and LSE directly; else the partials part_o
 // [n_splits, rows_total, head_dim] and part_lse [n_splits, rows_total], rows_total = batch·heads·seq_q.
 // ONE_LAUNCH (the default, launched cooperatively: every block resident): then a grid barrier and the merge.
 template <class T, class C, bool ONE_LAUNCH = false>
-__global__ void __launch_bounds__(C::THREADS)
+__global__ void __launch_bounds__(kThreads)
     decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                  const int* __restrict__ seq_lens, T* __restrict__ o, float* __restrict__ lse,
                  float* __restrict__ part_o, float* __restrict__ part_lse, int kv_heads, int heads_per_kv, int group,
                  int seq_q, int seq_k, int head_dim, float scale, bool causal, std::size_t rows_total) {
-  constexpr int D = C::D, MF = C::MF, ROWS = C::ROWS, WARPS = C::WARPS, THREADS = C::THREADS, BLOCK_N = C::BLOCK_N;
+  constexpr int D = C::D, MF = C::MF, ROWS = C::ROWS;
   const float sl2 = scale * kLog2e;  // step 10: exp(scale·(s − m)) = 2^(s·sl2 − m·sl2)
   extern __shared__ uint4 smem[];
   T* Qs = reinterpret_cast<T*>(smem);     // [ROWS, D] swizzled
   constexpr int STAGES = C::STAGES;       // this instance's ring depth
-  T* Ks = Qs + ROWS * D;                  // [STAGES][BLOCK_N, D] swizzled, a ring
-  T* Vs = Ks + STAGES * BLOCK_N * D;      // [STAGES][BLOCK_N, D] swizzled
-  float* Om = reinterpret_cast<float*>(Ks);  // [WARPS][ROWS, D]: each warp's O, once the ring is dead
+  T* Ks = Qs + ROWS * D;                  // [STAGES][kBlockN, D] swizzled, a ring
+  T* Vs = Ks + STAGES * kBlockN * D;      // [STAGES][kBlockN, D] swizzled
+  float* Om = reinterpret_cast<float*>(Ks);  // [kWarps][ROWS, D]: each warp's O, once the ring is dead
   float* Ms = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + C::SMEM_BYTES - C::STAT_BYTES);
-  float* Ls = Ms + WARPS * ROWS;  // Ms, Ls: [WARPS][ROWS] each warp's row max and row sum
+  float* Ls = Ms + kWarps * ROWS;  // Ms, Ls: [kWarps][ROWS] each warp's row max and row sum
 
   const int split = blockIdx.x, n_splits = gridDim.x;
   const unsigned grp = blockIdx.y;                                 // flattened (sequence, K/V head, group)
@@ -158,36 +158,35 @@ __global__ void __launch_bounds__(C::THREADS)
   // Keys any row sees: [0, kv_limit) (causal: the last query's). This split's chunk of them, in
   // whole tiles: [k_begin, k_end).
   const int kv_limit = causal ? min(len, max(0, off + seq_q)) : len;
-  const int chunk = ((kv_limit + n_splits - 1) / n_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+  const int chunk = ((kv_limit + n_splits - 1) / n_splits + kBlockN - 1) / kBlockN * kBlockN;
   const int k_begin = split * chunk, k_end = min(kv_limit, k_begin + chunk);
-  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BLOCK_N - 1) / BLOCK_N : 0;
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + kBlockN - 1) / kBlockN : 0;
   // Tiles from n_free on need the mask: the chunk's ragged end, or causal keys some row may not see.
   const int first_masked = causal ? min(k_end, max(k_begin, off + 1)) : k_end;  // row i = 0 sees j <= off
-  const int n_free = max(0, (first_masked - k_begin) / BLOCK_N);
+  const int n_free = max(0, (first_masked - k_begin) / kBlockN);
 
   q += row_base * head_dim;
   k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
-  constexpr int Q_THREADS = ROWS * D / 8 < THREADS ? ROWS * D / 8 : THREADS;  // 16 rows of 64: 128 threads
-  if (threadIdx.x < Q_THREADS) TileCopy<ROWS, D, Q_THREADS>().issue(Qs, q, 0, n_rows - r0, head_dim);
+  TileCopy<ROWS, D>().issue(Qs, q, 0, n_rows - r0, head_dim);
   cp_async_commit();
   // One warp per scheduler issues all of a block's instructions, and a test and a 64-bit multiply per copied
   // row were a third of them. So whole tiles (all but a ragged last one) take their addresses from a start
-  // computed once: this thread's chunk of K_t is kv_at + t·BLOCK_N·head_dim elements from k (of V_t, from v),
+  // computed once: this thread's chunk of K_t is kv_at + t·kBlockN·head_dim elements from k (of V_t, from v),
   // then one every ROW_STEP rows. Where the stream is bound by that issue (batch 1), this is faster.
-  const TileCopy<BLOCK_N, D, THREADS> kv_copy;
+  const TileCopy<kBlockN, D> kv_copy;
   const int kv_bytes = 8 * kv_copy.c < head_dim ? 16 : 0, kv_row_step = kv_copy.ROW_STEP * head_dim;
   const std::size_t kv_at = std::size_t(k_begin + kv_copy.r0) * head_dim + (kv_bytes ? 8 * kv_copy.c : 0);
   auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % STAGES; rows >= k_end zero
     if (t < n_tiles) {
-      T* const ks = Ks + t % STAGES * BLOCK_N * D;
-      T* const vs = Vs + t % STAGES * BLOCK_N * D;
-      if (k_begin + (t + 1) * BLOCK_N <= k_end) {
-        const std::size_t at = kv_at + std::size_t(t) * BLOCK_N * head_dim;
+      T* const ks = Ks + t % STAGES * kBlockN * D;
+      T* const vs = Vs + t % STAGES * kBlockN * D;
+      if (k_begin + (t + 1) * kBlockN <= k_end) {
+        const std::size_t at = kv_at + std::size_t(t) * kBlockN * head_dim;
         kv_copy.issue_whole(ks, k + at, kv_row_step, kv_bytes);
         kv_copy.issue_whole(vs, v + at, kv_row_step, kv_bytes);
       } else {
-        kv_copy.issue(ks, k, k_begin + t * BLOCK_N, k_end, head_dim);
-        kv_copy.issue(vs, v, k_begin + t * BLOCK_N, k_end, head_dim);
+        kv_copy.issue(ks, k, k_begin + t * kBlockN, k_end, head_dim);
+        kv_copy.issue(vs, v, k_begin + t * kBlockN, k_end, head_dim);
       }
     }
     cp_async_commit();
@@ -208,8 +207,8 @@ __global__ void __launch_bounds__(C::THREADS)
     cp_async_wait<STAGES - 2>();  // this thread's copies of tile t (and of Q) have landed ...
     __syncthreads();              // ... and everyone's; every warp is done with tile t − 1
     issue(t + STAGES - 1);        // into the slot tile t − 1 used
-    const T* Kt = Ks + t % STAGES * BLOCK_N * D + 16 * warp * D;  // this warp's 16 keys
-    const T* Vt = Vs + t % STAGES * BLOCK_N * D + 16 * warp * D;  // (16 rows: the swizzle repeats every 8)
+    const T* Kt = Ks + t % STAGES * kBlockN * D + 16 * warp * D;  // this warp's 16 keys
+    const T* Vt = Vs + t % STAGES * kBlockN * D + 16 * warp * D;  // (16 rows: the swizzle repeats every 8)
 
     // S = Q·Kᵀ [ROWS, 16]: per k-step, one ldmatrix of K (keys 0-7 and 8-15) and MF of Q.
     float s[MF][2][4] = {};
@@ -233,7 +232,7 @@ __global__ void __launch_bounds__(C::THREADS)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = (r0 + 16 * mf + g + 8 * (e / 2)) % seq_q;  // the row's query
-            const int key = k_begin + t * BLOCK_N + 16 * warp + 8 * j + 2 * t4 + e % 2;
+            const int key = k_begin + t * kBlockN + 16 * warp + 8 * j + 2 * t4 + e % 2;
             if (key >= (causal ? min(k_end, i + off + 1) : k_end)) s[mf][j][e] = -INFINITY;
           }
     }
@@ -298,7 +297,7 @@ __global__ void __launch_bounds__(C::THREADS)
       const int r = 16 * mf + g + 8 * h;
       float M = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < WARPS; ++w) M = fmaxf(M, Ms[w * ROWS + r]);
+      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, Ms[w * ROWS + r]);
       const float f = m[mf][h] == -INFINITY ? 0.f : exp2_approx((m[mf][h] - M) * sl2);  // this warp's weight
 #pragma unroll
       for (int j = 0; j < D / 8; ++j)
@@ -310,18 +309,18 @@ __global__ void __launch_bounds__(C::THREADS)
   // Each thread: 4 dims of a row at a time, summed over the warps. LSE = M·scale + ln L (−inf, O = 0
   // for a row that saw no key).
   const bool direct = n_splits == 1;
-  for (int x = threadIdx.x; x < ROWS * D / 4; x += THREADS) {
+  for (int x = threadIdx.x; x < ROWS * D / 4; x += kThreads) {
     const int r = x / (D / 4), d = 4 * (x % (D / 4));
     if (r0 + r >= n_rows || d >= head_dim) continue;
     float M = -INFINITY, L = 0.f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, Ms[w * ROWS + r]);
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, Ms[w * ROWS + r]);
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w)
+    for (int w = 0; w < kWarps; ++w)
       if (Ms[w * ROWS + r] != -INFINITY) L += Ls[w * ROWS + r] * exp2_approx((Ms[w * ROWS + r] - M) * sl2);
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       const float4 y = *reinterpret_cast<const float4*>(Om + (w * ROWS + r) * D + d);
       sum.x += y.x, sum.y += y.y, sum.z += y.z, sum.w += y.w;
     }
@@ -399,14 +398,13 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ part_o, cons
         make_uint2(pack<T>(sum.x * inv, sum.y * inv), pack<T>(sum.z * inv, sum.w * inv));
   if (d == 0) lse[row] = L > 0.f ? M + logf(L) : -INFINITY;
 }
-// Warp w of the grid (blocks in launch order) merges rows w, w + all warps, ...: the same
+// Warp w of the grid (blocks in launch order, kWarps each) merges rows w, w + all warps, ...: the same
 // merge_row as the combine kernel, so one launch and two give the same bits.
 template <class T>
 __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
                                    std::size_t rows_total, int head_dim) {
-  const int per_block = blockDim.x / kWarp;
-  const std::size_t warps = std::size_t(gridDim.x) * gridDim.y * gridDim.z * per_block;
-  std::size_t w = ((std::size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * per_block + threadIdx.x / kWarp;
+  const std::size_t warps = std::size_t(gridDim.x) * gridDim.y * gridDim.z * kWarps;
+  std::size_t w = ((std::size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * kWarps + threadIdx.x / kWarp;
   for (; w < rows_total; w += warps) merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, w, threadIdx.x % kWarp);
 }
 template <class T>
@@ -425,10 +423,9 @@ __global__ void __launch_bounds__(kCombineThreads)
 // their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
 // The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid barrier,
 // with the row rule below (the default); the split kernel then the combine kernel (two-launches: the same bits);
-// one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off); one
-// launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head);
-// and one launch of 8-warp blocks on 128-key tiles (warps8: two warps a scheduler, one's math in the other's waits).
-enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked, kWarps8 };
+// one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off); and one
+// launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head).
+enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked };
 int heads_per_group(const fa::AttnParams& p) { return p.variant == kUnpacked ? 1 : p.heads / fa::kv_heads_of(p); }
 int group_rows(const fa::AttnParams& p) { return heads_per_group(p) * p.seq_q; }
 // The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
@@ -484,7 +481,7 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     fa::opt_in_shared_memory(decode_split<T, C>, C::SMEM_BYTES, info().name);
     fa::opt_in_shared_memory(decode_split<T, C, true>, C::SMEM_BYTES, info().name);
     int per_sm = 0;
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_split<T, C, true>, C::THREADS,
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_split<T, C, true>, kThreads,
                                                                 C::SMEM_BYTES));
     return per_sm * fa::sm_count();
   }();
@@ -507,14 +504,14 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     cooperative.id = cudaLaunchAttributeCooperative;
     cooperative.val.cooperative = 1;
     cudaLaunchConfig_t config{};
-    config.gridDim = grid, config.blockDim = dim3(C::THREADS), config.dynamicSmemBytes = C::SMEM_BYTES;
+    config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = C::SMEM_BYTES;
     config.stream = stream, config.attrs = &cooperative, config.numAttrs = 1;
     FA_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_split<T, C, true>, q, k, v, lens, o, a.lse, part_o, part_lse,
                                      kv_heads, heads_per_kv, group, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
                                      rows));
     return;
   }
-  decode_split<T, C><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(q, k, v, lens, o, a.lse, part_o, part_lse, kv_heads,
+  decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, lens, o, a.lse, part_o, part_lse, kv_heads,
                                                                  heads_per_kv, group, p.seq_q, p.seq_k, p.head_dim,
                                                                  p.scale, p.causal, rows);
   FA_CHECK_LAUNCH();
@@ -527,11 +524,10 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  const bool rows16 = block_rows(a.p, fa::sm_count()) == 16;
-  if (a.p.variant == kWarps8)
-    rows16 ? launch<T, Config<D, 1, kStages, 8>>(a, stream) : launch<T, Config<D, 2, kStages, 8>>(a, stream);
+  if (block_rows(a.p, fa::sm_count()) == 16)
+    launch<T, Config<D, 1>>(a, stream);
   else
-    rows16 ? launch<T, Config<D, 1>>(a, stream) : launch<T, Config<D, 2>>(a, stream);
+    launch<T, Config<D, 2>>(a, stream);
 }
 
 void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
@@ -592,7 +588,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
-    s.variants = {"one-launch", "two-launches", "rows32", "unpacked", "warps8"};  // see enum Variant
+    s.variants = {"one-launch", "two-launches", "rows32", "unpacked"};  // see enum Variant
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;
     s.workspace_note = "the splits' partial O and LSE, n_splits·batch·heads·seq_q·(head_dim + 1) fp32";

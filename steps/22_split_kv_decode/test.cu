@@ -206,32 +206,6 @@ TEST(Step22SplitKvDecode, PackedAndUnpackedMatchFp64) {
   }
 }
 
-// The warps8 variant: 8 warps a block, tiles of 128 keys (16 a warp as before), one block a SM. Right against fp64
-// with 1, 3, 64 (two launches: the grid is not resident at once) and the rule's splits, on MQA (the rule's rows),
-// 8 heads of 5 queries (40 rows: blocks of 16, 16 and 8), ragged and empty sequences, d 64 and 128; and bitwise
-// the same twice.
-TEST(Step22SplitKvDecode, Warps8MatchesFp64) {
-  for (int n : {1, 3, 64, 0}) {
-    SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
-    PinSplits pin(n);
-    for (fa::DType t : kTypes)
-      for (int d : {64, 128})
-        for (Shape s : {Shape{1, 32, 1, 20000, d, true, 0, t, 1}, Shape{3, 8, 5, 3000, d, false, 0, t, 1}}) {
-          s.kv_cache = true;
-          const std::uint64_t seed = fa::fresh_seed();
-          SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
-          const std::vector<int> lens = s.batch == 3 ? std::vector<int>{3000, 130, 0} : std::vector<int>{19999};
-          const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
-          fa::AttnParams p = s.params();
-          p.variant = 4;  // warps8
-          fa::attention::Run r(kStep, p, false, in);
-          const Outputs a = fa::attention::run_checked(r, false), b = fa::attention::run_checked(r, false);
-          expect_close_lowp_to_fp64(a, s, in, false, "fp64 (warps8)");
-          EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0) << "O differs between runs";
-        }
-  }
-}
-
 // The split heuristic: one split where the grid is full without (many sequences and K/V heads),
 // more where it is not, never more than the keys allow (kMinSplitKeys each) or 64.
 TEST(Step22SplitKvDecode, SplitsOnlyWhereTheGridIsNotFull) {
