@@ -611,7 +611,9 @@ BLOCKS = {
                                                WS_VARIANTS_BEFORE_SPLIT),
                                            "results:gqa": lambda: gqa_table(),
                                            "results:inputs": inputs_table},
-    "docs/23_paged_kv_decode.md": {"results:paged": lambda: paged_table()},
+    "docs/23_paged_kv_decode.md": {"results:paged": lambda: paged_table(),
+                                   "results:paged_merge_swizzle_ab": lambda: decode_variants_ab_table(
+                                       os.path.join("23_paged_kv_decode", "merge_swizzle_ab.csv"))},
     "docs/history/22_split_kv_decode.md": {
         "results:decode_one_launch_rerun": lambda: decode_variant_table(
             "two-launches", "one-launch", os.path.join(DECODE, "history", "one_launch_default_sweep.csv")),
@@ -634,6 +636,8 @@ BLOCKS = {
                                        os.path.join(DECODE, "variants_ab.csv")),
                                    "results:decode_copy_diet_ab": lambda: decode_variants_ab_table(
                                        os.path.join(DECODE, "copy_diet_ab.csv")),
+                                   "results:decode_merge_swizzle_ab": lambda: decode_variants_ab_table(
+                                       os.path.join(DECODE, "merge_swizzle_ab.csv")),
                                    "results:decode_packing_ab": lambda: decode_variants_ab_table(
                                        os.path.join(DECODE, "packing_ab.csv")),
                                    "results:decode_splits_128_rows16": lambda: decode_splits_table(

@@ -86,6 +86,10 @@ struct Config {
 };
 
 __device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }  // step 02
+// Where dim d of row r of a warp's fp32 O sits in the merge's buffer. Its rows are D floats apart, a multiple of
+// the 32 banks, so a store of a C fragment's 8 rows would fall on the same 8 banks 8 times; with each row's
+// 8-float chunks permuted by the row (chunk c at c ^ r % 8) the 8 rows take 8 different chunks.
+__device__ __forceinline__ int om_col(int r, int d) { return (d / 8 ^ r % 8) * 8 + d % 8; }
 
 // ---- device memory -> shared memory (step 11's TileCopy) --------------------------------------------------
 // One 16-byte chunk column per thread, rows r0, r0 + ROW_STEP, ...; rows >= seq and columns >=
@@ -301,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
       const float f = m[mf][h] == -INFINITY ? 0.f : exp2_approx((m[mf][h] - M) * sl2);  // this warp's weight
 #pragma unroll
       for (int j = 0; j < D / 8; ++j)
-        *reinterpret_cast<float2*>(Om + (warp * ROWS + r) * D + 8 * j + 2 * t4) =
+        *reinterpret_cast<float2*>(Om + (warp * ROWS + r) * D + om_col(r, 8 * j + 2 * t4)) =
             make_float2(f * acc[mf][j][2 * h], f * acc[mf][j][2 * h + 1]);
     }
   __syncthreads();
@@ -321,7 +325,7 @@ __global__ void __launch_bounds__(kThreads)
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float4 y = *reinterpret_cast<const float4*>(Om + (w * ROWS + r) * D + d);
+      const float4 y = *reinterpret_cast<const float4*>(Om + (w * ROWS + r) * D + om_col(r, d));
       sum.x += y.x, sum.y += y.y, sum.z += y.z, sum.w += y.w;
     }
     const float inv = L > 0.f ? 1.f / L : 0.f;
