@@ -89,10 +89,11 @@ TEST(Step22SplitKvDecode, KvCacheMatchesFp64) {
 }
 
 // The split paths pinned: one split (O written directly), 2, 3 and 7 splits (chunks of whole tiles,
-// the last one short, some empty for the short sequences) and 64 (most of them empty): every count
-// gives the same attention within the rule, empty sequence included.
+// the last one short, some empty for the short sequences), 64 (most of them empty) and 128 (past the rule's
+// ceiling: the merge reads four LSEs per lane): every count gives the same attention within the rule, empty
+// sequence included.
 TEST(Step22SplitKvDecode, EverySplitCountMatchesFp64) {
-  for (int n : {1, 2, 3, 7, 64}) {
+  for (int n : {1, 2, 3, 7, 64, 128}) {
     SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
     for (fa::DType t : kTypes) {
@@ -118,10 +119,11 @@ TEST(Step22SplitKvDecode, RunsAreBitwiseRepeatable) {
 
 // The two-launches variant merges with the same merge_row in a kernel of its own, so it must give the default's
 // bits (one launch): on shapes the rule splits (MQA with 64 splits, GQA, ragged and empty sequences), with 3
-// splits pinned, and with 64 pinned on a grid too large to be resident at once (where the default falls back to
-// two launches). And it is right against fp64 on its own.
+// splits pinned, and with 64 and 128 pinned (128: both merges read four LSEs per lane) on a grid too large to be
+// resident at once (where the default falls back to two launches) and on one that is (MQA at batch 1). And it is
+// right against fp64 on its own.
 TEST(Step22SplitKvDecode, TwoLaunchesGiveTheDefaultsBits) {
-  for (int n : {0, 3, 64}) {
+  for (int n : {0, 3, 64, 128}) {
     SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
     for (fa::DType t : kTypes)
@@ -167,10 +169,10 @@ TEST(Step22SplitKvDecode, Rows32MatchesFp64) {
 }
 
 // The rows pinned (FA_STEP22_ROWS, for measuring the row rule): blocks of 16 and of 32 for MQA's 32 rows and for
-// 40 rows (8 heads of 5 queries: blocks of 16, 16 and 8, or 32 and 8), each with 1 and 3 splits pinned.
+// 40 rows (8 heads of 5 queries: blocks of 16, 16 and 8, or 32 and 8), each with 1, 3 and 128 splits pinned.
 TEST(Step22SplitKvDecode, PinnedRowsMatchFp64) {
   for (int rows : {16, 32})
-    for (int n : {1, 3}) {
+    for (int n : {1, 3, 128}) {
       SCOPED_TRACE("FA_STEP22_ROWS=" + std::to_string(rows) + " FA_STEP22_SPLITS=" + std::to_string(n));
       PinRows pin_rows(rows);
       PinSplits pin(n);

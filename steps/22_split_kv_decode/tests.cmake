@@ -1,15 +1,22 @@
 # Step 22's own tests (included by tests/CMakeLists.txt with `step` and `exe` set): a pinned split
-# count that is not a whole number from 1 to 64 is refused with the variable, its value and the range
+# count that is not a whole number from 1 to 128 is refused with the variable, its value and the range
 # (host/env.h). supports() reads the pin, so the refusal comes before the device is opened: no GPU
 # needed (CUDA_VISIBLE_DEVICES=-1 hides one where there is), and a valid pin reaches "no CUDA device".
-add_cli_test(${step}.pinned_splits_garbage 2 "FA_STEP22_SPLITS=8abc: expected a whole number from 1 to 64"
+add_cli_test(${step}.pinned_splits_garbage 2 "FA_STEP22_SPLITS=8abc: expected a whole number from 1 to 128"
              env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=8abc
              ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
-add_cli_test(${step}.pinned_splits_out_of_range 2 "FA_STEP22_SPLITS=0: expected a whole number from 1 to 64"
+add_cli_test(${step}.pinned_splits_out_of_range 2 "FA_STEP22_SPLITS=0: expected a whole number from 1 to 128"
              env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=0
              ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
 add_cli_test(${step}.pinned_splits_valid 3 "no CUDA device"
              env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=8
+             ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+# Past the rule's ceiling (64) a pin may go to 128, the merge's limit, and no further.
+add_cli_test(${step}.pinned_splits_past_the_rule 3 "no CUDA device"
+             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=128
+             ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+add_cli_test(${step}.pinned_splits_past_the_merge 2 "FA_STEP22_SPLITS=129: expected a whole number from 1 to 128"
+             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=129
              ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
 # A pinned block of rows (FA_STEP22_ROWS, the row rule's measurements) is 16 or 32, refused the same way.
 add_cli_test(${step}.pinned_rows_neither 2 "FA_STEP22_ROWS=24: a block holds 16 or 32 rows"
