@@ -5,19 +5,17 @@
 add_cli_test(${step}.pinned_splits_garbage 2 "FA_STEP22_SPLITS=8abc: expected a whole number from 1 to 128"
              env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=8abc
              ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
-add_cli_test(${step}.pinned_splits_out_of_range 2 "FA_STEP22_SPLITS=0: expected a whole number from 1 to 128"
-             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=0
-             ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
-add_cli_test(${step}.pinned_splits_valid 3 "no CUDA device"
-             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=8
-             ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
 # Past the rule's ceiling (64) a pin may go to 128, the merge's limit, and no further.
-add_cli_test(${step}.pinned_splits_past_the_rule 3 "no CUDA device"
-             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=128
-             ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
-add_cli_test(${step}.pinned_splits_past_the_merge 2 "FA_STEP22_SPLITS=129: expected a whole number from 1 to 128"
-             env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=129
-             ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+foreach(n 0 129)
+  add_cli_test(${step}.pinned_splits_out_of_range_${n} 2 "FA_STEP22_SPLITS=${n}: expected a whole number from 1 to 128"
+               env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=${n}
+               ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+endforeach()
+foreach(n 8 128)
+  add_cli_test(${step}.pinned_splits_valid_${n} 3 "no CUDA device"
+               env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=${n}
+               ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
+endforeach()
 # A pinned block of rows (FA_STEP22_ROWS, the row rule's measurements) is 16 or 32, refused the same way.
 add_cli_test(${step}.pinned_rows_neither 2 "FA_STEP22_ROWS=24: a block holds 16 or 32 rows"
              env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_ROWS=24
