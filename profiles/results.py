@@ -625,6 +625,8 @@ BLOCKS = {
             os.path.join("23_paged_kv_decode", "history", "lazy_rescale_ab.csv")),
         "results:decode_splits_pinned": lambda: decode_splits_table(
             os.path.join(DECODE, "history", "decode_splits_pinned.csv")),
+        "results:decode_splits_pin128": lambda: decode_splits_table(
+            os.path.join(DECODE, "history", "pin128_decode_splits.csv")),
         "results:decode_warps8_ab": lambda: decode_variants_ab_table(
             os.path.join(DECODE, "history", "warps8_ab.csv")),
         "results:decode_stream": lambda: decode_stream_table("spins"),
