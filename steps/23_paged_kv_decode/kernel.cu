@@ -139,10 +139,13 @@ struct PageCopy : TileCopy<ROWS, D> {
       const int j = row0 + this->r0 + i * Base::ROW_STEP, p = page.quotient(j);
       const bool in = j < seq && 8 * this->c < head_dim;
       // key j's row of the pool: row j − p·page_size of page pages[p]
-      const unsigned rs = unsigned(row_stride), in_page = unsigned(j - p * page.d) * rs + 8 * this->c;
-      const std::size_t at = !in    ? 0
-                             : OFF32 ? std::size_t(unsigned(pages[p])) * (unsigned(page.d) * rs) + in_page
-                                     : (std::size_t(pages[p]) * page.d + (j - p * page.d)) * row_stride + 8 * this->c;
+      std::size_t at = 0;
+      if (in && OFF32) {
+        const unsigned rs = unsigned(row_stride);
+        at = std::size_t(unsigned(pages[p])) * (unsigned(page.d) * rs) + (unsigned(j - p * page.d) * rs + 8 * this->c);
+      } else if (in) {
+        at = (std::size_t(pages[p]) * page.d + (j - p * page.d)) * row_stride + 8 * this->c;
+      }
       cp_async_16(k_dst + this->smem_off + i * Base::ROW_STEP * D, k + at, in ? 16 : 0);
       cp_async_16(v_dst + this->smem_off + i * Base::ROW_STEP * D, v + at, in ? 16 : 0);
     }
@@ -161,6 +164,7 @@ __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T
 // the heads of a K/V head are adjacent. One split: O and LSE directly; else the partials part_o
 // [n_splits, rows_total, head_dim] and part_lse [n_splits, rows_total], rows_total = batch·heads·seq_q.
 // ONE_LAUNCH (the default, launched cooperatively: every block resident): then a grid barrier and the merge.
+// OFF32: the variant offsets32's tile copy (PageCopy).
 template <class T, class C, bool ONE_LAUNCH = false, bool OFF32 = false>
 __global__ void __launch_bounds__(kThreads)
     decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -211,8 +215,8 @@ __global__ void __launch_bounds__(kThreads)
   const PageCopy<kBlockN, D> kv_copy;
   auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages; rows >= k_end zero
     if (t < n_tiles) {
-      kv_copy.template issue<OFF32>(Ks + t % kStages * kBlockN * D, Vs + t % kStages * kBlockN * D, k, v, pages, page, row_stride,
-                    k_begin + t * kBlockN, k_end, head_dim);
+      kv_copy.template issue<OFF32>(Ks + t % kStages * kBlockN * D, Vs + t % kStages * kBlockN * D, k, v, pages, page,
+                                    row_stride, k_begin + t * kBlockN, k_end, head_dim);
     }
     cp_async_commit();
   };
@@ -564,7 +568,8 @@ void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 std::string supports(const fa::Problem& pr) {
   pinned_splits();  // throws fa::UsageError naming FA_STEP23_SPLITS
   if (pr.attn.page_size < 1) return "this step reads a paged KV cache only (--page-size; step 22 reads a contiguous one)";
-  if (pr.attn.variant == kOffsets32 && (unsigned long long)pr.attn.page_size * fa::kv_heads_of(pr.attn) * pr.attn.head_dim >> 32)
+  const unsigned long long page_elems = 1ull * pr.attn.page_size * fa::kv_heads_of(pr.attn) * pr.attn.head_dim;
+  if (pr.attn.variant == kOffsets32 && page_elems >> 32)
     return "variant offsets32: a page of page_size·kv_heads·head_dim elements must stay under 2^32 (got page size " +
            std::to_string(pr.attn.page_size) + ")";
   if (pr.attn.seq_q > kMaxSeqQ)
