@@ -124,13 +124,13 @@ struct PageDiv {
 // TileCopy's rows and chunks, each row's address looked up: key j of the sequence is row j % page_size of page
 // pages[j / page_size] of the pool, whose rows hold all K/V heads ([page_size, kv_heads, head_dim] per page).
 // K and V share the lookup (the same key, the same offset in either pool). Keys >= seq, and columns >=
-// head_dim, zero-filled without being read (from the pool's start, never read). OFF32 (variant offsets32, an
-// experiment): the same address as pages[p]·(page_size·row_stride) + (j − p·page_size)·row_stride + 8c, the two
-// products 32-bit (supports() refuses a page of 2^32 elements or more), one 32x32->64 multiply-add per row.
+// head_dim, zero-filled without being read (from the pool's start, never read). The address is
+// pages[p]·(page_size·row_stride) + (j − p·page_size)·row_stride + 8c: the page's offset one 32x32->64
+// multiply-add, the row's inside its page 32-bit (supports() refuses a page of 2^32 elements or more).
 template <int ROWS, int D>
 struct PageCopy : TileCopy<ROWS, D> {
   using Base = TileCopy<ROWS, D>;
-  template <bool OFF32, class T>
+  template <class T>
   __device__ __forceinline__ void issue(T* k_dst, T* v_dst, const T* __restrict__ k, const T* __restrict__ v,
                                         const int* __restrict__ pages, PageDiv page, std::size_t row_stride, int row0,
                                         int seq, int head_dim) const {
@@ -138,13 +138,12 @@ struct PageCopy : TileCopy<ROWS, D> {
     for (int i = 0; i < Base::VECS; ++i) {
       const int j = row0 + this->r0 + i * Base::ROW_STEP, p = page.quotient(j);
       const bool in = j < seq && 8 * this->c < head_dim;
-      // key j's row of the pool: row j − p·page_size of page pages[p]
+      // key j's row of the pool: row j − p·page_size of page pages[p]. Why 32-bit: the 64-bit form costs about
+      // nine more instructions per row, all of them before the row's copy is issued.
       std::size_t at = 0;
-      if (in && OFF32) {
+      if (in) {
         const unsigned rs = unsigned(row_stride);
         at = std::size_t(unsigned(pages[p])) * (unsigned(page.d) * rs) + (unsigned(j - p * page.d) * rs + 8 * this->c);
-      } else if (in) {
-        at = (std::size_t(pages[p]) * page.d + (j - p * page.d)) * row_stride + 8 * this->c;
       }
       cp_async_16(k_dst + this->smem_off + i * Base::ROW_STEP * D, k + at, in ? 16 : 0);
       cp_async_16(v_dst + this->smem_off + i * Base::ROW_STEP * D, v + at, in ? 16 : 0);
@@ -164,8 +163,7 @@ __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T
 // the heads of a K/V head are adjacent. One split: O and LSE directly; else the partials part_o
 // [n_splits, rows_total, head_dim] and part_lse [n_splits, rows_total], rows_total = batch·heads·seq_q.
 // ONE_LAUNCH (the default, launched cooperatively: every block resident): then a grid barrier and the merge.
-// OFF32: the variant offsets32's tile copy (PageCopy).
-template <class T, class C, bool ONE_LAUNCH = false, bool OFF32 = false>
+template <class T, class C, bool ONE_LAUNCH = false>
 __global__ void __launch_bounds__(kThreads)
     decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                  const int* __restrict__ seq_lens, const int* __restrict__ block_table, PageDiv page, int max_pages,
@@ -215,8 +213,8 @@ __global__ void __launch_bounds__(kThreads)
   const PageCopy<kBlockN, D> kv_copy;
   auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages; rows >= k_end zero
     if (t < n_tiles) {
-      kv_copy.template issue<OFF32>(Ks + t % kStages * kBlockN * D, Vs + t % kStages * kBlockN * D, k, v, pages, page,
-                                    row_stride, k_begin + t * kBlockN, k_end, head_dim);
+      kv_copy.issue(Ks + t % kStages * kBlockN * D, Vs + t % kStages * kBlockN * D, k, v, pages, page, row_stride,
+                    k_begin + t * kBlockN, k_end, head_dim);
     }
     cp_async_commit();
   };
@@ -452,9 +450,8 @@ __global__ void __launch_bounds__(kCombineThreads)
 // their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
 // The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid
 // barrier (the default); the split kernel then the combine kernel (the same bits); and one launch with each
-// query head a group of its own (unpacked, step 22's: K and V read once per query head); and offsets32, the
-// default with each K/V row's address from 32-bit products (PageCopy: an experiment, not yet measured).
-enum Variant { kOneLaunch, kTwoLaunches, kUnpacked, kOffsets32 };
+// query head a group of its own (unpacked, step 22's: K and V read once per query head).
+enum Variant { kOneLaunch, kTwoLaunches, kUnpacked };
 int heads_per_group(const fa::AttnParams& p) { return p.variant == kUnpacked ? 1 : p.heads / fa::kv_heads_of(p); }
 int group_rows(const fa::AttnParams& p) { return heads_per_group(p) * p.seq_q; }
 // The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
@@ -492,15 +489,15 @@ std::size_t workspace_bytes(const fa::AttnParams& p) {
 
 // ---- launcher ---------------------------------------------------------------------------------------------
 
-template <class T, class C, bool OFF32 = false>
+template <class T, class C>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   // Once per instance: more than 48 KB of dynamic shared memory, and how many blocks of the one-launch
   // kernel can be resident at once (its grid must be, or the barrier would wait for blocks never started).
   static const int resident = [] {
-    fa::opt_in_shared_memory(decode_split<T, C, false, OFF32>, C::SMEM_BYTES, info().name);
-    fa::opt_in_shared_memory(decode_split<T, C, true, OFF32>, C::SMEM_BYTES, info().name);
+    fa::opt_in_shared_memory(decode_split<T, C>, C::SMEM_BYTES, info().name);
+    fa::opt_in_shared_memory(decode_split<T, C, true>, C::SMEM_BYTES, info().name);
     int per_sm = 0;
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_split<T, C, true, OFF32>, kThreads,
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_split<T, C, true>, kThreads,
                                                                 C::SMEM_BYTES));
     return per_sm * fa::sm_count();
   }();
@@ -518,19 +515,19 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   const T *q = static_cast<const T*>(a.q), *k = static_cast<const T*>(a.k), *v = static_cast<const T*>(a.v);
   T* o = static_cast<T*>(a.o);
   // One launch where there is something to merge and the grid fits at once (a pinned count may not).
-  if ((p.variant == kOneLaunch || OFF32) && n > 1 && (long long)grid.x * grid.y * grid.z <= resident) {
+  if (p.variant == kOneLaunch && n > 1 && (long long)grid.x * grid.y * grid.z <= resident) {
     cudaLaunchAttribute cooperative{};
     cooperative.id = cudaLaunchAttributeCooperative;
     cooperative.val.cooperative = 1;
     cudaLaunchConfig_t config{};
     config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = C::SMEM_BYTES;
     config.stream = stream, config.attrs = &cooperative, config.numAttrs = 1;
-    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_split<T, C, true, OFF32>, q, k, v, a.seq_lens, a.block_table, page,
+    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_split<T, C, true>, q, k, v, a.seq_lens, a.block_table, page,
                                      p.max_pages, o, a.lse, part_o, part_lse, kv_heads, heads_per_kv, group,
                                      p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal, rows));
     return;
   }
-  decode_split<T, C, false, OFF32><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, a.seq_lens, a.block_table, page,
+  decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, a.seq_lens, a.block_table, page,
                                                                  p.max_pages, o, a.lse, part_o, part_lse, kv_heads,
                                                                  heads_per_kv, group, p.seq_q, p.seq_k, p.head_dim,
                                                                  p.scale, p.causal, rows);
@@ -544,11 +541,10 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  const bool off32 = a.p.variant == kOffsets32;
   if (block_rows(a.p, fa::sm_count()) == 16)
-    off32 ? launch<T, Config<D, 1>, true>(a, stream) : launch<T, Config<D, 1>>(a, stream);
+    launch<T, Config<D, 1>>(a, stream);
   else
-    off32 ? launch<T, Config<D, 2>, true>(a, stream) : launch<T, Config<D, 2>>(a, stream);
+    launch<T, Config<D, 2>>(a, stream);
 }
 
 void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
@@ -569,8 +565,8 @@ std::string supports(const fa::Problem& pr) {
   pinned_splits();  // throws fa::UsageError naming FA_STEP23_SPLITS
   if (pr.attn.page_size < 1) return "this step reads a paged KV cache only (--page-size; step 22 reads a contiguous one)";
   const unsigned long long page_elems = 1ull * pr.attn.page_size * fa::kv_heads_of(pr.attn) * pr.attn.head_dim;
-  if (pr.attn.variant == kOffsets32 && page_elems >> 32)
-    return "variant offsets32: a page of page_size·kv_heads·head_dim elements must stay under 2^32 (got page size " +
+  if (page_elems >> 32)
+    return "a page of page_size·kv_heads·head_dim elements must stay under 2^32 (got page size " +
            std::to_string(pr.attn.page_size) + ")";
   if (pr.attn.seq_q > kMaxSeqQ)
     return "this step decodes: seq_q at most " + std::to_string(kMaxSeqQ) + " query rows per head (got " +
@@ -626,7 +622,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
-    s.variants = {"one-launch", "two-launches", "unpacked", "offsets32"};  // see enum Variant
+    s.variants = {"one-launch", "two-launches", "unpacked"};  // see enum Variant
     s.attn_rule.paged = true;
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;

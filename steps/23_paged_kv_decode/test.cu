@@ -168,34 +168,6 @@ TEST(Step23PagedKvDecode, TwoLaunchesGiveTheDefaultsBits) {
   }
 }
 
-// The variant offsets32 (an experiment: each K/V row's address from 32-bit products) reads the rows the default
-// reads, so it must give the default's bits: pages of 1, 16, 64 and 256 keys, lengths that fill no page or tile
-// and 0, d 128 and 64, fp16 and bf16, the rule's splits, 3 pinned, and 64 pinned (two launches where not resident).
-TEST(Step23PagedKvDecode, Offsets32GivesTheDefaultsBits) {
-  for (int n : {0, 3, 64}) {
-    SCOPED_TRACE("FA_STEP23_SPLITS=" + std::to_string(n));
-    PinSplits pin(n);
-    for (int page : {1, 16, 64, 256})
-      for (Shape s : {Shape{3, 8, 1, 3000, 128, false, 0, fa::DType::F16, 2},
-                      Shape{2, 32, 2, 1500, 64, true, 0, fa::DType::BF16, 1}}) {
-        s.kv_cache = true;
-        const std::vector<int> lens = s.batch == 3 ? std::vector<int>{3000, 257, 0} : std::vector<int>{1500, 63};
-        const std::uint64_t seed = fa::fresh_seed();
-        SCOPED_TRACE(s.str() + ", page size " + std::to_string(page) + ", seed " + std::to_string(seed));
-        const fa::AttnParams paged = fa::attention::paged_params(s.params(), lens, page);
-        Inputs in = fa::attention::make_inputs(paged, false, seed, lens);
-        fa::attention::page_inputs(paged, in, seed + 1);
-        fa::AttnParams off32 = paged;
-        off32.variant = 3;  // offsets32
-        fa::attention::Run r0(kStep, paged, false, in), r1(kStep, off32, false, in);
-        const Outputs a = fa::attention::run_checked(r0, false), b = fa::attention::run_checked(r1, false);
-        EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0) << "O differs";
-        EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0) << "LSE differs";
-        expect_close_lowp_to_fp64(b, s, in, false, "fp64 (offsets32)");
-      }
-  }
-}
-
 // A contiguous cache (step 22's) is refused with the reason; so are a paged problem without its table,
 // and fp32, head dims off the rule, prefill-sized seq_q.
 TEST(Step23PagedKvDecode, RefusesWhatItCannotRun) {
