@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kThreads)
         const float tile_max = quad_max(fmaxf(fmaxf(s[mf][0][2 * h], s[mf][0][2 * h + 1]),
                                               fmaxf(s[mf][1][2 * h], s[mf][1][2 * h + 1])));
         const float m_new = fmaxf(m[mf][h], tile_max), shift = safe_shift(m_new) * sl2;
-        const float alpha = exp2_approx(m[mf][h] * sl2 - shift);
+        const float alpha = exp2_approx((m[mf][h] - safe_shift(m_new)) * sl2);  // exactly 1 while the max holds
         m[mf][h] = m_new;
         float sum = 0.f;
 #pragma unroll

@@ -106,6 +106,20 @@ TEST(Step22SplitKvDecode, EverySplitCountMatchesFp64) {
   }
 }
 
+// One split over a long cache. Each tile rescales a row's sum and O by alpha = 2^((m − m_new)·sl2), which
+// must be exactly 1 while the max holds. Formed as 2^(m·sl2 − round(m_new·sl2)), it was 1 plus the rounding
+// of the shift (up to half an ulp of m·sl2), compounded once per tile. O cancels it; the LSE does not: over
+// the 2048 tiles of 131072 keys, several times the LSE tolerance on the inputs' large-score row (query row 0
+// of head 0 is 20x larger, so m·sl2 is in the hundreds) for all but a small range of that rounding.
+TEST(Step22SplitKvDecode, OneSplitOverALongCacheKeepsTheLse) {
+  PinSplits pin(1);
+  for (fa::DType t : kTypes) {
+    Shape s{1, 32, 1, 131072, 128, false, 0, t, 1};  // MQA, batch 1
+    s.kv_cache = true;
+    expect_cache_matches_fp64(s, {131071});
+  }
+}
+
 // No atomics: the same inputs give the same bits, whatever the split count.
 TEST(Step22SplitKvDecode, RunsAreBitwiseRepeatable) {
   Shape s{2, 8, 1, 5000, 128, false, 0, fa::DType::F16, 2};

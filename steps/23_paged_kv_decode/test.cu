@@ -100,6 +100,14 @@ TEST(Step23PagedKvDecode, EverySplitCountMatches) {
   }
 }
 
+// One split over a long paged cache: the row sum's rescale must be exactly 1 while the max holds (step 22's
+// OneSplitOverALongCacheKeepsTheLse says why a rounded shift fails this), in pages of 16.
+TEST(Step23PagedKvDecode, OneSplitOverALongCacheKeepsTheLse) {
+  PinSplits pin(1);
+  for (fa::DType t : kTypes)
+    expect_paged_matches(Shape{1, 32, 1, 131072, 128, false, 0, t, 1}, {131071}, 16);
+}
+
 // FlashAttention-3's sweep, paged: every case with the query heads of a K/V head packed into one group of rows
 // (the default) and unpacked (the variant unpacked: each query head its own group), each with 1, 3 and the
 // rule's splits; GQA, MQA with several causal query rows, MHA; shuffled pages of 16 and of 7 keys.
