@@ -381,7 +381,7 @@ class SourceStalls(unittest.TestCase):
                     f.write(body)
             self.assertEqual(fp.build_source_capture(work, out), 0)
             saved = results.gpu_dir
-            results.gpu_dir = lambda: d
+            results.gpu_dir = lambda gpu=None: d
             try:
                 table = results.bwd_banks_table()
                 missing = results.bwd_banks_table("99_none")
@@ -492,7 +492,7 @@ class TensorCoreTables(unittest.TestCase):
                     w.writerow(["0x1", "  @!P0  FSETP.GEU.AND P1, PT, R3, -126, PT", "30", str(100 * n)])
                     w.writerow(["0x2", "  BAR.SYNC.DEFER_BLOCKING 0x0", "60", "100"])  # in no group
         real = self.results.gpu_dir
-        self.results.gpu_dir = lambda: self.tmp
+        self.results.gpu_dir = lambda gpu=None: self.tmp
         try:
             table = self.results.sass_mix_table()
         finally:
@@ -530,7 +530,7 @@ class TensorCoreTables(unittest.TestCase):
                     dict(bench_row("sdpa_cudnn", shape, 0.06), unit="GB/s"),
                     bench_row("22_split_kv_decode", shape.replace("Sk4096", "Sk1024"), 0.01)])  # another shape
         saved = self.results.gpu_dir
-        self.results.gpu_dir = lambda: self.tmp  # a GPU folder with no run_all.csv
+        self.results.gpu_dir = lambda gpu=None: self.tmp  # a GPU folder with no run_all.csv
         try:
             line = self.results.step_headline("22")
             missing = self.results.step_headline("18")
@@ -820,7 +820,7 @@ def history_table(test, name, csv_name, header, rows):
     import results
     with tempfile.TemporaryDirectory() as d:
         saved = results.gpu_dir
-        results.gpu_dir = lambda: d
+        results.gpu_dir = lambda gpu=None: d
         try:
             test.assertIn("Not measured", getattr(results, name)())
             path = os.path.join(d, getattr(results, csv_name))
@@ -860,7 +860,7 @@ class DqReduce(unittest.TestCase):
                 dict(zip(header, ["bulk", "staggered", "64", "16", "16384", "1e9", "0.5", "2.000", "FAIL"]))]
         with tempfile.TemporaryDirectory() as d:
             saved = results.gpu_dir
-            results.gpu_dir = lambda: d
+            results.gpu_dir = lambda gpu=None: d
             try:
                 self.assertIn("Not measured", results.dq_reduce_table())
                 with open(os.path.join(d, "dq_reduce.csv"), "w", newline="") as f:
@@ -900,7 +900,7 @@ class OneRunTables(unittest.TestCase):
                     w.writeheader()
                     w.writerows(rows)
             saved = results.gpu_dir
-            results.gpu_dir = lambda: d
+            results.gpu_dir = lambda gpu=None: d
             try:
                 return getattr(results, name)(*args)
             finally:
@@ -1523,7 +1523,7 @@ def table_before_and_after(test, make, write):
     import results
     with tempfile.TemporaryDirectory() as d:
         saved = results.gpu_dir
-        results.gpu_dir = lambda: d
+        results.gpu_dir = lambda gpu=None: d
         try:
             test.assertIn("Not measured yet", make())
             write(d)
