@@ -18,6 +18,8 @@
 #   call 1: cmake --preset default -DCMAKE_CUDA_ARCHITECTURES=90a && cmake --build build -j16 &&
 #           bash profiles/suite_detached.sh start && bash profiles/suite_detached.sh wait 450
 #   call 2: bash profiles/suite_detached.sh wait 560
+# Most of the suite's time is the fixtures chain of the backward steps (each step's GPU tests wait for its
+# PREV's); configuring with -DFA_TEST_CHAIN=OFF lets them all start at once (docs/conventions.md).
 set -uo pipefail
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
