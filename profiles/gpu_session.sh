@@ -16,7 +16,8 @@
 # "inputs", profiles/inputs_ab.py into $OUT/inputs_ab.csv, and "decodeab", step 22's variants, only when
 # named), e.g. to split
 # a session over two calls that share build/: STAGES="build ctest run_all sass", then STAGES="bench
-# capture" (each into its own OUT; import both). ARCH (default 90a), CTEST_JOBS (default 4) and
+# capture" (each into its own OUT; import both). ARCH (default 90a), CMAKE_ARGS (more configure flags, e.g.
+# "-DFA_TEST_CHAIN=OFF": docs/conventions.md), CTEST_JOBS (default 4) and
 # CTEST_ARGS (e.g. "-L gpu") tune the build and the tests; BENCH_ARGS (e.g. "--steps 07,08 --no-sdpa
 # --merge profiles/h100/bench.csv") and CAPTURE_STEPS (e.g. "07 08") re-measure a few steps.
 # STEPS="09 10 11" is the short form of both: bench.py --steps 09,10,11 --merge profiles/<gpu>/bench.csv
@@ -62,7 +63,9 @@ stage() {
 [[ -d .whl/pydeps ]] && export PYTHONPATH=$PWD/.whl/pydeps${PYTHONPATH:+:$PYTHONPATH}
 
 build() {
-  if ! { cmake --preset default -DCMAKE_CUDA_ARCHITECTURES="${ARCH:-90a}" && cmake --build build -j "$(nproc)"; } \
+  # shellcheck disable=SC2086  # CMAKE_ARGS: several words
+  if ! { cmake --preset default -DCMAKE_CUDA_ARCHITECTURES="${ARCH:-90a}" ${CMAKE_ARGS:-} &&
+    cmake --build build -j "$(nproc)"; } \
     > "$OUT/build.log" 2>&1; then
     grep -B2 -A8 -E "error|Error" "$OUT/build.log" | head -80
     return 1
