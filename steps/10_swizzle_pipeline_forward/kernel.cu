@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(THREADS)
       for (int j = 0; j < BLOCK_N / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
       const float m_new = fmaxf(m[h], quad_max(tile_max));  // raw scores: scale > 0 keeps the argmax
       const float shift = safe_shift(m_new) * sl2;
-      const float alpha = exp2_approx(fmaf(m[h], sl2, -shift));  // 0 on the first tile; max held: 1 + shift rounding
+      const float alpha = exp2_approx((m[h] - safe_shift(m_new)) * sl2);  // first tile: 0; max held: exactly 1
       m[h] = m_new;
       float sum = 0.f;
 #pragma unroll

@@ -26,6 +26,11 @@ TEST(Step10SwizzlePipelineForward, MatchesGoldenInputs) { matches_golden_inputs(
 TEST(Step10SwizzlePipelineForward, MatchesFp64OnEdgeShapes) { matches_fp64_on_edge_shapes(kStep); }
 TEST(Step10SwizzlePipelineForward, PaddedHeadDims) { matches_fp64_with_padded_head_dims(kStep); }
 TEST(Step10SwizzlePipelineForward, LongSequenceMatchesFp64) { matches_fp64_on_a_long_sequence(kStep); }
+// 2048 key tiles for one block of query rows, the harness's large-score row among them: the rescale factor must
+// be exactly 1 while a row's max holds, or its rounding compounds once per tile into the LSE (lesson 10).
+TEST(Step10SwizzlePipelineForward, ManyKeyTilesKeepTheLse) {
+  for (fa::DType t : kTypes) expect_matches_reference(kStep, {1, 1, 16, 131072, 128, false, 0, t}, false);
+}
 TEST(Step10SwizzlePipelineForward, RefusesWhatItCannotRun) { refuses_what_it_cannot_run(kStep); }
 
 // exp2 folds the scale into the max: the scale must be positive, and any positive one works.
