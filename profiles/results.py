@@ -76,7 +76,10 @@ def num(v, fmt):
 
 
 def source_line(files, gpu=GPU):
-    """The italic line under a generated table: its files under profiles/<gpu>/ and the GPU they ran on."""
+    """The italic line under a generated table: its files under profiles/<gpu>/ and the GPU they ran on (or the
+    CSV `--bench` named instead of bench.csv)."""
+    if BENCH_OVERRIDE and files == ["bench.csv"]:
+        return f"*From `{BENCH_OVERRIDE}`.*"
     env = read_env(gpu)
     name = env[0].split(",")[0] if env else "unknown GPU"
     rel = ", ".join(f"`profiles/{gpu}/{f}`" for f in files)
