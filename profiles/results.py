@@ -1314,7 +1314,7 @@ def gqa_table():
 
 DECODE = "22_split_kv_decode"
 DECODE_BASELINES = (("sdpa_flash", "SDPA-FA2"), ("sdpa_cudnn", "SDPA-cuDNN"), ("sdpa_efficient", "SDPA-efficient"))
-DECODE_L2_BYTES, DECODE_TARGET_COPY, DECODE_TARGET_SDPA = 50e6, 0.80, 1.0
+DECODE_L2_BYTES, DECODE_TARGET_COPY, DECODE_TARGET_SDPA = 50e6, 0.85, 1.0  # issue 42: >= 0.85 of copy (step 22 first aimed at 0.80)
 
 
 def decode_cells(path=None):
@@ -1542,7 +1542,7 @@ def read_floor_table(csv_name="read_floor.csv"):
 def decode_table():
     """Step 22 on its decode sweep (one query row per head over a full KV cache) beside every SDPA backend
     that ran the shape in the same bench.py run: time, GB/s of K/V bytes, % of the measured copy bandwidth,
-    and the targets: >= 0.80 of the copy bandwidth where the K/V bytes exceed the L2 (50 MB), and >= 1.0x the
+    and the targets: >= 0.85 of the copy bandwidth where the K/V bytes exceed 50 MB, and >= 1.0x the
     fastest SDPA backend on every shape."""
     got = decode_cells()
     shapes = sorted(k for k in got if DECODE in got[k])
