@@ -32,8 +32,9 @@
 // key: query i sees keys j <= len − seq_q + i. Without a cache every sequence has seq_k keys and
 // causal is the series' top-left mask, so the step can be checked against step 11.
 //
-// Variants: "two-launches", the merge as a second kernel (combine, the same merge_row: the same bits), and
-// "rows32", every group of more than 16 rows in blocks of 32 (the row rule switched off).
+// Variants: "two-launches", the merge as a second kernel (combine, the same merge_row: the same bits),
+// "rows32", every group of more than 16 rows in blocks of 32 (the row rule switched off), "unpacked", and
+// "tiles128", tiles of 128 keys in blocks of 16 rows (an experiment).
 //
 // Build + run:  cmake --build build --target 22_split_kv_decode && build/bin/22_split_kv_decode
 // Read with:    docs/22_split_kv_decode.md
@@ -71,18 +72,20 @@ constexpr int kMinSplitKeys = 128;     // a split attends to at least this many 
 constexpr int kMaxSeqQ = 64;           // query rows per head: decoding, not prefill (steps 11-18)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// ---- one instance: the head_dim, the rows of a block and the ring's depth --------------------------------
-template <int D_, int MF_, int STAGES_ = kStages>
+// ---- one instance: the head_dim, the rows of a block, the ring's depth and a tile's keys ----------------
+template <int D_, int MF_, int STAGES_ = kStages, int BN_ = kBlockN>
 struct Config {
   static constexpr int D = D_, MF = MF_, ROWS = 16 * MF;  // query rows per block: MF 16-row fragments
   static constexpr int STAGES = STAGES_;                  // K/V tiles in the ring: STAGES − 1 in flight
+  static constexpr int BN = BN_, KW = BN / kWarps;        // keys per tile, per warp (a multiple of 16)
   static constexpr std::size_t Q_BYTES = 2 * std::size_t(ROWS) * D;
-  static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * STAGES * kBlockN) * D;  // K and V, 16-bit
+  static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * STAGES * BN) * D;  // K and V, 16-bit
   static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
   static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
   // The merge reuses the ring (dead after the last tile).
   static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + STAT_BYTES;
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
+  static_assert(KW % 16 == 0, "a warp's keys: whole k-steps of P·V");
   static_assert(SMEM_BYTES <= 227 * 1024, "fits one SM's shared memory");
 };
 
@@ -138,13 +141,13 @@ __global__ void __launch_bounds__(kThreads)
                  const int* __restrict__ seq_lens, T* __restrict__ o, float* __restrict__ lse,
                  float* __restrict__ part_o, float* __restrict__ part_lse, int kv_heads, int heads_per_kv, int group,
                  int seq_q, int seq_k, int head_dim, float scale, bool causal, std::size_t rows_total) {
-  constexpr int D = C::D, MF = C::MF, ROWS = C::ROWS;
+  constexpr int D = C::D, MF = C::MF, ROWS = C::ROWS, BN = C::BN, KW = C::KW;
   const float sl2 = scale * kLog2e;  // step 10: exp(scale·(s − m)) = 2^(s·sl2 − m·sl2)
   extern __shared__ uint4 smem[];
   T* Qs = reinterpret_cast<T*>(smem);     // [ROWS, D] swizzled
   constexpr int STAGES = C::STAGES;       // this instance's ring depth
-  T* Ks = Qs + ROWS * D;                  // [STAGES][kBlockN, D] swizzled, a ring
-  T* Vs = Ks + STAGES * kBlockN * D;      // [STAGES][kBlockN, D] swizzled
+  T* Ks = Qs + ROWS * D;                  // [STAGES][BN, D] swizzled, a ring
+  T* Vs = Ks + STAGES * BN * D;           // [STAGES][BN, D] swizzled
   float* Om = reinterpret_cast<float*>(Ks);  // [kWarps][ROWS, D]: each warp's O, once the ring is dead
   float* Ms = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + C::SMEM_BYTES - C::STAT_BYTES);
   float* Ls = Ms + kWarps * ROWS;  // Ms, Ls: [kWarps][ROWS] each warp's row max and row sum
@@ -164,12 +167,12 @@ __global__ void __launch_bounds__(kThreads)
   // Keys any row sees: [0, kv_limit) (causal: the last query's). This split's chunk of them, in
   // whole tiles: [k_begin, k_end).
   const int kv_limit = causal ? min(len, max(0, off + seq_q)) : len;
-  const int chunk = ((kv_limit + n_splits - 1) / n_splits + kBlockN - 1) / kBlockN * kBlockN;
+  const int chunk = ((kv_limit + n_splits - 1) / n_splits + BN - 1) / BN * BN;
   const int k_begin = split * chunk, k_end = min(kv_limit, k_begin + chunk);
-  const int n_tiles = k_end > k_begin ? (k_end - k_begin + kBlockN - 1) / kBlockN : 0;
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
   // Tiles from n_free on need the mask: the chunk's ragged end, or causal keys some row may not see.
   const int first_masked = causal ? min(k_end, max(k_begin, off + 1)) : k_end;  // row i = 0 sees j <= off
-  const int n_free = max(0, (first_masked - k_begin) / kBlockN);
+  const int n_free = max(0, (first_masked - k_begin) / BN);
 
   q += row_base * head_dim;
   k += kv_bh * seq_k * head_dim, v += kv_bh * seq_k * head_dim;
@@ -177,22 +180,22 @@ __global__ void __launch_bounds__(kThreads)
   cp_async_commit();
   // One warp per scheduler issues all of a block's instructions, and a test and a 64-bit multiply per copied
   // row were a third of them. So whole tiles (all but a ragged last one) take their addresses from a start
-  // computed once: this thread's chunk of K_t is kv_at + t·kBlockN·head_dim elements from k (of V_t, from v),
+  // computed once: this thread's chunk of K_t is kv_at + t·BN·head_dim elements from k (of V_t, from v),
   // then one every ROW_STEP rows. Where the stream is bound by that issue (batch 1), this is faster.
-  const TileCopy<kBlockN, D> kv_copy;
+  const TileCopy<BN, D> kv_copy;
   const int kv_bytes = 8 * kv_copy.c < head_dim ? 16 : 0, kv_row_step = kv_copy.ROW_STEP * head_dim;
   const std::size_t kv_at = std::size_t(k_begin + kv_copy.r0) * head_dim + (kv_bytes ? 8 * kv_copy.c : 0);
   auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % STAGES; rows >= k_end zero
     if (t < n_tiles) {
-      T* const ks = Ks + t % STAGES * kBlockN * D;
-      T* const vs = Vs + t % STAGES * kBlockN * D;
-      if (k_begin + (t + 1) * kBlockN <= k_end) {
-        const std::size_t at = kv_at + std::size_t(t) * kBlockN * head_dim;
+      T* const ks = Ks + t % STAGES * BN * D;
+      T* const vs = Vs + t % STAGES * BN * D;
+      if (k_begin + (t + 1) * BN <= k_end) {
+        const std::size_t at = kv_at + std::size_t(t) * BN * head_dim;
         kv_copy.issue_whole(ks, k + at, kv_row_step, kv_bytes);
         kv_copy.issue_whole(vs, v + at, kv_row_step, kv_bytes);
       } else {
-        kv_copy.issue(ks, k, k_begin + t * kBlockN, k_end, head_dim);
-        kv_copy.issue(vs, v, k_begin + t * kBlockN, k_end, head_dim);
+        kv_copy.issue(ks, k, k_begin + t * BN, k_end, head_dim);
+        kv_copy.issue(vs, v, k_begin + t * BN, k_end, head_dim);
       }
     }
     cp_async_commit();
@@ -213,49 +216,53 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<STAGES - 2>();  // this thread's copies of tile t (and of Q) have landed ...
     __syncthreads();              // ... and everyone's; every warp is done with tile t − 1
     issue(t + STAGES - 1);        // into the slot tile t − 1 used
-    const T* Kt = Ks + t % STAGES * kBlockN * D + 16 * warp * D;  // this warp's 16 keys
-    const T* Vt = Vs + t % STAGES * kBlockN * D + 16 * warp * D;  // (16 rows: the swizzle repeats every 8)
+    const T* Kt = Ks + t % STAGES * BN * D + KW * warp * D;  // this warp's KW keys
+    const T* Vt = Vs + t % STAGES * BN * D + KW * warp * D;  // (16-row steps: the swizzle repeats every 8)
 
-    // S = Q·Kᵀ [ROWS, 16]: per k-step, one ldmatrix of K (keys 0-7 and 8-15) and MF of Q.
-    float s[MF][2][4] = {};
+    // S = Q·Kᵀ [ROWS, KW]: per k-step, one ldmatrix of K per 16 keys (keys 0-7 and 8-15) and MF of Q.
+    float s[MF][KW / 8][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t b[4];
-      ldmatrix_x4(b, Kt + swz<D>(lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
+    for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-        std::uint32_t a[4];
-        ldmatrix_x4(a, Qs + swz<D>(16 * mf + lane % 16, 2 * kk + lane / 16));
-        mma_16816<T>(s[mf][0], a, b[0], b[1]);
-        mma_16816<T>(s[mf][1], a, b[2], b[3]);
+      for (int kg = 0; kg < KW / 16; ++kg) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, Kt + 16 * kg * D + swz<D>(lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+          std::uint32_t a[4];
+          ldmatrix_x4(a, Qs + swz<D>(16 * mf + lane % 16, 2 * kk + lane / 16));
+          mma_16816<T>(s[mf][2 * kg], a, b[0], b[1]);
+          mma_16816<T>(s[mf][2 * kg + 1], a, b[2], b[3]);
+        }
       }
-    }
     if constexpr (decltype(masked)::value) {  // keys past the chunk, or past what the row's query sees
 #pragma unroll
       for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < KW / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = (r0 + 16 * mf + g + 8 * (e / 2)) % seq_q;  // the row's query
-            const int key = k_begin + t * kBlockN + 16 * warp + 8 * j + 2 * t4 + e % 2;
+            const int key = k_begin + t * BN + KW * warp + 8 * j + 2 * t4 + e % 2;
             if (key >= (causal ? min(k_end, i + off + 1) : k_end)) s[mf][j][e] = -INFINITY;
           }
     }
 
-    // The online softmax of each row over this warp's keys (step 10, one pass: 16 keys).
+    // The online softmax of each row over this warp's keys (step 10, one pass: KW keys).
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float tile_max = quad_max(fmaxf(fmaxf(s[mf][0][2 * h], s[mf][0][2 * h + 1]),
-                                              fmaxf(s[mf][1][2 * h], s[mf][1][2 * h + 1])));
+        float tile_max = fmaxf(s[mf][0][2 * h], s[mf][0][2 * h + 1]);
+#pragma unroll
+        for (int j = 1; j < KW / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[mf][j][2 * h], s[mf][j][2 * h + 1]));
+        tile_max = quad_max(tile_max);
         const float m_new = fmaxf(m[mf][h], tile_max), shift = safe_shift(m_new) * sl2;
         const float alpha = exp2_approx((m[mf][h] - safe_shift(m_new)) * sl2);  // exactly 1 while the max holds
         m[mf][h] = m_new;
         float sum = 0.f;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
+        for (int j = 0; j < KW / 8; ++j) {
           s[mf][j][2 * h] = exp2_approx(fmaf(s[mf][j][2 * h], sl2, -shift));
           s[mf][j][2 * h + 1] = exp2_approx(fmaf(s[mf][j][2 * h + 1], sl2, -shift));
           sum += s[mf][j][2 * h] + s[mf][j][2 * h + 1];
@@ -265,19 +272,22 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < D / 8; ++j) acc[mf][j][2 * h] *= alpha, acc[mf][j][2 * h + 1] *= alpha;
       }
 
-    // O += P·V: the 16 keys are one k-step, so P's C fragments are its A fragment (step 09).
+    // O += P·V: each 16 keys are one k-step, so P's C fragments are its A fragment (step 09).
 #pragma unroll
-    for (int mf = 0; mf < MF; ++mf) {
-      const std::uint32_t a[4] = {pack<T>(s[mf][0][0], s[mf][0][1]), pack<T>(s[mf][0][2], s[mf][0][3]),
-                                  pack<T>(s[mf][1][0], s[mf][1][1]), pack<T>(s[mf][1][2], s[mf][1][3])};
+    for (int kg = 0; kg < KW / 16; ++kg)
 #pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, Vt + swz<D>(lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-        mma_16816<T>(acc[mf][2 * dd], a, b[0], b[1]);
-        mma_16816<T>(acc[mf][2 * dd + 1], a, b[2], b[3]);
+      for (int mf = 0; mf < MF; ++mf) {
+        const float(&p0)[4] = s[mf][2 * kg], (&p1)[4] = s[mf][2 * kg + 1];
+        const std::uint32_t a[4] = {pack<T>(p0[0], p0[1]), pack<T>(p0[2], p0[3]), pack<T>(p1[0], p1[1]),
+                                    pack<T>(p1[2], p1[3])};
+#pragma unroll
+        for (int dd = 0; dd < D / 16; ++dd) {
+          std::uint32_t b[4];
+          ldmatrix_x4_trans(b, Vt + 16 * kg * D + swz<D>(lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
+          mma_16816<T>(acc[mf][2 * dd], a, b[0], b[1]);
+          mma_16816<T>(acc[mf][2 * dd + 1], a, b[2], b[3]);
+        }
       }
-    }
   };
   int t = 0;
   for (; t < min(n_free, n_tiles); ++t) attend(t, std::false_type{});
@@ -440,9 +450,10 @@ __global__ void __launch_bounds__(kCombineThreads)
 // their second partial), each at least kMinSplitKeys keys of the capacity, at most kRuleMaxSplits.
 // The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid barrier,
 // with the row rule below (the default); the split kernel then the combine kernel (two-launches: the same bits);
-// one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off); and one
-// launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head).
-enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked };
+// one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off); one
+// launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head);
+// and tiles of 128 keys, 32 per warp, in blocks of 16 rows (tiles128: an experiment, doc 22's history).
+enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked, kTiles128 };
 int heads_per_group(const fa::AttnParams& p) { return p.variant == kUnpacked ? 1 : p.heads / fa::kv_heads_of(p); }
 int group_rows(const fa::AttnParams& p) { return heads_per_group(p) * p.seq_q; }
 // The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
@@ -466,7 +477,7 @@ std::optional<int> pinned_rows() {
 }
 int block_rows(const fa::AttnParams& p, int sms) {
   const int rows = group_rows(p);
-  if (rows <= 16) return 16;
+  if (rows <= 16 || p.variant == kTiles128) return 16;
   if (p.variant == kRows32) return 32;
   if (const std::optional<int> r = pinned_rows()) return *r;
   auto grid = [&](int block) {  // blocks in the first wave (one per SM)
@@ -545,7 +556,9 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  if (block_rows(a.p, fa::sm_count()) == 16)
+  if (a.p.variant == kTiles128)
+    launch<T, Config<D, 1, kStages, 2 * kBlockN>>(a, stream);
+  else if (block_rows(a.p, fa::sm_count()) == 16)
     launch<T, Config<D, 1>>(a, stream);
   else
     launch<T, Config<D, 2>>(a, stream);
@@ -609,7 +622,7 @@ const fa::StepInfo& info() {
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
     s.attn_rule.gqa = true;
     s.attn_rule.kv_cache = true;
-    s.variants = {"one-launch", "two-launches", "rows32", "unpacked"};  // see enum Variant
+    s.variants = {"one-launch", "two-launches", "rows32", "unpacked", "tiles128"};  // see enum Variant
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;
     s.workspace_note = "the splits' partial O and LSE, n_splits·batch·heads·seq_q·(head_dim + 1) fp32";

@@ -4,8 +4,8 @@
 // the per-row low-precision rule of harness/tolerance.h. make_inputs sets every K/V row past a
 // sequence's length to NaN, so a kernel that reads one fails. Split counts are pinned with
 // FA_STEP22_SPLITS to take the one-split path, the merge, and splits that see no key. The variant
-// two-launches gives the default's bits; rows32 (blocks of 32 rows) and unpacked (each query head a group of its
-// own) are checked against fp64.
+// two-launches gives the default's bits; rows32 (blocks of 32 rows), unpacked (each query head a group of its
+// own) and tiles128 (tiles of 128 keys) are checked against fp64.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -178,6 +178,32 @@ TEST(Step22SplitKvDecode, Rows32MatchesFp64) {
           rows32.variant = 2;  // rows32
           fa::attention::Run r(kStep, rows32, false, in);
           expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64 (rows32)");
+        }
+  }
+}
+
+// The tiles128 variant (tiles of 128 keys, 32 per warp, blocks of 16 rows): MQA, GQA in three row blocks and
+// MHA with lengths that are not multiples of a tile, and an empty sequence; with the rule's split count, one
+// split and 3 pinned.
+TEST(Step22SplitKvDecode, Tiles128MatchesFp64) {
+  for (int n : {0, 1, 3}) {
+    SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
+    PinSplits pin(n);
+    for (fa::DType t : kTypes)
+      for (int d : {64, 128})
+        for (Shape s : {Shape{1, 32, 1, 20000, d, true, 0, t, 1}, Shape{2, 8, 5, 3000, d, true, 0, t, 1},
+                        Shape{3, 4, 2, 640, d, false, 0, t}}) {
+          s.kv_cache = true;
+          const std::uint64_t seed = fa::fresh_seed();
+          SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
+          const std::vector<int> lens = s.batch == 1 ? std::vector<int>{19999}
+                                        : s.batch == 2 ? std::vector<int>{3000, 130}
+                                                       : std::vector<int>{639, 1, 0};
+          const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
+          fa::AttnParams tiles128 = s.params();
+          tiles128.variant = 4;  // tiles128
+          fa::attention::Run r(kStep, tiles128, false, in);
+          expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64 (tiles128)");
         }
   }
 }
