@@ -452,7 +452,7 @@ DECODE_BATCHES, DECODE_KV_HEADS, DECODE_LENS = (1, 8, 64), (32, 8, 1), (1024, 40
 DECODE_HEADS, DECODE_DIM = 32, 128
 DECODE_STEPS = {"22", "23"}  # the steps timed on these shapes (23: paged, in pages of 16 and of 1 key)
 # The decode steps' variants a sweep runs when --variants does not name them: those the docs' tables read from
-# bench.csv. The others (step 22's rows32, unpacked; step 23's two-launches, unpacked) are experiments,
+# bench.csv. The others (step 22's rows32, unpacked, tiles128; step 23's two-launches, unpacked) are experiments,
 # timed against the default by profiles/knob_ab.py --decode (gpu_session.sh stage decodeab).
 DECODE_SWEPT = {"22": {"one-launch", "two-launches"}, "23": {"one-launch"}}
 
