@@ -159,6 +159,19 @@ TEST(Step22SplitKvDecode, TwoLaunchesGiveTheDefaultsBits) {
   }
 }
 
+// A named variant (AttnParams::variant, StepInfo::variants) against fp64 on a KV cache with these lengths.
+void expect_variant_matches_fp64(int variant, Shape s, const std::vector<int>& lens) {
+  s.kv_cache = true;
+  const std::uint64_t seed = fa::fresh_seed();
+  SCOPED_TRACE(s.str() + ", variant " + kStep.variants.at(variant) + ", seed " + std::to_string(seed));
+  const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
+  fa::AttnParams p = s.params();
+  p.variant = variant;
+  fa::attention::Run r(kStep, p, false, in);
+  const Outputs got = fa::attention::run_checked(r, false);
+  expect_close_lowp_to_fp64(got, s, in, false, "fp64 (" + kStep.variants[variant] + ")");
+}
+
 // The rows32 variant: groups of more than 16 rows (MQA's 32 query heads; 8 heads of 5 queries, 40 rows) in
 // blocks of 32 rows (two 16-row fragments per warp), where the default's rule takes blocks of 16 on these
 // small grids; right against fp64 with the rule's own split count, 3 pinned, and 64 pinned.
@@ -167,18 +180,10 @@ TEST(Step22SplitKvDecode, Rows32MatchesFp64) {
     SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
     for (fa::DType t : kTypes)
-      for (int d : {64, 128})
-        for (Shape s : {Shape{1, 32, 1, 20000, d, true, 0, t, 1}, Shape{2, 8, 5, 3000, d, false, 0, t, 1}}) {
-          s.kv_cache = true;
-          const std::uint64_t seed = fa::fresh_seed();
-          SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
-          const std::vector<int> lens = s.batch == 2 ? std::vector<int>{3000, 130} : std::vector<int>{19999};
-          const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
-          fa::AttnParams rows32 = s.params();
-          rows32.variant = 2;  // rows32
-          fa::attention::Run r(kStep, rows32, false, in);
-          expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64 (rows32)");
-        }
+      for (int d : {64, 128}) {
+        expect_variant_matches_fp64(2, Shape{1, 32, 1, 20000, d, true, 0, t, 1}, {19999});
+        expect_variant_matches_fp64(2, Shape{2, 8, 5, 3000, d, false, 0, t, 1}, {3000, 130});
+      }
   }
 }
 
@@ -190,21 +195,11 @@ TEST(Step22SplitKvDecode, Tiles128MatchesFp64) {
     SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
     for (fa::DType t : kTypes)
-      for (int d : {64, 128})
-        for (Shape s : {Shape{1, 32, 1, 20000, d, true, 0, t, 1}, Shape{2, 8, 5, 3000, d, true, 0, t, 1},
-                        Shape{3, 4, 2, 640, d, false, 0, t}}) {
-          s.kv_cache = true;
-          const std::uint64_t seed = fa::fresh_seed();
-          SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
-          const std::vector<int> lens = s.batch == 1 ? std::vector<int>{19999}
-                                        : s.batch == 2 ? std::vector<int>{3000, 130}
-                                                       : std::vector<int>{639, 1, 0};
-          const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
-          fa::AttnParams tiles128 = s.params();
-          tiles128.variant = 4;  // tiles128
-          fa::attention::Run r(kStep, tiles128, false, in);
-          expect_close_lowp_to_fp64(fa::attention::run_checked(r, false), s, in, false, "fp64 (tiles128)");
-        }
+      for (int d : {64, 128}) {
+        expect_variant_matches_fp64(4, Shape{1, 32, 1, 20000, d, true, 0, t, 1}, {19999});
+        expect_variant_matches_fp64(4, Shape{2, 8, 5, 3000, d, true, 0, t, 1}, {3000, 130});
+        expect_variant_matches_fp64(4, Shape{3, 4, 2, 640, d, false, 0, t}, {639, 1, 0});
+      }
   }
 }
 
