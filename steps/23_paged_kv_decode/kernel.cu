@@ -13,7 +13,7 @@
 // of 64 keys may come from 64 different pages: any page size from 1 up works, with no alignment between
 // pages and tiles. Why cp.async and not TMA: a TMA box is a rectangle of one tensor, so a page would
 // need a box of its own (a page of 1 key, one box per key); cp.async gathers row by row at no extra cost
-// per row, the page index being one more load that stays in L1. The row's page is j / page_size, found
+// per row, the page index one more load, made a tile ahead of the copy. The row's page is j / page_size, found
 // by a multiply-high and a shift (PageDiv), since a decode warp has little else to issue per row.
 //
 // Where to look: PageDiv and PageCopy (the gather), the K/V lines of decode_split (the page table of this
@@ -130,24 +130,35 @@ struct PageDiv {
 template <int ROWS, int D>
 struct PageCopy : TileCopy<ROWS, D> {
   using Base = TileCopy<ROWS, D>;
+  using Entries = int[Base::VECS];  // the page of each of this thread's rows of one tile
+  __device__ __forceinline__ void lookup(Entries& ent, const int* __restrict__ pages, PageDiv page, int row0,
+                                         int seq) const {
+#pragma unroll
+    for (int i = 0; i < Base::VECS; ++i) {
+      const int j = row0 + this->r0 + i * Base::ROW_STEP;  // past seq: row 0's entry (always there), never used
+      ent[i] = pages[page.quotient(j < seq ? j : 0)];
+    }
+  }
+  // Copies the tile at row0 through `ent`, then loads the next tile's entries. Why a tile ahead: a table line
+  // missed in L1 held all the tile's copies a DRAM round trip; loaded here, it lands while this tile is computed.
   template <class T>
   __device__ __forceinline__ void issue(T* k_dst, T* v_dst, const T* __restrict__ k, const T* __restrict__ v,
-                                        const int* __restrict__ pages, PageDiv page, std::size_t row_stride, int row0,
-                                        int seq, int head_dim) const {
+                                        const int* __restrict__ pages, Entries& ent, PageDiv page,
+                                        std::size_t row_stride, int row0, int seq, int head_dim) const {
 #pragma unroll
     for (int i = 0; i < Base::VECS; ++i) {
       const int j = row0 + this->r0 + i * Base::ROW_STEP, p = page.quotient(j);
       const bool in = j < seq && 8 * this->c < head_dim;
-      // key j's row of the pool: row j − p·page_size of page pages[p]. Why 32-bit: the 64-bit form costs about
-      // nine more instructions per row, all of them before the row's copy is issued.
+      // row j − p·page_size of page ent[i]; 32-bit: the 64-bit form costs 9 more instructions before the copy
       std::size_t at = 0;
       if (in) {
         const unsigned rs = unsigned(row_stride);
-        at = std::size_t(unsigned(pages[p])) * (unsigned(page.d) * rs) + (unsigned(j - p * page.d) * rs + 8 * this->c);
+        at = std::size_t(unsigned(ent[i])) * (unsigned(page.d) * rs) + (unsigned(j - p * page.d) * rs + 8 * this->c);
       }
       cp_async_16(k_dst + this->smem_off + i * Base::ROW_STEP * D, k + at, in ? 16 : 0);
       cp_async_16(v_dst + this->smem_off + i * Base::ROW_STEP * D, v + at, in ? 16 : 0);
     }
+    lookup(ent, pages, page, row0 + ROWS, seq);
   }
 };
 
@@ -211,9 +222,11 @@ __global__ void __launch_bounds__(kThreads)
   TileCopy<ROWS, D>().issue(Qs, q, 0, n_rows - r0, head_dim);
   cp_async_commit();
   const PageCopy<kBlockN, D> kv_copy;
+  typename PageCopy<kBlockN, D>::Entries ent;  // the page entries of the next tile to copy
+  kv_copy.lookup(ent, pages, page, k_begin, k_end);
   auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages; rows >= k_end zero
     if (t < n_tiles) {
-      kv_copy.issue(Ks + t % kStages * kBlockN * D, Vs + t % kStages * kBlockN * D, k, v, pages, page, row_stride,
+      kv_copy.issue(Ks + t % kStages * kBlockN * D, Vs + t % kStages * kBlockN * D, k, v, pages, ent, page, row_stride,
                     k_begin + t * kBlockN, k_end, head_dim);
     }
     cp_async_commit();
