@@ -635,6 +635,13 @@ BLOCKS = {
             os.path.join(DECODE, "history", "warps8_ab.csv")),
         "results:paged_offsets32_ab": lambda: decode_variants_ab_table(  # the H100 was not lent that session
             os.path.join("23_paged_kv_decode", "history", "offsets32_ab.csv"), "h200"),
+        "results:decode_tiles128_ab": lambda: decode_variants_ab_table(  # nor these two sessions later
+            os.path.join(DECODE, "history", "tiles128", "variants_ab.csv"), "h200"),
+        "results:paged_h200": lambda: on_gpu("h200", paged_table),
+        "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
+            os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
+            "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
+            "in the same order in both"),
         "results:decode_stream": lambda: decode_stream_table("spins"),
         "results:decode_stream_copies": lambda: decode_stream_table("copies")},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
@@ -976,6 +983,18 @@ TC_FWD = ("09_tensor_core_forward", "10_swizzle_pipeline_forward", "11_tuned_for
 TARGET_STEP, TARGET_MIN_SEQ, TARGET_RATIO = "11_tuned_forward", 1024, 1.0
 TC_DTYPES, TC_DIMS, TC_SEQS = ("f16", "bf16"), (64, 128), (512, 1024, 2048, 4096, 8192, 16384)
 BENCH_OVERRIDE = None  # `results.py show NAME --bench CSV`: read this CSV instead of profiles/<gpu>/bench.csv
+
+
+def on_gpu(gpu, table):
+    """table() from profiles/<gpu>/bench.csv instead of the docs' GPU's: a history's sweep on a GPU the docs do not
+    quote; its source line names that file and GPU."""
+    global BENCH_OVERRIDE
+    saved, BENCH_OVERRIDE = BENCH_OVERRIDE, os.path.join(gpu_dir(gpu), "bench.csv")
+    try:
+        text, override = table(), source_line(["bench.csv"])
+    finally:
+        BENCH_OVERRIDE = saved
+    return text.replace(override, source_line(["bench.csv"], gpu))
 
 
 def tc_cells():
@@ -1362,12 +1381,13 @@ def decode_variant_table(variant="one-launch", default="two-launches", raw=None)
         source_line([raw or "bench.csv"])
 
 
-def decode_variants_ab_table(csv_name, gpu=GPU):
+def decode_variants_ab_table(csv_name, gpu=GPU, protocol=None):
     """Step 22's variants timed against each other on decode shapes, interleaved rounds of one run
     (profiles/knob_ab.py --decode, one arm per variant, named in its `arm` column; the committed files came from
     decode_splits.py --variants, since folded into knob_ab, which named them in `variant`): per shape the first
     variant's median time over the rounds, and each other variant's median time over the first's (above 1.00×: the
-    first is faster). csv_name: under profiles/<gpu>/ (the docs' GPU unless another is named)."""
+    first is faster). csv_name: under profiles/<gpu>/ (the docs' GPU unless another is named). protocol: how the
+    runs were timed, where not by knob_ab (its sentence replaces knob_ab's)."""
     path = os.path.join(gpu_dir(gpu), csv_name)
     if not os.path.exists(path):
         return f"*Not measured yet: no `profiles/{gpu}/{csv_name}` (`profiles/knob_ab.py --decode ...`).*"
@@ -1392,14 +1412,17 @@ def decode_variants_ab_table(csv_name, gpu=GPU):
             if v in t:
                 ratios[v].append(median(sorted(t[v])) / first)
             cells.append(f"{ratios[v][-1]:.2f}×" if v in t else "-")
-        body.append([str(p["batch"]), str(p["kv_heads"]), str(p["seq_k"]), f"{first * 1e3:.1f}"] + cells)
+        page = [re.search(r" cache p(\d+) ", problem).group(1)] if len(pages) > 1 else []  # a column where several
+        body.append([str(p["batch"]), str(p["kv_heads"]), str(p["seq_k"])] + page + [f"{first * 1e3:.1f}"] + cells)
     rounds = max(len(x) for t in times.values() for x in t.values())
     summary = "; ".join(f"{v}: median {median(sorted(r)):.2f}× (from {min(r):.2f}× to {max(r):.2f}×)"
                         for v, r in ratios.items() if r)
-    return md_table(["batch", "K/V heads", "keys", f"{names[0]} µs"] + [f"{v} / {names[0]}" for v in names[1:]],
+    return md_table(["batch", "K/V heads", "keys"] + (["page"] if len(pages) > 1 else []) + [f"{names[0]} µs"] +
+                    [f"{v} / {names[0]}" for v in names[1:]],
                     body) + \
-        f"\n\nEach shape timed by the step's `--bench` (median of 20, L2 flushed) under each variant, {rounds} " \
-        f"rounds with the variants' order reversed every other round; the µs column and the ratios are medians over " \
+        "\n\n" + (protocol or f"Each shape timed by the step's `--bench` (median of 20, L2 flushed) under each "
+                   f"variant, {rounds} rounds with the variants' order reversed every other round") + \
+        f"; the µs column and the ratios are medians over " \
         f"the rounds; above 1.00× {names[0]} is faster. {summary}. fp16, 32 query heads, one query row each, every " \
         f"sequence as long as the cache" + (f", the cache in pages of {' and '.join(pages)} keys" if pages else "") + \
         ".\n\n" + source_line([csv_name], gpu)
