@@ -638,6 +638,12 @@ BLOCKS = {
         "results:decode_tiles128_ab": lambda: decode_variants_ab_table(  # nor these two sessions later
             os.path.join(DECODE, "history", "tiles128", "variants_ab.csv"), "h200"),
         "results:paged_h200": lambda: on_gpu("h200", paged_table),
+        "results:paged_row_offsets_ab": lambda: decode_variants_ab_table(
+            os.path.join("23_paged_kv_decode", "history", "row_offsets", "row_offsets_ab.csv"), "h200",
+            "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
+            "in the same order in both"),
+        "results:decode_wide_rule_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "tiles128", "rule_ab.csv"), "h200"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
