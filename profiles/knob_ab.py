@@ -22,12 +22,20 @@ full), forward only; --page-size N adds that flag (step 23's pages). E.g. step 2
     python3 profiles/knob_ab.py --experiment rows --decode --kv-heads 1 --rounds 3 --out ab.csv \
         --arm one-launch=build/bin/22_split_kv_decode --arm rows32=build/bin/22_split_kv_decode#rows32
 
+--shape FLAGS (repeatable): instead of either sweep, exactly these shapes, each a string of the step's own
+flags (its forward row; its bwd row where the flags hold --bwd), e.g. builds of step 23 on two paged shapes:
+
+    python3 profiles/knob_ab.py --experiment gather --out ab.csv --arm old=.probe/step23_old --arm new=build/bin/23_paged_kv_decode \
+        --shape "--batch 64 --heads 32 --kv-heads 1 --seq-q 1 --seq-k 131072 --head-dim 128 --page-size 16" \
+        --shape "--batch 1 --heads 32 --kv-heads 8 --seq-q 1 --seq-k 65536 --head-dim 128 --page-size 1"
+
 The steps run in bench.py's environment (step_env: malloc on huge pages for the host's large inputs).
 """
 import argparse
 import csv
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -56,10 +64,13 @@ def decode_cells(kv_heads, page_size=None):
 
 
 def run_arm(exe, env, cell, fwd, extra=()):
-    """The step's forward (fwd) or bwd row of one `EXE --bench --csv` run on the cell (an FA2 cell of cells(), or
-    a decode cell of decode_cells(): forward only); `extra`: more flags (e.g. an arm's --variant, or
-    profiles/inputs_ab.py's --inputs randn; the row's ' randn' suffix is looked past)."""
-    if cell[0] == "decode":
+    """The step's forward (fwd) or bwd row of one `EXE --bench --csv` run on the cell (an FA2 cell of cells(), a
+    decode cell of decode_cells(): forward only, or a --shape cell ("flags", its flags): bwd where they hold --bwd);
+    `extra`: more flags (e.g. an arm's --variant, or profiles/inputs_ab.py's --inputs randn; the row's ' randn'
+    suffix is looked past)."""
+    if cell[0] == "flags":
+        fwd = "--bwd" not in cell[1]
+    if cell[0] in ("decode", "flags"):
         cmd = [exe, "--bench", "--csv"] + cell[1]
     else:
         d, causal, seq, dtype = cell
@@ -103,6 +114,8 @@ def main(argv=None):
     ap.add_argument("--kv-heads", type=int, nargs="+", default=list(bench.DECODE_KV_HEADS),
                     help="--decode: the K/V heads of its shapes (default 32 8 1)")
     ap.add_argument("--page-size", type=int, help="--decode: a paged cache in pages of this many keys (step 23)")
+    ap.add_argument("--shape", action="append", default=[],
+                    help="exactly this shape instead of a sweep: the step's flags in one string (repeatable)")
     ap.add_argument("--out", required=True, help="CSV to append the runs to")
     args = ap.parse_args(argv)
     arms = [parse_arm(a) for a in args.arm]
@@ -114,7 +127,9 @@ def main(argv=None):
         w = csv.writer(f)
         if new:
             w.writerow(["experiment", "arm", "round", "problem", "time_ms", "device"])
-        for cell in decode_cells(args.kv_heads, args.page_size) if args.decode else cells(args):
+        todo = [("flags", shlex.split(x)) for x in args.shape] if args.shape else \
+            decode_cells(args.kv_heads, args.page_size) if args.decode else cells(args)
+        for cell in todo:
             for rnd in range(1, args.rounds + 1):
                 for name, exe, env, flags in (arms if rnd % 2 else arms[::-1]):
                     r = run_arm(exe, env, cell, args.fwd or args.decode, flags)

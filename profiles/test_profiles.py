@@ -1392,6 +1392,29 @@ class BenchInputs(unittest.TestCase):
             # one cell under both arms, whatever variant its rows name: a ratio of 1.000 per cell
             self.assertIn("SUMMARY e: unpacked/one-launch median 1.000", summary.getvalue())
 
+    def test_knob_ab_shapes_run_as_given(self):
+        import knob_ab
+        with tempfile.TemporaryDirectory() as d:
+            exe, log = os.path.join(d, "23_paged_kv_decode"), os.path.join(d, "calls")
+            write_exe(exe, textwrap.dedent(f"""\
+                #!/bin/sh
+                echo "$*" >> {log}
+                echo "step,idea,problem,time_ms,device"
+                echo "23_paged_kv_decode,x,P cache p16 f16,0.01,H100"
+                echo "23_paged_kv_decode,x,P cache p16 f16 bwd,0.02,H100"
+                """))
+            out = os.path.join(d, "ab.csv")
+            with contextlib.redirect_stdout(io.StringIO()):
+                knob_ab.main(["--experiment", "e", "--rounds", "1", "--arm", f"a={exe}", "--arm", f"b={exe}#x",
+                              "--shape", "--batch 2 --page-size 16", "--shape", "--batch 3 --bwd", "--out", out])
+            with open(log) as f:
+                self.assertEqual(f.read().splitlines(), ["--bench --csv --batch 2 --page-size 16",
+                                                         "--bench --csv --batch 2 --page-size 16 --variant x",
+                                                         "--bench --csv --batch 3 --bwd",
+                                                         "--bench --csv --batch 3 --bwd --variant x"])
+            with open(out) as f:  # the forward row, then the bwd row where the flags ask for it
+                self.assertEqual([r["time_ms"] for r in csv.DictReader(f)], ["0.01", "0.01", "0.02", "0.02"])
+
     def test_partial_rows_after_every_command_then_removed(self):
         import bench
         with tempfile.TemporaryDirectory() as d:
