@@ -25,7 +25,8 @@ full), forward only; --page-size N adds that flag (step 23's pages). E.g. step 2
 --shape FLAGS (repeatable): instead of either sweep, exactly these shapes, each a string of the step's own
 flags (its forward row; its bwd row where the flags hold --bwd), e.g. builds of step 23 on two paged shapes:
 
-    python3 profiles/knob_ab.py --experiment gather --out ab.csv --arm old=.probe/step23_old --arm new=build/bin/23_paged_kv_decode \
+    python3 profiles/knob_ab.py --experiment gather --out ab.csv \
+        --arm old=.probe/step23_old --arm new=build/bin/23_paged_kv_decode \
         --shape "--batch 64 --heads 32 --kv-heads 1 --seq-q 1 --seq-k 131072 --head-dim 128 --page-size 16" \
         --shape "--batch 1 --heads 32 --kv-heads 8 --seq-q 1 --seq-k 65536 --head-dim 128 --page-size 1"
 
