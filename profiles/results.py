@@ -637,7 +637,7 @@ BLOCKS = {
             os.path.join("23_paged_kv_decode", "history", "offsets32_ab.csv"), "h200"),
         "results:decode_tiles128_ab": lambda: decode_variants_ab_table(  # nor these two sessions later
             os.path.join(DECODE, "history", "tiles128", "variants_ab.csv"), "h200"),
-        "results:paged_h200": lambda: on_gpu("h200", paged_table),
+        "results:paged_h200": lambda: paged_table(gpu="h200"),
         "results:paged_row_offsets_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "row_offsets", "row_offsets_ab.csv"), "h200",
             "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
@@ -903,11 +903,12 @@ def dq_reduce_table():
         source_line(["dq_reduce.csv"])
 
 
-def paged_table(step="23_paged_kv_decode"):
+def paged_table(step="23_paged_kv_decode", gpu=GPU):
     """Doc 23: the paged decode step on its sweep (step 22's decode shapes in pages of 16 and of 1 key) against
     step 22 on the same cache held contiguous, timed interleaved in the same process (bench.csv's prev_time_ms):
-    per shape, both times and their ratio; the target: pages of 16 at >= 0.95x the contiguous speed everywhere."""
-    path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
+    per shape, both times and their ratio; the target: pages of 16 at >= 0.95x the contiguous speed everywhere.
+    gpu: whose profiles/<gpu>/bench.csv (the docs' GPU unless another is named, e.g. in a history)."""
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(gpu), "bench.csv")
     rows = read_csv(path) if os.path.exists(path) else []
     cells = {}
     for r in rows:
@@ -936,7 +937,8 @@ def paged_table(step="23_paged_kv_decode"):
                      "pages of 1 µs", "× contiguous"], body) + \
         f"\n\nPages of 16 at ≥ 0.95× the contiguous speed: {n16 - len(low)} of {n16} shapes" + \
         (f" (below: {', '.join(low)})" if low else "") + ". Step 22 on the same cache held contiguous, timed " \
-        "interleaved in the same process; × contiguous: its time over step 23's.\n\n" + source_line(["bench.csv"])
+        "interleaved in the same process; × contiguous: its time over step 23's.\n\n" + \
+        source_line(["bench.csv"], gpu)
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
@@ -989,18 +991,6 @@ TC_FWD = ("09_tensor_core_forward", "10_swizzle_pipeline_forward", "11_tuned_for
 TARGET_STEP, TARGET_MIN_SEQ, TARGET_RATIO = "11_tuned_forward", 1024, 1.0
 TC_DTYPES, TC_DIMS, TC_SEQS = ("f16", "bf16"), (64, 128), (512, 1024, 2048, 4096, 8192, 16384)
 BENCH_OVERRIDE = None  # `results.py show NAME --bench CSV`: read this CSV instead of profiles/<gpu>/bench.csv
-
-
-def on_gpu(gpu, table):
-    """table() from profiles/<gpu>/bench.csv instead of the docs' GPU's: a history's sweep on a GPU the docs do not
-    quote; its source line names that file and GPU."""
-    global BENCH_OVERRIDE
-    saved, BENCH_OVERRIDE = BENCH_OVERRIDE, os.path.join(gpu_dir(gpu), "bench.csv")
-    try:
-        text, override = table(), source_line(["bench.csv"])
-    finally:
-        BENCH_OVERRIDE = saved
-    return text.replace(override, source_line(["bench.csv"], gpu))
 
 
 def tc_cells():
