@@ -76,7 +76,10 @@ Problem fa2_problem(int seq, int head_dim, bool causal, DType dtype) {
   return p;
 }
 
-int sm_count() {
+namespace {
+// One attribute of the current device, asked once per device: 0 without a GPU (or where the query fails).
+template <cudaDeviceAttr A>
+int cached_attribute() {
   constexpr int kCached = 64;              // devices cached; one beyond them is asked every time
   static std::atomic<int> cache[kCached];  // static storage, zeroed: 0 is "not asked yet"
   int dev = 0, n = 0;
@@ -86,13 +89,17 @@ int sm_count() {
   }
   if (dev >= 0 && dev < kCached)
     if (const int known = cache[dev].load(std::memory_order_relaxed)) return known;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+  if (cudaDeviceGetAttribute(&n, A, dev) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
   if (dev >= 0 && dev < kCached) cache[dev].store(n, std::memory_order_relaxed);
   return n;
 }
+}  // namespace
+
+int sm_count() { return cached_attribute<cudaDevAttrMultiProcessorCount>(); }
+int l2_bytes() { return cached_attribute<cudaDevAttrL2CacheSize>(); }
 
 void opt_in_shared_memory(const void* kernel, std::size_t bytes, const char* step_name) {
   int dev = 0, optin = 0;

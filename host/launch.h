@@ -5,6 +5,7 @@
 //   fa::opt_in_shared_memory(kernel, n)   once per kernel: allow n bytes of dynamic shared memory
 //   fa::fa2_problem(seq, d, causal, t)    the FlashAttention-2 benchmark shape
 //   fa::sm_count()                        the current GPU's SMs (0 without a GPU), asked once per device
+//   fa::l2_bytes()                        its L2 cache's bytes (0 without a GPU), asked once per device
 #pragma once
 #include <cuda_runtime.h>
 
@@ -35,6 +36,8 @@ Problem fa2_problem(int seq, int head_dim, bool causal, DType dtype);
 // there is no usable device (a CPU-only caller, e.g. a workspace size asked for without a GPU: the
 // error is cleared, not left for the next launch check to find).
 int sm_count();
+// The size of the current device's L2 cache in bytes, asked and cached the same way (0 without a device).
+int l2_bytes();
 
 // Allows `kernel` `bytes` of dynamic shared memory (above the default 48 KB needs an opt-in) and
 // asks for the largest shared-memory carveout. Fails with a clear message if the device has less.

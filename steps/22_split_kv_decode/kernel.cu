@@ -23,7 +23,8 @@
 //      32 rows goes to two blocks of 16 where that makes the larger grid (block_rows).
 //
 // Inside a block: 4 warps, K/V tiles of 64 keys in a cp.async ring (step 10), each warp owning 16
-// keys of every tile and all the block's rows: S = Q·Kᵀ [rows, 16 keys] is one k-step of P·V, so
+// keys of every tile and all the block's rows (128 and 32 where MQA's blocks of 16 rows stream long
+// chunks: wide_tiles): S = Q·Kᵀ [rows, 16 keys] is one k-step of P·V, so
 // P goes from the C fragments into A fragments as in step 09 (no shared-memory round trip). Each
 // warp keeps its own online-softmax state (m, l, O) over its keys; at the end the four states are
 // merged through shared memory, the same merge again.
@@ -34,7 +35,7 @@
 //
 // Variants: "two-launches", the merge as a second kernel (combine, the same merge_row: the same bits),
 // "rows32", every group of more than 16 rows in blocks of 32 (the row rule switched off), "unpacked", and
-// "tiles128", tiles of 128 keys in blocks of 16 rows (an experiment).
+// "tiles128", tiles of 128 keys in blocks of 16 rows for every shape.
 //
 // Build + run:  cmake --build build --target 22_split_kv_decode && build/bin/22_split_kv_decode
 // Read with:    docs/22_split_kv_decode.md
@@ -66,8 +67,7 @@ const fa::StepInfo& info();
 constexpr int kWarp = 32, kWarps = 4, kThreads = kWarps * kWarp;
 constexpr int kBlockN = 64;            // keys per tile: 16 per warp
 constexpr int kStages = 3;             // K/V ring depth: 2 tiles in flight
-constexpr int kMaxSplits = 128;        // partials per row at most (the merge reads them all): a pin's limit
-constexpr int kRuleMaxSplits = 64;     // the rule's (a pin past it: the merge reads 4 LSEs per lane, not 2)
+constexpr int kMaxSplits = 64;         // partials per row at most (the merge reads them all)
 constexpr int kMinSplitKeys = 128;     // a split attends to at least this many keys (2 tiles)
 constexpr int kMaxSeqQ = 64;           // query rows per head: decoding, not prefill (steps 11-18)
 constexpr float kLog2e = 1.4426950408889634f;
@@ -123,7 +123,7 @@ struct TileCopy {
 };
 
 // The merge after the grid barrier (one launch, the default): every warp of the grid merges rows (below).
-template <class T, int LSES>
+template <class T>
 __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
                                    std::size_t rows_total, int head_dim);
 
@@ -133,9 +133,8 @@ __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T
 // Its rows r = g·seq_q + i (query i of its g-th query head) are rows (grp·group)·seq_q + r of Q, O and LSE:
 // the heads of a K/V head are adjacent. One split: O and LSE directly; else the partials part_o
 // [n_splits, rows_total, head_dim] and part_lse [n_splits, rows_total], rows_total = batch·heads·seq_q.
-// MERGE 2 or 4 (one launch, the default, launched cooperatively: every block resident): then a grid barrier
-// and the merge, reading MERGE LSEs per lane (2 up to 64 splits); 0: the partials only (two launches).
-template <class T, class C, int MERGE = 0>
+// ONE_LAUNCH (the default, launched cooperatively: every block resident): then a grid barrier and the merge.
+template <class T, class C, bool ONE_LAUNCH = false>
 __global__ void __launch_bounds__(kThreads)
     decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                  const int* __restrict__ seq_lens, T* __restrict__ o, float* __restrict__ lse,
@@ -353,10 +352,10 @@ __global__ void __launch_bounds__(kThreads)
       if (d == 0) part_lse[split * rows_total + row] = row_lse;
     }
   }
-  if constexpr (MERGE > 0) {
+  if constexpr (ONE_LAUNCH) {
     if (direct) return;
     cooperative_groups::this_grid().sync();  // every split's partials written, and visible (a gpu-scope fence)
-    merge_rows_of_grid<T, MERGE>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim);
+    merge_rows_of_grid<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim);
   }
 }
 
@@ -366,11 +365,10 @@ __global__ void __launch_bounds__(kThreads)
 // Why it is not a loop over s: the partials were written a moment ago and sit in L2, so each load is a
 // few hundred cycles of latency and no bandwidth. A loop that loads LSE_s, then O_s, split after split,
 // pays 2·n_splits of those latencies in a row. Here the n_splits LSEs are loaded at once (lane s holds
-// LSE_s, LSE_{s+32}, ...: LSES of them, 2 up to 64 splits, 4 up to 128), M and L come from warp shuffles,
-// and then every split's weight is known before any O_s arrives, so the unrolled loop keeps kCombineUnroll
-// loads of O in flight.
+// LSE_s and LSE_{s+32}: kMaxSplits = 64), M and L come from warp shuffles, and then every split's weight
+// is known before any O_s arrives, so the unrolled loop keeps kCombineUnroll loads of O in flight.
 constexpr int kCombineThreads = 256, kCombineUnroll = 8;
-static_assert(kRuleMaxSplits <= 2 * kWarp && kMaxSplits <= 4 * kWarp, "2 split LSEs per lane, 4 past the rule");
+static_assert(kMaxSplits <= 2 * kWarp, "two split LSEs per lane");
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -383,23 +381,17 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 // One row's merge by one warp (lane: dims 4·lane ..): the combine kernel's body, and the one launch's merge
 // after its grid barrier. __ldcg: the partials were written by other blocks, read past this SM's L1.
-template <class T, int LSES>
+template <class T>
 __device__ __forceinline__ void merge_row(const float* __restrict__ part_o, const float* __restrict__ part_lse,
                                           T* __restrict__ o, float* __restrict__ lse, int n_splits,
                                           std::size_t rows_total, int head_dim, std::size_t row, int lane) {
   const int d = 4 * lane;
-  float ls[LSES], w[LSES], m = -INFINITY, wsum = 0.f;  // ls[i]: LSE_{lane + 32i}
-#pragma unroll
-  for (int i = 0; i < LSES; ++i) {
-    const int s = lane + i * kWarp;
-    ls[i] = s < n_splits ? __ldcg(part_lse + s * rows_total + row) : -INFINITY;
-    m = fmaxf(m, ls[i]);
-  }
-  const float M = warp_max(m);
+  const float ls0 = lane < n_splits ? __ldcg(part_lse + lane * rows_total + row) : -INFINITY;  // LSE_lane
+  const float ls1 = lane + kWarp < n_splits ? __ldcg(part_lse + (lane + kWarp) * rows_total + row) : -INFINITY;
+  const float M = warp_max(fmaxf(ls0, ls1));
   // A split that saw no key of the row (LSE_s = −inf) weighs 0, and so does every split when none did.
-#pragma unroll
-  for (int i = 0; i < LSES; ++i) w[i] = ls[i] == -INFINITY ? 0.f : __expf(ls[i] - M), wsum += w[i];
-  const float L = warp_sum(wsum), inv = L > 0.f ? 1.f / L : 0.f;
+  const float w0 = ls0 == -INFINITY ? 0.f : __expf(ls0 - M), w1 = ls1 == -INFINITY ? 0.f : __expf(ls1 - M);
+  const float L = warp_sum(w0 + w1), inv = L > 0.f ? 1.f / L : 0.f;
   // Lanes past head_dim read the last 4 dims again and store nothing: no branch between the loads.
   const float* from = part_o + row * head_dim + min(d, head_dim - 4);
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -412,11 +404,8 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ part_o, cons
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {  // ... then the sum (lanes past n_splits hold weight 0)
       const int s = s0 + u;
-      float ws = w[0];  // lane s % 32's w[s / 32], chosen without indexing the array at run time
-#pragma unroll
-      for (int i = 1; i < LSES; ++i) ws = s >= i * kWarp ? w[i] : ws;
-      const float ww = __shfl_sync(0xffffffffu, ws, s % kWarp);  // split s's weight
-      sum.x += ww * y[u].x, sum.y += ww * y[u].y, sum.z += ww * y[u].z, sum.w += ww * y[u].w;
+      const float w = __shfl_sync(0xffffffffu, s < kWarp ? w0 : w1, s % kWarp);  // split s's weight
+      sum.x += w * y[u].x, sum.y += w * y[u].y, sum.z += w * y[u].z, sum.w += w * y[u].w;
     }
   }
   if (d < head_dim)
@@ -426,47 +415,46 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ part_o, cons
 }
 // Warp w of the grid (blocks in launch order, kWarps each) merges rows w, w + all warps, ...: the same
 // merge_row as the combine kernel, so one launch and two give the same bits.
-template <class T, int LSES>
+template <class T>
 __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
                                    std::size_t rows_total, int head_dim) {
   const std::size_t warps = std::size_t(gridDim.x) * gridDim.y * gridDim.z * kWarps;
   std::size_t w = ((std::size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * kWarps + threadIdx.x / kWarp;
-  for (; w < rows_total; w += warps)
-    merge_row<T, LSES>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, w, threadIdx.x % kWarp);
+  for (; w < rows_total; w += warps) merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, w, threadIdx.x % kWarp);
 }
-template <class T, int LSES>
+template <class T>
 __global__ void __launch_bounds__(kCombineThreads)
     combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, T* __restrict__ o,
             float* __restrict__ lse, int n_splits, std::size_t rows_total, int head_dim) {
   const std::size_t row = std::size_t(blockIdx.x) * (kCombineThreads / kWarp) + threadIdx.x / kWarp;
   if (row >= rows_total) return;  // the whole warp: the shuffles see every lane
-  merge_row<T, LSES>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, row, threadIdx.x % kWarp);
+  merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, row, threadIdx.x % kWarp);
 }
 
 // ---- the number of splits ---------------------------------------------------------------------------------
 // Blocks without splitting: batch·kv_heads·row_blocks. If that already fills the SMs, one split; else as
 // many splits as one wave of one block per SM holds (rounded down: one block past the wave runs as a
 // second wave of its own; and one block streams its chunk as fast as two halves on one SM would, without
-// their second partial), each at least kMinSplitKeys keys of the capacity, at most kRuleMaxSplits.
+// their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
 // The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid barrier,
 // with the row rule below (the default); the split kernel then the combine kernel (two-launches: the same bits);
 // one launch with 32-row blocks for every group of more than 16 rows (rows32: the rule switched off); one
 // launch with each query head a group of its own (unpacked: K and V read once per query head, not per K/V head);
-// and tiles of 128 keys, 32 per warp, in blocks of 16 rows (tiles128: an experiment, doc 22's history).
+// and tiles of 128 keys, 32 per warp, in blocks of 16 rows for every shape (tiles128; the default: wide_tiles).
 enum Variant { kOneLaunch, kTwoLaunches, kRows32, kUnpacked, kTiles128 };
 int heads_per_group(const fa::AttnParams& p) { return p.variant == kUnpacked ? 1 : p.heads / fa::kv_heads_of(p); }
 int group_rows(const fa::AttnParams& p) { return heads_per_group(p) * p.seq_q; }
 // The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
 // plan for the most splits).
 int rule_splits(const fa::AttnParams& p, int sms, int block) {
-  if (sms <= 0) return kRuleMaxSplits;
+  if (sms <= 0) return kMaxSplits;
   const long long base = (long long)p.batch * (p.heads / heads_per_group(p)) * ((group_rows(p) + block - 1) / block);
   if (base >= sms) return 1;
   const long long want = sms / base, most = std::max(1, p.seq_k / kMinSplitKeys);
-  return int(std::clamp<long long>(std::min(want, most), 1, kRuleMaxSplits));
+  return int(std::clamp<long long>(std::min(want, most), 1, kMaxSplits));
 }
 // A block's rows: 16 (MF 1) or 32 (MF 2). A group of at most 16 rows: 16. A larger one (MQA's 32 query heads):
-// 32, unless blocks of 16 fill more of the first wave because the split count is capped (by kRuleMaxSplits at
+// 32, unless blocks of 16 fill more of the first wave because the split count is capped (by kMaxSplits at
 // batch 1, by kMinSplitKeys on short caches): then 16, both halves of a split reading the same keys, the
 // second mostly from L2. Where the wave is as full either way, 32: halves would only read every key twice.
 // FA_STEP22_ROWS=16 or 32 pins it for groups of more than 16 rows (the measurements behind the rule).
@@ -475,9 +463,9 @@ std::optional<int> pinned_rows() {
   if (r && *r != 16 && *r != 32) throw fa::UsageError("FA_STEP22_ROWS=" + std::to_string(*r) + ": a block holds 16 or 32 rows");
   return r;
 }
-int block_rows(const fa::AttnParams& p, int sms) {
+int rows_rule(const fa::AttnParams& p, int sms) {
   const int rows = group_rows(p);
-  if (rows <= 16 || p.variant == kTiles128) return 16;
+  if (rows <= 16) return 16;
   if (p.variant == kRows32) return 32;
   if (const std::optional<int> r = pinned_rows()) return *r;
   auto grid = [&](int block) {  // blocks in the first wave (one per SM)
@@ -486,6 +474,17 @@ int block_rows(const fa::AttnParams& p, int sms) {
   };
   return grid(16) > grid(32) ? 16 : 32;
 }
+// Tiles of 128 keys (32 per warp; in 16-row blocks only, their 192 KB ring leaving no room for 32 rows): half the
+// tiles, so half the barriers and waits per key, and twice the bytes in flight. Taken for a group of 32 rows
+// (MQA at seq_q 1) where each split gets at least 4 of them and the halves read no key twice from DRAM: the row
+// rule picks 16 rows anyway, or all of K and V fit in L2. Elsewhere they measured no faster (doc 22's history).
+bool wide_tiles(const fa::AttnParams& p, int sms) {
+  if (p.variant == kTiles128) return true;
+  if (group_rows(p) != 32 || p.variant == kRows32 || pinned_rows() || sms <= 0) return false;
+  if (p.seq_k / rule_splits(p, sms, 16) < 4 * 2 * kBlockN) return false;
+  return rows_rule(p, sms) == 16 || 4.0 * p.batch * fa::kv_heads_of(p) * p.seq_k * p.head_dim <= fa::l2_bytes();
+}
+int block_rows(const fa::AttnParams& p, int sms) { return wide_tiles(p, sms) ? 16 : rows_rule(p, sms); }
 // FA_STEP22_SPLITS=n pins the count (the tests' split paths; the measurements behind the rule), not the rows:
 // a whole number from 1 to kMaxSplits, anything else a usage error (host/env.h).
 std::optional<int> pinned_splits() { return fa::env_int("FA_STEP22_SPLITS", 1, kMaxSplits, "the number of splits"); }
@@ -507,13 +506,10 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   // kernel can be resident at once (its grid must be, or the barrier would wait for blocks never started).
   static const int resident = [] {
     fa::opt_in_shared_memory(decode_split<T, C>, C::SMEM_BYTES, info().name);
-    int per_sm = 1 << 30;
-    for (auto* one_launch : {decode_split<T, C, 2>, decode_split<T, C, 4>}) {  // its two merges
-      fa::opt_in_shared_memory(one_launch, C::SMEM_BYTES, info().name);
-      int blocks = 0;
-      FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, one_launch, kThreads, C::SMEM_BYTES));
-      per_sm = std::min(per_sm, blocks);
-    }
+    fa::opt_in_shared_memory(decode_split<T, C, true>, C::SMEM_BYTES, info().name);
+    int per_sm = 0;
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_split<T, C, true>, kThreads,
+                                                                C::SMEM_BYTES));
     return per_sm * fa::sm_count();
   }();
   const fa::AttnParams& p = a.p;
@@ -537,9 +533,9 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
     cudaLaunchConfig_t config{};
     config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = C::SMEM_BYTES;
     config.stream = stream, config.attrs = &cooperative, config.numAttrs = 1;
-    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, n > 2 * kWarp ? decode_split<T, C, 4> : decode_split<T, C, 2>, q, k, v,
-                                     lens, o, a.lse, part_o, part_lse, kv_heads, heads_per_kv, group, p.seq_q, p.seq_k,
-                                     p.head_dim, p.scale, p.causal, rows));
+    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_split<T, C, true>, q, k, v, lens, o, a.lse, part_o, part_lse,
+                                     kv_heads, heads_per_kv, group, p.seq_q, p.seq_k, p.head_dim, p.scale, p.causal,
+                                     rows));
     return;
   }
   decode_split<T, C><<<grid, kThreads, C::SMEM_BYTES, stream>>>(q, k, v, lens, o, a.lse, part_o, part_lse, kv_heads,
@@ -548,15 +544,14 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
   if (n == 1) return;
   constexpr int kRowsPerBlock = kCombineThreads / kWarp;
-  const unsigned blocks = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  (n > 2 * kWarp ? combine<T, 4> : combine<T, 2>)<<<blocks, kCombineThreads, 0, stream>>>(part_o, part_lse, o, a.lse,
-                                                                                         n, rows, p.head_dim);
+  combine<T><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kCombineThreads, 0, stream>>>(
+      part_o, part_lse, o, a.lse, n, rows, p.head_dim);
   FA_CHECK_LAUNCH();
 }
 
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  if (a.p.variant == kTiles128)
+  if (wide_tiles(a.p, fa::sm_count()))
     launch<T, Config<D, 1, kStages, 2 * kBlockN>>(a, stream);
   else if (block_rows(a.p, fa::sm_count()) == 16)
     launch<T, Config<D, 1>>(a, stream);

@@ -5,7 +5,8 @@
 // sequence's length to NaN, so a kernel that reads one fails. Split counts are pinned with
 // FA_STEP22_SPLITS to take the one-split path, the merge, and splits that see no key. The variant
 // two-launches gives the default's bits; rows32 (blocks of 32 rows), unpacked (each query head a group of its
-// own) and tiles128 (tiles of 128 keys) are checked against fp64.
+// own) and tiles128 (tiles of 128 keys) are checked against fp64, and the default gives tiles128's bits where
+// its rule takes tiles of 128 keys.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -89,11 +90,10 @@ TEST(Step22SplitKvDecode, KvCacheMatchesFp64) {
 }
 
 // The split paths pinned: one split (O written directly), 2, 3 and 7 splits (chunks of whole tiles,
-// the last one short, some empty for the short sequences), 64 (most of them empty) and 128 (past the rule's
-// ceiling: the merge reads four LSEs per lane): every count gives the same attention within the rule, empty
-// sequence included.
+// the last one short, some empty for the short sequences) and 64 (the most; most of them empty): every count
+// gives the same attention within the rule, empty sequence included.
 TEST(Step22SplitKvDecode, EverySplitCountMatchesFp64) {
-  for (int n : {1, 2, 3, 7, 64, 128}) {
+  for (int n : {1, 2, 3, 7, 64}) {
     SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
     for (fa::DType t : kTypes) {
@@ -133,11 +133,9 @@ TEST(Step22SplitKvDecode, RunsAreBitwiseRepeatable) {
 
 // The two-launches variant merges with the same merge_row in a kernel of its own, so it must give the default's
 // bits (one launch): on shapes the rule splits (MQA with 64 splits, GQA, ragged and empty sequences), with 3
-// splits pinned, and with 64 and 128 pinned (128: both merges read four LSEs per lane) on a grid too large to be
-// resident at once (where the default falls back to two launches) and on one that is (MQA at batch 1). And it is
-// right against fp64 on its own.
+// splits pinned, and with 64 pinned. And it is right against fp64 on its own.
 TEST(Step22SplitKvDecode, TwoLaunchesGiveTheDefaultsBits) {
-  for (int n : {0, 3, 64, 128}) {
+  for (int n : {0, 3, 64}) {
     SCOPED_TRACE("FA_STEP22_SPLITS=" + std::to_string(n));
     PinSplits pin(n);
     for (fa::DType t : kTypes)
@@ -203,11 +201,38 @@ TEST(Step22SplitKvDecode, Tiles128MatchesFp64) {
   }
 }
 
+// The rule's tiles of 128 keys (wide_tiles): MQA at batch 1 over 65536 keys (a 16-row rule, 1024 keys a split)
+// and at batch 64 over 1024 keys (K and V, 34 MB, within an H100's or H200's L2) take them by default, so the
+// default must give the tiles128 variant's bits (64-key tiles split a tile's keys among the warps otherwise, and
+// give other bits), and be right against fp64: full and ragged lengths, causal and not.
+TEST(Step22SplitKvDecode, TheRulesWideTilesGiveTiles128sBits) {
+  int dev = 0, l2 = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev), cudaSuccess);
+  for (fa::DType t : kTypes)
+    for (Shape s : {Shape{1, 32, 1, 65536, 128, false, 0, t, 1}, Shape{64, 32, 1, 1024, 128, true, 0, t, 1}}) {
+      s.kv_cache = true;
+      if (s.batch == 64 && 4.0 * s.batch * s.seq_k * s.head_dim > l2) continue;  // beyond this GPU's L2: 64-key tiles
+      const std::uint64_t seed = fa::fresh_seed();
+      SCOPED_TRACE(s.str() + ", seed " + std::to_string(seed));
+      std::vector<int> lens(std::size_t(s.batch), s.seq_k);
+      for (std::size_t b = 1; b < lens.size(); b += 2) lens[b] = int(b * 37 % std::size_t(s.seq_k));
+      const Inputs in = fa::attention::make_inputs(s.params(), false, seed, lens);
+      fa::AttnParams wide = s.params();
+      wide.variant = 4;  // tiles128
+      fa::attention::Run r0(kStep, s.params(), false, in), r1(kStep, wide, false, in);
+      const Outputs a = fa::attention::run_checked(r0, false), b = fa::attention::run_checked(r1, false);
+      EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)), 0) << "O differs from tiles128's";
+      EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0) << "LSE differs";
+      expect_close_lowp_to_fp64(a, s, in, false, "fp64");
+    }
+}
+
 // The rows pinned (FA_STEP22_ROWS, for measuring the row rule): blocks of 16 and of 32 for MQA's 32 rows and for
-// 40 rows (8 heads of 5 queries: blocks of 16, 16 and 8, or 32 and 8), each with 1, 3 and 128 splits pinned.
+// 40 rows (8 heads of 5 queries: blocks of 16, 16 and 8, or 32 and 8), each with 1, 3 and 64 splits pinned.
 TEST(Step22SplitKvDecode, PinnedRowsMatchFp64) {
   for (int rows : {16, 32})
-    for (int n : {1, 3, 128}) {
+    for (int n : {1, 3, 64}) {
       SCOPED_TRACE("FA_STEP22_ROWS=" + std::to_string(rows) + " FA_STEP22_SPLITS=" + std::to_string(n));
       PinRows pin_rows(rows);
       PinSplits pin(n);

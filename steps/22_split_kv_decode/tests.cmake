@@ -1,17 +1,17 @@
 # Step 22's own tests (included by tests/CMakeLists.txt with `step` and `exe` set): a pinned split
-# count that is not a whole number from 1 to 128 is refused with the variable, its value and the range
+# count that is not a whole number from 1 to 64 is refused with the variable, its value and the range
 # (host/env.h). supports() reads the pin, so the refusal comes before the device is opened: no GPU
 # needed (CUDA_VISIBLE_DEVICES=-1 hides one where there is), and a valid pin reaches "no CUDA device".
-add_cli_test(${step}.pinned_splits_garbage 2 "FA_STEP22_SPLITS=8abc: expected a whole number from 1 to 128"
+add_cli_test(${step}.pinned_splits_garbage 2 "FA_STEP22_SPLITS=8abc: expected a whole number from 1 to 64"
              env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=8abc
              ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
-# Past the rule's ceiling (64) a pin may go to 128, the merge's limit, and no further.
-foreach(n 0 129)
-  add_cli_test(${step}.pinned_splits_out_of_range_${n} 2 "FA_STEP22_SPLITS=${n}: expected a whole number from 1 to 128"
+# The rule's ceiling (64) is the merge's limit, and a pin's.
+foreach(n 0 65)
+  add_cli_test(${step}.pinned_splits_out_of_range_${n} 2 "FA_STEP22_SPLITS=${n}: expected a whole number from 1 to 64"
                env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=${n}
                ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
 endforeach()
-foreach(n 8 128)
+foreach(n 8 64)
   add_cli_test(${step}.pinned_splits_valid_${n} 3 "no CUDA device"
                env CUDA_VISIBLE_DEVICES=-1 FA_STEP22_SPLITS=${n}
                ${exe} --batch 1 --heads 8 --kv-heads 1 --seq-q 1 --seq-k 4096 --cache-lens 4096)
