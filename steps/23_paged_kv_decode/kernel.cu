@@ -8,19 +8,16 @@
 // j % page_size of page block_table[b][j / page_size]. A sequence grows a page at a time, anywhere in
 // the pool, and no cache is ever copied to make room.
 //
-// The kernel is step 22's; only the K/V tile copy changes. Each thread's cp.async rows (16 bytes of one
-// key at a time, step 11's copy) look up their page in the sequence's row of the block table, so a tile
-// of 64 keys may come from 64 different pages: any page size from 1 up works, with no alignment between
-// pages and tiles. Why cp.async and not TMA: a TMA box is a rectangle of one tensor, so a page would
+// The kernel is step 22's (its one launch, rules and tiles); only the K/V tile copy changes. Each thread's
+// cp.async rows (16 bytes of one key at a time, step 11's copy) look up their page in the sequence's row of
+// the block table, so a tile of 64 keys may come from 64 pages: any page size from 1 up, with no alignment
+// between pages and tiles. Why cp.async and not TMA: a TMA box is a rectangle of one tensor, so a page would
 // need a box of its own (a page of 1 key, one box per key); cp.async gathers row by row at no extra cost
 // per row, the page index one more load, made a tile ahead of the copy. The row's page is j / page_size, found
 // by a multiply-high and a shift (PageDiv), since a decode warp has little else to issue per row.
 //
-// Where to look: PageDiv and PageCopy (the gather), the K/V lines of decode_split (the page table of this
-// sequence), launch (the block table passed down), and the sweep's paged shapes.
-//
-// As in step 22, one cooperative launch merges the partials after a grid barrier, and a group of 32 rows goes
-// to blocks of 16 where they fill more of the grid; variant "two-launches": the merge as a kernel of its own.
+// Where to look: PageDiv and PageCopy (the gather), the K/V lines of decode_split (this sequence's page
+// table), launch (the block table passed down), and the sweep's paged shapes.
 //
 // Build + run:  cmake --build build --target 23_paged_kv_decode && build/bin/23_paged_kv_decode
 // Read with:    docs/23_paged_kv_decode.md
@@ -57,29 +54,28 @@ constexpr int kMinSplitKeys = 128;     // a split attends to at least this many 
 constexpr int kMaxSeqQ = 64;           // query rows per head: decoding, not prefill (steps 11-18)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// ---- one instance: the head_dim and the rows of a block ------------------------------------------------
-template <int D_, int MF_>
+// ---- one instance: the head_dim, the rows of a block and a tile's keys ------------------------------------
+template <int D_, int MF_, int BN_ = kBlockN>
 struct Config {
   static constexpr int D = D_, MF = MF_, ROWS = 16 * MF;  // query rows per block: MF 16-row fragments
+  static constexpr int BN = BN_, KW = BN / kWarps;        // keys per tile, per warp (a multiple of 16)
   static constexpr std::size_t Q_BYTES = 2 * std::size_t(ROWS) * D;
-  static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * kStages * kBlockN) * D;  // K and V, 16-bit
+  static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * kStages * BN) * D;  // K and V, 16-bit
   static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
   static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
   // The merge reuses the ring (dead after the last tile).
   static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + STAT_BYTES;
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
+  static_assert(KW % 16 == 0, "a warp's keys: whole k-steps of P·V");
   static_assert(SMEM_BYTES <= 227 * 1024, "fits one SM's shared memory");
 };
 
 __device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }  // step 02
-// Where dim d of row r of a warp's fp32 O sits in the merge's buffer. Its rows are D floats apart, a multiple of
-// the 32 banks, so a store of a C fragment's 8 rows would fall on the same 8 banks 8 times; with each row's
-// 8-float chunks permuted by the row (chunk c at c ^ r % 8) the 8 rows take 8 different chunks.
+// Dim d of row r of a warp's fp32 O in the merge's buffer: step 22's chunks permuted by row, no bank conflicts.
 __device__ __forceinline__ int om_col(int r, int d) { return (d / 8 ^ r % 8) * 8 + d % 8; }
 
 // ---- device memory -> shared memory (step 11's TileCopy) --------------------------------------------------
-// One 16-byte chunk column per thread, rows r0, r0 + ROW_STEP, ...; rows >= seq and columns >=
-// head_dim zero-filled without being read (cp.async with 0 source bytes).
+// A 16-byte chunk column per thread, rows r0 + i·ROW_STEP; rows >= seq, columns >= head_dim zero-filled, unread.
 template <int ROWS, int D>
 struct TileCopy {
   static constexpr int CHUNKS = D / 8, ROW_STEP = kThreads / CHUNKS, VECS = ROWS / ROW_STEP;
@@ -168,12 +164,9 @@ __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T
                                    std::size_t rows_total, int head_dim);
 
 // ---- the split kernel: one (split, sequence·K/V head, row block) per block ----------------------------
-// grid (n_splits, batch·kv_heads·G/group, row blocks); block kThreads. T: __half or __nv_bfloat16. A group
-// holds `group` query heads of a K/V head: all G of them (packed, the default) or one (the variant unpacked).
-// Its rows r = g·seq_q + i (query i of its g-th query head) are rows (grp·group)·seq_q + r of Q, O and LSE:
-// the heads of a K/V head are adjacent. One split: O and LSE directly; else the partials part_o
-// [n_splits, rows_total, head_dim] and part_lse [n_splits, rows_total], rows_total = batch·heads·seq_q.
-// ONE_LAUNCH (the default, launched cooperatively: every block resident): then a grid barrier and the merge.
+// Step 22's: grid (n_splits, batch·kv_heads·G/group, row blocks); a group is `group` query heads of a K/V head,
+// rows r = g·seq_q + i of it rows (grp·group)·seq_q + r of Q, O and LSE. One split: O and LSE; else the partials
+// part_o [n_splits, rows_total, head_dim], part_lse [n_splits, rows_total]. ONE_LAUNCH: then the grid's merge.
 template <class T, class C, bool ONE_LAUNCH = false>
 __global__ void __launch_bounds__(kThreads)
     decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -181,12 +174,12 @@ __global__ void __launch_bounds__(kThreads)
                  T* __restrict__ o, float* __restrict__ lse,
                  float* __restrict__ part_o, float* __restrict__ part_lse, int kv_heads, int heads_per_kv, int group,
                  int seq_q, int seq_k, int head_dim, float scale, bool causal, std::size_t rows_total) {
-  constexpr int D = C::D, MF = C::MF, ROWS = C::ROWS;
+  constexpr int D = C::D, MF = C::MF, ROWS = C::ROWS, BN = C::BN, KW = C::KW;
   const float sl2 = scale * kLog2e;  // step 10: exp(scale·(s − m)) = 2^(s·sl2 − m·sl2)
   extern __shared__ uint4 smem[];
   T* Qs = reinterpret_cast<T*>(smem);     // [ROWS, D] swizzled
-  T* Ks = Qs + ROWS * D;                  // [kStages][kBlockN, D] swizzled, a ring
-  T* Vs = Ks + kStages * kBlockN * D;     // [kStages][kBlockN, D] swizzled
+  T* Ks = Qs + ROWS * D;                  // [kStages][BN, D] swizzled, a ring
+  T* Vs = Ks + kStages * BN * D;          // [kStages][BN, D] swizzled
   float* Om = reinterpret_cast<float*>(Ks);  // [kWarps][ROWS, D]: each warp's O, once the ring is dead
   float* Ms = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + C::SMEM_BYTES - C::STAT_BYTES);
   float* Ls = Ms + kWarps * ROWS;  // Ms, Ls: [kWarps][ROWS] each warp's row max and row sum
@@ -206,12 +199,12 @@ __global__ void __launch_bounds__(kThreads)
   // Keys any row sees: [0, kv_limit) (causal: the last query's). This split's chunk of them, in
   // whole tiles: [k_begin, k_end).
   const int kv_limit = causal ? min(len, max(0, off + seq_q)) : len;
-  const int chunk = ((kv_limit + n_splits - 1) / n_splits + kBlockN - 1) / kBlockN * kBlockN;
+  const int chunk = ((kv_limit + n_splits - 1) / n_splits + BN - 1) / BN * BN;
   const int k_begin = split * chunk, k_end = min(kv_limit, k_begin + chunk);
-  const int n_tiles = k_end > k_begin ? (k_end - k_begin + kBlockN - 1) / kBlockN : 0;
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
   // Tiles from n_free on need the mask: the chunk's ragged end, or causal keys some row may not see.
   const int first_masked = causal ? min(k_end, max(k_begin, off + 1)) : k_end;  // row i = 0 sees j <= off
-  const int n_free = max(0, (first_masked - k_begin) / kBlockN);
+  const int n_free = max(0, (first_masked - k_begin) / BN);
 
   q += row_base * head_dim;
   // The pool's rows hold every K/V head of a key: this head's columns start kv_head·head_dim in, and the
@@ -221,13 +214,13 @@ __global__ void __launch_bounds__(kThreads)
   k += kv_bh % kv_heads * head_dim, v += kv_bh % kv_heads * head_dim;
   TileCopy<ROWS, D>().issue(Qs, q, 0, n_rows - r0, head_dim);
   cp_async_commit();
-  const PageCopy<kBlockN, D> kv_copy;
-  typename PageCopy<kBlockN, D>::Entries ent;  // the page entries of the next tile to copy
+  const PageCopy<BN, D> kv_copy;
+  typename PageCopy<BN, D>::Entries ent;  // the page entries of the next tile to copy
   kv_copy.lookup(ent, pages, page, k_begin, k_end);
   auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages; rows >= k_end zero
     if (t < n_tiles) {
-      kv_copy.issue(Ks + t % kStages * kBlockN * D, Vs + t % kStages * kBlockN * D, k, v, pages, ent, page, row_stride,
-                    k_begin + t * kBlockN, k_end, head_dim);
+      kv_copy.issue(Ks + t % kStages * BN * D, Vs + t % kStages * BN * D, k, v, pages, ent, page, row_stride,
+                    k_begin + t * BN, k_end, head_dim);
     }
     cp_async_commit();
   };
@@ -247,49 +240,53 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<kStages - 2>();  // this thread's copies of tile t (and of Q) have landed ...
     __syncthreads();               // ... and everyone's; every warp is done with tile t − 1
     issue(t + kStages - 1);        // into the slot tile t − 1 used
-    const T* Kt = Ks + t % kStages * kBlockN * D + 16 * warp * D;  // this warp's 16 keys
-    const T* Vt = Vs + t % kStages * kBlockN * D + 16 * warp * D;  // (16 rows: the swizzle repeats every 8)
+    const T* Kt = Ks + t % kStages * BN * D + KW * warp * D;  // this warp's KW keys
+    const T* Vt = Vs + t % kStages * BN * D + KW * warp * D;  // (16-row steps: the swizzle repeats every 8)
 
-    // S = Q·Kᵀ [ROWS, 16]: per k-step, one ldmatrix of K (keys 0-7 and 8-15) and MF of Q.
-    float s[MF][2][4] = {};
+    // S = Q·Kᵀ [ROWS, KW]: per k-step, one ldmatrix of K per 16 keys (keys 0-7 and 8-15) and MF of Q.
+    float s[MF][KW / 8][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t b[4];
-      ldmatrix_x4(b, Kt + swz<D>(lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
+    for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-        std::uint32_t a[4];
-        ldmatrix_x4(a, Qs + swz<D>(16 * mf + lane % 16, 2 * kk + lane / 16));
-        mma_16816<T>(s[mf][0], a, b[0], b[1]);
-        mma_16816<T>(s[mf][1], a, b[2], b[3]);
+      for (int kg = 0; kg < KW / 16; ++kg) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, Kt + 16 * kg * D + swz<D>(lane % 8 + lane / 16 * 8, 2 * kk + lane / 8 % 2));
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+          std::uint32_t a[4];
+          ldmatrix_x4(a, Qs + swz<D>(16 * mf + lane % 16, 2 * kk + lane / 16));
+          mma_16816<T>(s[mf][2 * kg], a, b[0], b[1]);
+          mma_16816<T>(s[mf][2 * kg + 1], a, b[2], b[3]);
+        }
       }
-    }
     if constexpr (decltype(masked)::value) {  // keys past the chunk, or past what the row's query sees
 #pragma unroll
       for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < KW / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = (r0 + 16 * mf + g + 8 * (e / 2)) % seq_q;  // the row's query
-            const int key = k_begin + t * kBlockN + 16 * warp + 8 * j + 2 * t4 + e % 2;
+            const int key = k_begin + t * BN + KW * warp + 8 * j + 2 * t4 + e % 2;
             if (key >= (causal ? min(k_end, i + off + 1) : k_end)) s[mf][j][e] = -INFINITY;
           }
     }
 
-    // The online softmax of each row over this warp's keys (step 10, one pass: 16 keys).
+    // The online softmax of each row over this warp's keys (step 10, one pass: KW keys).
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float tile_max = quad_max(fmaxf(fmaxf(s[mf][0][2 * h], s[mf][0][2 * h + 1]),
-                                              fmaxf(s[mf][1][2 * h], s[mf][1][2 * h + 1])));
+        float tile_max = fmaxf(s[mf][0][2 * h], s[mf][0][2 * h + 1]);
+#pragma unroll
+        for (int j = 1; j < KW / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[mf][j][2 * h], s[mf][j][2 * h + 1]));
+        tile_max = quad_max(tile_max);
         const float m_new = fmaxf(m[mf][h], tile_max), shift = safe_shift(m_new) * sl2;
         const float alpha = exp2_approx((m[mf][h] - safe_shift(m_new)) * sl2);  // exactly 1 while the max holds
         m[mf][h] = m_new;
         float sum = 0.f;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
+        for (int j = 0; j < KW / 8; ++j) {
           s[mf][j][2 * h] = exp2_approx(fmaf(s[mf][j][2 * h], sl2, -shift));
           s[mf][j][2 * h + 1] = exp2_approx(fmaf(s[mf][j][2 * h + 1], sl2, -shift));
           sum += s[mf][j][2 * h] + s[mf][j][2 * h + 1];
@@ -299,19 +296,22 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < D / 8; ++j) acc[mf][j][2 * h] *= alpha, acc[mf][j][2 * h + 1] *= alpha;
       }
 
-    // O += P·V: the 16 keys are one k-step, so P's C fragments are its A fragment (step 09).
+    // O += P·V: each 16 keys are one k-step, so P's C fragments are its A fragment (step 09).
 #pragma unroll
-    for (int mf = 0; mf < MF; ++mf) {
-      const std::uint32_t a[4] = {pack<T>(s[mf][0][0], s[mf][0][1]), pack<T>(s[mf][0][2], s[mf][0][3]),
-                                  pack<T>(s[mf][1][0], s[mf][1][1]), pack<T>(s[mf][1][2], s[mf][1][3])};
+    for (int kg = 0; kg < KW / 16; ++kg)
 #pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, Vt + swz<D>(lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
-        mma_16816<T>(acc[mf][2 * dd], a, b[0], b[1]);
-        mma_16816<T>(acc[mf][2 * dd + 1], a, b[2], b[3]);
+      for (int mf = 0; mf < MF; ++mf) {
+        const float(&p0)[4] = s[mf][2 * kg], (&p1)[4] = s[mf][2 * kg + 1];
+        const std::uint32_t a[4] = {pack<T>(p0[0], p0[1]), pack<T>(p0[2], p0[3]), pack<T>(p1[0], p1[1]),
+                                    pack<T>(p1[2], p1[3])};
+#pragma unroll
+        for (int dd = 0; dd < D / 16; ++dd) {
+          std::uint32_t b[4];
+          ldmatrix_x4_trans(b, Vt + 16 * kg * D + swz<D>(lane % 8 + lane / 8 % 2 * 8, 2 * dd + lane / 16));
+          mma_16816<T>(acc[mf][2 * dd], a, b[0], b[1]);
+          mma_16816<T>(acc[mf][2 * dd + 1], a, b[2], b[3]);
+        }
       }
-    }
   };
   int t = 0;
   for (; t < min(n_free, n_tiles); ++t) attend(t, std::false_type{});
@@ -385,13 +385,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- the merge: the partials of each row into O and LSE ---------------------------------------------------
-// One warp per row; lane c holds dims 4c .. 4c + 3. LSE = M + ln Σ_s exp(LSE_s − M), M = max_s LSE_s;
-// O = Σ_s exp(LSE_s − LSE)·O_s. A row whose every split saw no key: LSE = −inf, O = 0.
-// Why it is not a loop over s: the partials were written a moment ago and sit in L2, so each load is a
-// few hundred cycles of latency and no bandwidth. A loop that loads LSE_s, then O_s, split after split,
-// pays 2·n_splits of those latencies in a row. Here the n_splits LSEs are loaded at once (lane s holds
-// LSE_s and LSE_{s+32}: kMaxSplits = 64), M and L come from warp shuffles, and then every split's weight
-// is known before any O_s arrives, so the unrolled loop keeps kCombineUnroll loads of O in flight.
+// Step 22's, unchanged: one warp per row, lane c dims 4c .. 4c + 3; LSE = M + ln Σ_s exp(LSE_s − M), O = Σ_s
+// exp(LSE_s − LSE)·O_s (a row no split saw: −inf and 0); all LSEs loaded at once, then the O_s 8 at a time.
 constexpr int kCombineThreads = 256, kCombineUnroll = 8;
 static_assert(kMaxSplits <= 2 * kWarp, "two split LSEs per lane");
 __device__ __forceinline__ float warp_max(float x) {
@@ -457,13 +452,10 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 // ---- the number of splits ---------------------------------------------------------------------------------
-// Blocks without splitting: batch·kv_heads·row_blocks. If that already fills the SMs, one split; else as
-// many splits as one wave of one block per SM holds (rounded down: one block past the wave runs as a
-// second wave of its own; and one block streams its chunk as fast as two halves on one SM would, without
-// their second partial), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
-// The variants (StepInfo::variants, in this order): one cooperative launch whose blocks merge after a grid
-// barrier (the default); the split kernel then the combine kernel (the same bits); and one launch with each
-// query head a group of its own (unpacked, step 22's: K and V read once per query head).
+// Step 22's rule: one split where batch·kv_heads·row_blocks fills the SMs; else as many as one wave of one
+// block per SM holds (rounded down), each at least kMinSplitKeys keys of the capacity, at most kMaxSplits.
+// The variants (StepInfo::variants, in this order): one cooperative launch (the default); the split kernel then
+// the combine kernel (the same bits); unpacked (step 22's: each query head a group of its own).
 enum Variant { kOneLaunch, kTwoLaunches, kUnpacked };
 int heads_per_group(const fa::AttnParams& p) { return p.variant == kUnpacked ? 1 : p.heads / fa::kv_heads_of(p); }
 int group_rows(const fa::AttnParams& p) { return heads_per_group(p) * p.seq_q; }
@@ -478,7 +470,7 @@ int rule_splits(const fa::AttnParams& p, int sms, int block) {
 }
 // A block's rows (step 22's rule): 16 for a group of at most 16 rows; a larger group 32, unless blocks of 16
 // make the larger grid because the split count is capped (then both halves of a split read the same keys).
-int block_rows(const fa::AttnParams& p, int sms) {
+int rows_rule(const fa::AttnParams& p, int sms) {
   const int rows = group_rows(p);
   if (rows <= 16) return 16;
   auto grid = [&](int block) {  // blocks in the first wave (one per SM)
@@ -487,8 +479,14 @@ int block_rows(const fa::AttnParams& p, int sms) {
   };
   return grid(16) > grid(32) ? 16 : 32;
 }
-// FA_STEP23_SPLITS=n pins the count (the tests' split paths), not the rows: a whole number from 1 to
-// kMaxSplits, anything else a usage error (host/env.h).
+// Step 22's tiles of 128 keys (16-row blocks only): for MQA's 32 rows where each split gets 8 of them (step 22: 4;
+// here 4 lost, doc 23) and the halves read no key twice from DRAM (16 rows anyway, or K and V within L2).
+bool wide_tiles(const fa::AttnParams& p, int sms) {
+  if (group_rows(p) != 32 || sms <= 0 || p.seq_k / rule_splits(p, sms, 16) < 8 * 2 * kBlockN) return false;
+  return rows_rule(p, sms) == 16 || 4.0 * p.batch * fa::kv_heads_of(p) * p.seq_k * p.head_dim <= fa::l2_bytes();
+}
+int block_rows(const fa::AttnParams& p, int sms) { return wide_tiles(p, sms) ? 16 : rows_rule(p, sms); }
+// FA_STEP23_SPLITS=n pins the count (the tests' split paths): 1 to kMaxSplits, else a usage error (host/env.h).
 std::optional<int> pinned_splits() { return fa::env_int("FA_STEP23_SPLITS", 1, kMaxSplits, "the number of splits"); }
 int n_splits(const fa::AttnParams& p, int sms) {
   if (const std::optional<int> n = pinned_splits()) return *n;
@@ -554,7 +552,9 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 
 template <class T, int D>
 void launch_rows(const fa::AttnFwdArgs& a, cudaStream_t stream) {
-  if (block_rows(a.p, fa::sm_count()) == 16)
+  if (wide_tiles(a.p, fa::sm_count()))
+    launch<T, Config<D, 1, 2 * kBlockN>>(a, stream);
+  else if (block_rows(a.p, fa::sm_count()) == 16)
     launch<T, Config<D, 1>>(a, stream);
   else
     launch<T, Config<D, 2>>(a, stream);

@@ -67,6 +67,18 @@ TEST(Step23PagedKvDecode, EveryPageSizeMatchesFp64AndStep22) {
       }
 }
 
+// Step 22's tiles of 128 keys, which the rule takes for MQA at batch 1 over long caches and at batch 64 over 1024
+// keys (K and V within an H100's or H200's L2): gathered through pages of 16 and of 1, ragged lengths included.
+TEST(Step23PagedKvDecode, TheRulesWideTilesMatchFp64AndStep22) {
+  for (int page : {16, 1})
+    for (fa::DType t : kTypes) {
+      expect_paged_matches(Shape{1, 32, 1, 65536, 128, false, 0, t, 1}, {65536 - 77}, page);
+      std::vector<int> lens(64, 1024);
+      for (std::size_t b = 1; b < lens.size(); b += 2) lens[b] = int(b * 37 % 1024);
+      expect_paged_matches(Shape{64, 32, 1, 1024, 128, true, 0, t, 1}, lens, page);
+    }
+}
+
 // The page of key j is found by a multiply-high and a shift (PageDiv), not a division: every page size from
 // 2 to 40, some past a tile (65, 100, 1000) and one larger than the cache (4096), on lengths that divide by none.
 TEST(Step23PagedKvDecode, PageDivisionHoldsForManyPageSizes) {
