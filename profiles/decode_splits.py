@@ -5,7 +5,7 @@ with the split rule's own count (FA_STEP22_SPLITS unset, row "default") and with
 pinned (FA_STEP22_SPLITS=n).
 
   python3 profiles/decode_splits.py [--build build] [--out profiles/<gpu>/decode_splits.csv]
-  python3 profiles/decode_splits.py --shapes 1:1:131072,1:8:16384 --splits 32,64,128 --out FILE
+  python3 profiles/decode_splits.py --shapes 1:1:131072,1:8:16384 --splits 16,32,64 --out FILE
   python3 profiles/decode_splits.py --shapes 64:1:1024,64:1:4096 --splits 1,2,4 --rows 16,32 --out FILE
 
 --rows also pins a block's rows (FA_STEP22_ROWS; it matters only where a K/V head has more than 16 query
