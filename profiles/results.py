@@ -904,19 +904,27 @@ def dq_reduce_table():
         source_line(["dq_reduce.csv"])
 
 
+def paged_rows(path, step):
+    """The paged step's rows of a bench.csv-format file: {(shape without its page size, page size): [(step 22's
+    contiguous time, the step's time) in ms, in file order]}; none where the file is missing."""
+    out = {}
+    for r in read_csv(path) if os.path.exists(path) else []:
+        m = re.match(r"^(.* cache) p(\d+)( .*)$", r["problem"]) if r["step"] == step else None
+        if m and float(r["prev_time_ms"]) > 0:
+            out.setdefault((m.group(1) + m.group(3), int(m.group(2))), []).append(
+                (float(r["prev_time_ms"]), float(r["time_ms"])))
+    return out
+
+
 def paged_table(step="23_paged_kv_decode", gpu=GPU):
     """Doc 23: the paged decode step on its sweep (step 22's decode shapes in pages of 16 and of 1 key) against
     step 22 on the same cache held contiguous, timed interleaved in the same process (bench.csv's prev_time_ms):
     per shape, both times and their ratio; the target: pages of 16 at >= 0.95x the contiguous speed everywhere.
     gpu: whose profiles/<gpu>/bench.csv (the docs' GPU unless another is named, e.g. in a history)."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(gpu), "bench.csv")
-    rows = read_csv(path) if os.path.exists(path) else []
     cells = {}
-    for r in rows:
-        m = re.match(r"^(.* cache) p(\d+)( .*)$", r["problem"]) if r["step"] == step else None
-        if m and float(r["prev_time_ms"]) > 0:
-            cells.setdefault(m.group(1) + m.group(3), {})[int(m.group(2))] = (float(r["prev_time_ms"]),
-                                                                              float(r["time_ms"]))
+    for (shape, page), times in paged_rows(path, step).items():
+        cells.setdefault(shape, {})[page] = times[-1]
     if not cells:
         return f"*Not measured yet: bench.csv has no sweep of {step} (`python3 profiles/bench.py --steps 23` on a GPU).*"
     shapes = sorted(cells, key=lambda k: [int(x) for x in re.findall(r"\d+", k)])
@@ -947,13 +955,8 @@ def paged_wide_ab_table(raw, gpu="h200", step="23_paged_kv_decode"):
     step 22's contiguous time) beside step 23 in 64-key tiles on the same shapes (profiles/<gpu>/bench.csv, the
     same session). Per shape and page size: medians over the rounds; × contiguous is step 22's time over 23's."""
     def cells(path):
-        out = {}
-        for r in read_csv(path):
-            m = re.match(r"^(.* cache) p(\d+)( .*)$", r["problem"]) if r["step"] == step else None
-            if m and float(r["prev_time_ms"]) > 0:
-                key = (m.group(1) + m.group(3), int(m.group(2)))
-                out.setdefault(key, []).append((float(r["prev_time_ms"]), float(r["time_ms"])))
-        return {k: (median(sorted(a for a, _ in v)), median(sorted(b for _, b in v))) for k, v in out.items()}
+        return {k: (median(sorted(a for a, _ in v)), median(sorted(b for _, b in v)))
+                for k, v in paged_rows(path, step).items()}
     after, before = cells(os.path.join(gpu_dir(gpu), raw)), cells(os.path.join(gpu_dir(gpu), "bench.csv"))
     keys = sorted(after, key=lambda k: ([int(x) for x in re.findall(r"\d+", k[0])], -k[1]))
     body = []
