@@ -638,7 +638,8 @@ BLOCKS = {
         "results:decode_tiles128_ab": lambda: decode_variants_ab_table(  # nor these two sessions later
             os.path.join(DECODE, "history", "tiles128", "variants_ab.csv"), "h200"),
         "results:paged_h200": lambda: paged_table(gpu="h200"),
-        "results:paged_wide_ab": lambda: paged_wide_ab_table("23_paged_kv_decode/history/wide_tiles/bench_wide.csv"),
+        "results:paged_wide_ab": lambda: paged_wide_ab_table(
+            "23_paged_kv_decode/history/wide_tiles/bench_wide.csv", "23_paged_kv_decode/history/wide_tiles/bench_tiles64.csv"),
         "results:paged_row_offsets_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "row_offsets", "row_offsets_ab.csv"), "h200",
             "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
@@ -950,14 +951,15 @@ def paged_table(step="23_paged_kv_decode", gpu=GPU):
         source_line(["bench.csv"], gpu)
 
 
-def paged_wide_ab_table(raw, gpu="h200", step="23_paged_kv_decode"):
+def paged_wide_ab_table(raw, sweep, gpu="h200", step="23_paged_kv_decode"):
     """Doc 22's history: step 23 with step 22's 128-key tiles (raw: its CLI rows, several rounds, each carrying
-    step 22's contiguous time) beside step 23 in 64-key tiles on the same shapes (profiles/<gpu>/bench.csv, the
-    same session). Per shape and page size: medians over the rounds; × contiguous is step 22's time over 23's."""
+    step 22's contiguous time) beside step 23 in 64-key tiles on the same shapes (sweep: step 23's rows of the
+    same session's bench.csv, kept beside raw). Per shape and page size: medians over the rounds; × contiguous
+    is step 22's time over 23's."""
     def cells(path):
         return {k: (median(sorted(a for a, _ in v)), median(sorted(b for _, b in v)))
                 for k, v in paged_rows(path, step).items()}
-    after, before = cells(os.path.join(gpu_dir(gpu), raw)), cells(os.path.join(gpu_dir(gpu), "bench.csv"))
+    after, before = cells(os.path.join(gpu_dir(gpu), raw)), cells(os.path.join(gpu_dir(gpu), sweep))
     keys = sorted(after, key=lambda k: ([int(x) for x in re.findall(r"\d+", k[0])], -k[1]))
     body = []
     for k in keys:
@@ -965,13 +967,13 @@ def paged_wide_ab_table(raw, gpu="h200", step="23_paged_kv_decode"):
         b = before.get(k)
         body.append([k[0], str(k[1]), f"{1e3 * plain:.1f}", f"{1e3 * t:.1f}", f"{plain / t:.2f}×"] +
                     ([f"{1e3 * b[0]:.1f}", f"{1e3 * b[1]:.1f}", f"{b[0] / b[1]:.2f}×"] if b else ["-", "-", "-"]))
-    return md_table(["shape", "page", "22 µs", "23, tiles of 128 µs", "× contiguous", "22 µs (bench.csv)",
+    return md_table(["shape", "page", "22 µs", "23, tiles of 128 µs", "× contiguous", "22 µs (sweep)",
                      "23, tiles of 64 µs", "× contiguous"], body) + \
         "\n\nTiles of 128: step 23 with step 22's tiles and rule (each split at least four of them), `--bench` " \
         "(median of 20, L2 flushed), the median of 2 rounds; tiles of 64: step 23 before, in the session's sweep. " \
         "22 µs: step 22 on the same cache held contiguous, timed interleaved in the same process as the step 23 " \
         "column beside it; × contiguous: its time over step 23's. fp16, 32 query heads over 1 K/V head, one " \
-        "query row each, every sequence as long as the cache.\n\n" + source_line([raw, "bench.csv"], gpu)
+        "query row each, every sequence as long as the cache.\n\n" + source_line([raw, sweep], gpu)
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
