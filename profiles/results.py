@@ -646,6 +646,10 @@ BLOCKS = {
             "in the same order in both"),
         "results:decode_wide_rule_ab": lambda: decode_variants_ab_table(
             os.path.join(DECODE, "history", "tiles128", "rule_ab.csv"), "h200"),
+        "results:paged_offsets_table_ab": lambda: decode_variants_ab_table(
+            os.path.join("23_paged_kv_decode", "history", "offsets_table", "table_ab.csv"), "h200",
+            "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
+            "in the same order in both"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
