@@ -528,6 +528,10 @@ def inputs_table():
 
 ATTN_FWD = ("04_naive_attention", "05_flash_forward", "06_causal_stages")
 ATTN_BWD = ("04_naive_attention", "07_flash_backward", "08_backward_delta_reuse")
+# How step 23's probe builds were timed against each other (the history's ab_*.sh scripts).
+PROBE_AB_PROTOCOL = ("Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the "
+                     "arms in the same order in both")
+
 BLOCKS = {
     "README.md": {"results": run_all_table, "results:gpt": gpt_table},
     "profiles/README.md": {"master": master_table, "ncu_env": env_block},
@@ -642,18 +646,15 @@ BLOCKS = {
             "23_paged_kv_decode/history/wide_tiles/bench_wide.csv", "23_paged_kv_decode/history/wide_tiles/bench_tiles64.csv"),
         "results:paged_row_offsets_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "row_offsets", "row_offsets_ab.csv"), "h200",
-            "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
-            "in the same order in both"),
+            PROBE_AB_PROTOCOL),
         "results:decode_wide_rule_ab": lambda: decode_variants_ab_table(
             os.path.join(DECODE, "history", "tiles128", "rule_ab.csv"), "h200"),
         "results:paged_offsets_table_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "offsets_table", "table_ab.csv"), "h200",
-            "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
-            "in the same order in both"),
+            PROBE_AB_PROTOCOL),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
-            "Each shape timed by the step's `--bench --reps 30` (L2 flushed) under each arm, 2 rounds, the arms "
-            "in the same order in both"),
+            PROBE_AB_PROTOCOL),
         "results:decode_stream": lambda: decode_stream_table("spins"),
         "results:decode_stream_copies": lambda: decode_stream_table("copies")},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
