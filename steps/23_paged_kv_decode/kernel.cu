@@ -9,15 +9,14 @@
 // the pool, and no cache is ever copied to make room.
 //
 // The kernel is step 22's (its one launch, rules and tiles); only the K/V tile copy changes. Each thread's
-// cp.async rows (16 bytes of one key at a time, step 11's copy) look up their page in the sequence's row of
-// the block table, so a tile of 64 keys may come from 64 pages: any page size from 1 up, with no alignment
-// between pages and tiles. Why cp.async and not TMA: a TMA box is a rectangle of one tensor, so a page would
-// need a box of its own (a page of 1 key, one box per key); cp.async gathers row by row at no extra cost
-// per row, the page index one more load, made a tile ahead of the copy. The row's page is j / page_size, found
-// by a multiply-high and a shift (PageDiv), since a decode warp has little else to issue per row.
+// cp.async rows (16 bytes of one key, step 11's copy) come from wherever the block table puts their page: a
+// tile of 64 keys may span 64 pages, any page size from 1 up. Why cp.async and not TMA: a TMA box is a
+// rectangle of one tensor, so each page would need its own box (one per key at a page of 1 key). A row's
+// place in the pool is found once per tile by one thread, into a table in shared memory tiles ahead, and read
+// into the copying threads' registers a tile before the copy, which then issues what step 22's does.
 //
-// Where to look: PageDiv and PageCopy (the gather), the K/V lines of decode_split (this sequence's page
-// table), launch (the block table passed down), and the sweep's paged shapes.
+// Where to look: PageDiv and PageCopy (the gather), the K/V lines of decode_split (the table of offsets and
+// when each is written and read), launch (the block table passed down), and the sweep's paged shapes.
 //
 // Build + run:  cmake --build build --target 23_paged_kv_decode && build/bin/23_paged_kv_decode
 // Read with:    docs/23_paged_kv_decode.md
@@ -63,8 +62,9 @@ struct Config {
   static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * kStages * BN) * D;  // K and V, 16-bit
   static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
   static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
+  static constexpr std::size_t OFFS_BYTES = 8 * std::size_t(kStages + 1) * BN;  // the ring's tiles' row offsets
   // The merge reuses the ring (dead after the last tile).
-  static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + STAT_BYTES;
+  static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + OFFS_BYTES + STAT_BYTES;
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
   static_assert(KW % 16 == 0, "a warp's keys: whole k-steps of P·V");
   static_assert(SMEM_BYTES <= 227 * 1024, "fits one SM's shared memory");
@@ -94,11 +94,10 @@ struct TileCopy {
 };
 
 // ---- new here: a K/V tile gathered from pages --------------------------------------------------------------
-// j / page_size for every key row, without the ~20 instructions of an integer division: the divisor is fixed
-// per launch, so the host finds m with floor(j / d) = floor(j·m / 2^(31 + L)) for every j < 2^31, where
-// L = ceil(log2 d) and m = ceil(2^(31 + L) / d) (the round-up method of Granlund and Montgomery): on the
-// device one multiply-high (the top 32 bits) and a shift by L − 1. Decoding issues little else per key, so
-// the division alone doubled the instructions of the gather (the ncu panel of doc 23).
+// j / page_size without the ~20 instructions of an integer division: the divisor is fixed per launch, so the
+// host finds m with floor(j / d) = floor(j·m / 2^(31 + L)) for every j < 2^31, where L = ceil(log2 d) and
+// m = ceil(2^(31 + L) / d) (Granlund and Montgomery's round-up method): on the device one multiply-high (the
+// top 32 bits) and a shift by L − 1.
 struct PageDiv {
   unsigned mul = 0, shift = 0;  // mul 0: d = 1, the quotient is j
   int d = 1;
@@ -108,53 +107,48 @@ struct PageDiv {
     while ((1u << lg) < unsigned(d)) ++lg;  // ceil(log2 d) >= 1
     mul = unsigned(((1ull << (31 + lg)) + unsigned(d) - 1) / unsigned(d)), shift = lg - 1;
   }
-  __host__ __device__ __forceinline__ int quotient(int j) const {
-#ifdef __CUDA_ARCH__
-    return mul ? int(__umulhi(unsigned(j), mul) >> shift) : j;
-#else
-    return mul ? int((std::uint64_t(unsigned(j)) * mul >> 32) >> shift) : j;
-#endif
-  }
+  __device__ __forceinline__ int quotient(int j) const { return mul ? int(__umulhi(unsigned(j), mul) >> shift) : j; }
 };
 
 // TileCopy's rows and chunks, each row's address looked up: key j of the sequence is row j % page_size of page
 // pages[j / page_size] of the pool, whose rows hold all K/V heads ([page_size, kv_heads, head_dim] per page).
-// K and V share the lookup (the same key, the same offset in either pool). Keys >= seq, and columns >=
-// head_dim, zero-filled without being read (from the pool's start, never read). The address is
-// pages[p]·(page_size·row_stride) + (j − p·page_size)·row_stride + 8c: the page's offset one 32x32->64
-// multiply-add, the row's inside its page 32-bit (supports() refuses a page of 2^32 elements or more).
+// One thread per row of a tile finds the row's offset (the same for K and V) into the tile's table in shared
+// memory; the row's copying threads read it: a row of the copy then costs step 22's (an add, two copies).
 template <int ROWS, int D>
 struct PageCopy : TileCopy<ROWS, D> {
   using Base = TileCopy<ROWS, D>;
-  using Entries = int[Base::VECS];  // the page of each of this thread's rows of one tile
-  __device__ __forceinline__ void lookup(Entries& ent, const int* __restrict__ pages, PageDiv page, int row0,
-                                         int seq) const {
-#pragma unroll
-    for (int i = 0; i < Base::VECS; ++i) {
-      const int j = row0 + this->r0 + i * Base::ROW_STEP;  // past seq: row 0's entry (always there), never used
-      ent[i] = pages[page.quotient(j < seq ? j : 0)];
-    }
+  static_assert(ROWS <= kThreads, "a row's offset per thread");
+  // The entry of this thread's row of the tile at row0 (past seq: row 0's, always there, never used).
+  __device__ __forceinline__ int entry(const int* __restrict__ pages, PageDiv page, int row0, int seq) const {
+    const int j = row0 + int(threadIdx.x);
+    return pages[page.quotient(int(threadIdx.x) < ROWS && j < seq ? j : 0)];
   }
-  // Copies the tile at row0 through `ent`, then loads the next tile's entries. Why a tile ahead: a table line
-  // missed in L1 held all the tile's copies a DRAM round trip; loaded here, it lands while this tile is computed.
+  // That row's offset, ent·page_size·row_stride + (j − p·page_size)·row_stride, into offs [ROWS] at the row's
+  // slot (r % ROW_STEP)·VECS + r / ROW_STEP: a thread's rows side by side. Rows >= seq: 0, the pool's start.
+  __device__ __forceinline__ void offset(std::uint64_t* offs, int ent, PageDiv page, std::size_t row_stride,
+                                         int row0, int seq) const {
+    const int r = threadIdx.x, j = row0 + r, in_page = j - page.quotient(j) * page.d;
+    if (r < ROWS)
+      offs[r % Base::ROW_STEP * Base::VECS + r / Base::ROW_STEP] =
+          j < seq ? (std::uint64_t(unsigned(ent)) * unsigned(page.d) + unsigned(in_page)) * row_stride : 0;
+  }
+  using Offs = std::uint64_t[Base::VECS];  // this thread's rows' offsets of one tile, in registers
+  __device__ __forceinline__ void load(Offs& at, const std::uint64_t* offs) const {
+#pragma unroll
+    for (int i = 0; i < Base::VECS; ++i) at[i] = offs[this->r0 * Base::VECS + i];  // row r0 + i·ROW_STEP
+  }
+  // The tile at row0 through its offsets; a column >= head_dim copies nothing from its row's start.
   template <class T>
   __device__ __forceinline__ void issue(T* k_dst, T* v_dst, const T* __restrict__ k, const T* __restrict__ v,
-                                        const int* __restrict__ pages, Entries& ent, PageDiv page,
-                                        std::size_t row_stride, int row0, int seq, int head_dim) const {
+                                        const Offs& at, int row0, int seq, int head_dim) const {
+    const bool col = 8 * this->c < head_dim;
+    k += col ? 8 * this->c : 0, v += col ? 8 * this->c : 0;
 #pragma unroll
     for (int i = 0; i < Base::VECS; ++i) {
-      const int j = row0 + this->r0 + i * Base::ROW_STEP, p = page.quotient(j);
-      const bool in = j < seq && 8 * this->c < head_dim;
-      // row j − p·page_size of page ent[i]; 32-bit: the 64-bit form costs 9 more instructions before the copy
-      std::size_t at = 0;
-      if (in) {
-        const unsigned rs = unsigned(row_stride);
-        at = std::size_t(unsigned(ent[i])) * (unsigned(page.d) * rs) + (unsigned(j - p * page.d) * rs + 8 * this->c);
-      }
-      cp_async_16(k_dst + this->smem_off + i * Base::ROW_STEP * D, k + at, in ? 16 : 0);
-      cp_async_16(v_dst + this->smem_off + i * Base::ROW_STEP * D, v + at, in ? 16 : 0);
+      const int src = col && row0 + this->r0 + i * Base::ROW_STEP < seq ? 16 : 0;
+      cp_async_16(k_dst + this->smem_off + i * Base::ROW_STEP * D, k + at[i], src);
+      cp_async_16(v_dst + this->smem_off + i * Base::ROW_STEP * D, v + at[i], src);
     }
-    lookup(ent, pages, page, row0 + ROWS, seq);
   }
 };
 
@@ -214,18 +208,28 @@ __global__ void __launch_bounds__(kThreads)
   k += kv_bh % kv_heads * head_dim, v += kv_bh % kv_heads * head_dim;
   TileCopy<ROWS, D>().issue(Qs, q, 0, n_rows - r0, head_dim);
   cp_async_commit();
+  // Tiles' offsets [kSlots][BN], tile t's in slot t % kSlots: written three tiles before its copy, read into
+  // registers (`at`) one tile before it, so that no copy waits on a shared load; each entry is loaded a tile
+  // before its offset (a table line missed in L1 lands while a tile is computed), the first tiles' together.
+  constexpr int kSlots = kStages + 1;
+  std::uint64_t* offs = reinterpret_cast<std::uint64_t*>(Ms) - kSlots * BN;
   const PageCopy<BN, D> kv_copy;
-  typename PageCopy<BN, D>::Entries ent;  // the page entries of the next tile to copy
-  kv_copy.lookup(ent, pages, page, k_begin, k_end);
-  auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages; rows >= k_end zero
-    if (t < n_tiles) {
-      kv_copy.issue(Ks + t % kStages * BN * D, Vs + t % kStages * BN * D, k, v, pages, ent, page, row_stride,
-                    k_begin + t * BN, k_end, head_dim);
-    }
+  typename PageCopy<BN, D>::Offs at;
+  int ent[kSlots];
+#pragma unroll
+  for (int t = 0; t < kSlots; ++t) ent[t] = kv_copy.entry(pages, page, k_begin + t * BN, k_end);
+#pragma unroll
+  for (int t = 0; t < kSlots; ++t) kv_copy.offset(offs + t * BN, ent[t], page, row_stride, k_begin + t * BN, k_end);
+  ent[0] = kv_copy.entry(pages, page, k_begin + kSlots * BN, k_end);
+  __syncthreads();
+  auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages from `at`; rows >= k_end zero
+    if (t < n_tiles)
+      kv_copy.issue(Ks + t % kStages * BN * D, Vs + t % kStages * BN * D, k, v, at, k_begin + t * BN, k_end, head_dim);
     cp_async_commit();
   };
 #pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) issue(t);
+  for (int t = 0; t < kStages - 1; ++t) kv_copy.load(at, offs + t * BN), issue(t);
+  kv_copy.load(at, offs + (kStages - 1) * BN);
 
   float acc[MF][D / 8][4];   // [ROWS, D] this warp's unnormalised O over its keys, C fragments
   float m[MF][2], l[MF][2];  // rows g, g + 8 of each fragment: running max (raw score), partial sum
@@ -240,6 +244,11 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<kStages - 2>();  // this thread's copies of tile t (and of Q) have landed ...
     __syncthreads();               // ... and everyone's; every warp is done with tile t − 1
     issue(t + kStages - 1);        // into the slot tile t − 1 used
+    kv_copy.load(at, offs + (t + kStages) % kSlots * BN);  // written before this barrier
+    if (t + kSlots < n_tiles) {    // tile t + kSlots's offsets where tile t's were (read a barrier ago)
+      kv_copy.offset(offs + t % kSlots * BN, ent[0], page, row_stride, k_begin + (t + kSlots) * BN, k_end);
+      ent[0] = kv_copy.entry(pages, page, k_begin + (t + kSlots + 1) * BN, k_end);
+    }
     const T* Kt = Ks + t % kStages * BN * D + KW * warp * D;  // this warp's KW keys
     const T* Vt = Vs + t % kStages * BN * D + KW * warp * D;  // (16-row steps: the swizzle repeats every 8)
 
@@ -459,8 +468,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 enum Variant { kOneLaunch, kTwoLaunches, kUnpacked };
 int heads_per_group(const fa::AttnParams& p) { return p.variant == kUnpacked ? 1 : p.heads / fa::kv_heads_of(p); }
 int group_rows(const fa::AttnParams& p) { return heads_per_group(p) * p.seq_q; }
-// The rule's split count for blocks of `block` rows. sms: fa::sm_count(), 0 without a GPU (a CPU-only caller:
-// plan for the most splits).
+// The rule's split count for blocks of `block` rows; sms: fa::sm_count(), 0 (no GPU, a CPU-only caller): the most.
 int rule_splits(const fa::AttnParams& p, int sms, int block) {
   if (sms <= 0) return kMaxSplits;
   const long long base = (long long)p.batch * (p.heads / heads_per_group(p)) * ((group_rows(p) + block - 1) / block);
@@ -499,7 +507,6 @@ std::size_t workspace_bytes(const fa::AttnParams& p) {
 }
 
 // ---- launcher ---------------------------------------------------------------------------------------------
-
 template <class T, class C>
 void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   // Once per instance: more than 48 KB of dynamic shared memory, and how many blocks of the one-launch
@@ -528,8 +535,7 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
   // One launch where there is something to merge and the grid fits at once (a pinned count may not).
   if (p.variant == kOneLaunch && n > 1 && (long long)grid.x * grid.y * grid.z <= resident) {
     cudaLaunchAttribute cooperative{};
-    cooperative.id = cudaLaunchAttributeCooperative;
-    cooperative.val.cooperative = 1;
+    cooperative.id = cudaLaunchAttributeCooperative, cooperative.val.cooperative = 1;
     cudaLaunchConfig_t config{};
     config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = C::SMEM_BYTES;
     config.stream = stream, config.attrs = &cooperative, config.numAttrs = 1;
@@ -577,10 +583,6 @@ void forward(const fa::AttnFwdArgs& a, cudaStream_t stream) {
 std::string supports(const fa::Problem& pr) {
   pinned_splits();  // throws fa::UsageError naming FA_STEP23_SPLITS
   if (pr.attn.page_size < 1) return "this step reads a paged KV cache only (--page-size; step 22 reads a contiguous one)";
-  const unsigned long long page_elems = 1ull * pr.attn.page_size * fa::kv_heads_of(pr.attn) * pr.attn.head_dim;
-  if (page_elems >> 32)
-    return "a page of page_size·kv_heads·head_dim elements must stay under 2^32 (got page size " +
-           std::to_string(pr.attn.page_size) + ")";
   if (pr.attn.seq_q > kMaxSeqQ)
     return "this step decodes: seq_q at most " + std::to_string(kMaxSeqQ) + " query rows per head (got " +
            std::to_string(pr.attn.seq_q) + "; a prefill runs on steps 11-18)";
@@ -609,8 +611,7 @@ std::vector<fa::Problem> decode_sweep() {
           p.family = fa::Family::Attention;
           p.attn.batch = batch, p.attn.heads = 32, p.attn.kv_heads = kv_heads == 32 ? 0 : kv_heads;
           p.attn.seq_q = 1, p.attn.seq_k = len, p.attn.head_dim = 128;
-          p.attn.scale = float(1.0 / std::sqrt(128.0));
-          p.attn.dtype = fa::DType::F16;
+          p.attn.scale = float(1.0 / std::sqrt(128.0)), p.attn.dtype = fa::DType::F16;
           p.attn = paged(p.attn, page);
           out.push_back(p);
         }
@@ -633,8 +634,7 @@ const fa::StepInfo& info() {
     s.attn_fwd = forward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
-    s.attn_rule.gqa = true;
-    s.attn_rule.kv_cache = true;
+    s.attn_rule.gqa = s.attn_rule.kv_cache = true;
     s.variants = {"one-launch", "two-launches", "unpacked"};  // see enum Variant
     s.attn_rule.paged = true;
     s.supports = supports;
