@@ -652,6 +652,8 @@ BLOCKS = {
         "results:paged_offsets_table_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "offsets_table", "table_ab.csv"), "h200",
             PROBE_AB_PROTOCOL),
+        "results:paged_offsets_regs_ab": lambda: decode_variants_ab_table(
+            os.path.join("23_paged_kv_decode", "history", "offsets_table", "regs", "regs_ab.csv"), "h200"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             PROBE_AB_PROTOCOL),
