@@ -62,7 +62,7 @@ struct Config {
   static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * kStages * BN) * D;  // K and V, 16-bit
   static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
   static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
-  static constexpr std::size_t OFFS_BYTES = 8 * std::size_t(kStages + 1) * BN;  // the ring's tiles' row offsets
+  static constexpr std::size_t OFFS_BYTES = 8 * std::size_t(kStages + 1) * BN;  // kStages + 1 tiles' row offsets
   // The merge reuses the ring (dead after the last tile).
   static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + OFFS_BYTES + STAT_BYTES;
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
@@ -208,9 +208,9 @@ __global__ void __launch_bounds__(kThreads)
   k += kv_bh % kv_heads * head_dim, v += kv_bh % kv_heads * head_dim;
   TileCopy<ROWS, D>().issue(Qs, q, 0, n_rows - r0, head_dim);
   cp_async_commit();
-  // Tiles' offsets [kSlots][BN], tile t's in slot t % kSlots: written three tiles before its copy, read into
-  // registers (`at`) one tile before it, so that no copy waits on a shared load; each entry is loaded a tile
-  // before its offset (a table line missed in L1 lands while a tile is computed), the first tiles' together.
+  // Tiles' offsets [kSlots][BN], tile t's in slot t % kSlots: written in attend(t − 4), read into registers
+  // (`at`) in attend(t − 3), copied from in attend(t − 2), so that no copy waits on a shared load; each entry
+  // is loaded a tile before its offset (a table line missed in L1 lands meanwhile), the first tiles' together.
   constexpr int kSlots = kStages + 1;
   std::uint64_t* offs = reinterpret_cast<std::uint64_t*>(Ms) - kSlots * BN;
   const PageCopy<BN, D> kv_copy;
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();               // ... and everyone's; every warp is done with tile t − 1
     issue(t + kStages - 1);        // into the slot tile t − 1 used
     kv_copy.load(at, offs + (t + kStages) % kSlots * BN);  // written before this barrier
-    if (t + kSlots < n_tiles) {    // tile t + kSlots's offsets where tile t's were (read a barrier ago)
+    if (t + kSlots < n_tiles) {    // tile t + kSlots's offsets where tile t's were (read 3 barriers ago)
       kv_copy.offset(offs + t % kSlots * BN, ent[0], page, row_stride, k_begin + (t + kSlots) * BN, k_end);
       ent[0] = kv_copy.entry(pages, page, k_begin + (t + kSlots + 1) * BN, k_end);
     }
