@@ -112,6 +112,28 @@ TEST(Step23PagedKvDecode, EverySplitCountMatches) {
   }
 }
 
+// The offsets table's four slots for a ring of three: one split of 1 to 10 tiles, each length one short of, at
+// and one past a whole number of tiles, so that the prologue, the reuse of each slot and the last tiles' guard
+// (t + 4 < n_tiles) meet every phase; the 16-row and 32-row instances in tiles of 64 keys, and the 16-row one in
+// tiles of 128 (batch 1, MQA over a long capacity: the rule's wide tiles), in pages of 1, 7 and 16.
+TEST(Step23PagedKvDecode, EveryTileCountThroughTheOffsetsTable) {
+  PinSplits pin(1);
+  auto lens_of = [](int tile) {
+    std::vector<int> lens;
+    for (int n = 1; n <= 9; ++n)
+      for (int e : {-1, 0, 1}) lens.push_back(tile * n + e);
+    return lens;
+  };
+  for (int page : {1, 7, 16}) {
+    for (int d : {64, 128}) {
+      expect_paged_matches(Shape{27, 8, 1, 577, d, false, 0, fa::DType::F16, 2}, lens_of(64), page);    // 16 rows
+      expect_paged_matches(Shape{27, 32, 1, 577, d, false, 0, fa::DType::BF16, 1}, lens_of(64), page);  // 32 rows
+    }
+    for (int len : lens_of(128))  // tiles of 128 keys
+      expect_paged_matches(Shape{1, 32, 1, 65536, 128, false, 0, fa::DType::F16, 1}, {len}, page);
+  }
+}
+
 // One split over a long paged cache: the row sum's rescale must be exactly 1 while the max holds (step 22's
 // OneSplitOverALongCacheKeepsTheLse says why a rounded shift fails this), in pages of 16.
 TEST(Step23PagedKvDecode, OneSplitOverALongCacheKeepsTheLse) {
