@@ -654,6 +654,8 @@ BLOCKS = {
             PROBE_AB_PROTOCOL),
         "results:paged_offsets_regs_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "offsets_table", "regs", "regs_ab.csv"), "h200"),
+        "results:paged_gap": lambda: paged_gap_table(
+            "23_paged_kv_decode/history/page_gap/order_ab.csv", "23_paged_kv_decode/history/page_gap/base_vs_22.csv"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             PROBE_AB_PROTOCOL),
@@ -981,6 +983,48 @@ def paged_wide_ab_table(raw, sweep, gpu="h200", step="23_paged_kv_decode"):
         "22 µs: step 22 on the same cache held contiguous, timed interleaved in the same process as the step 23 " \
         "column beside it; × contiguous: its time over step 23's. fp16, 32 query heads over 1 K/V head, one " \
         "query row each, every sequence as long as the cache.\n\n" + source_line([raw, sweep], gpu)
+
+
+def paged_gap_table(order_csv, rows_csv, gpu="h200", step="23_paged_kv_decode"):
+    """Doc 22's history: step 23 on a shuffled block table (base) against an unshuffled one (inorder), timed
+    interleaved by knob_ab (order_csv: the in-order arm's time over base's, medians over the rounds), beside base's
+    own `--bench` row of each shape (rows_csv, bench.csv's columns), which carries step 22's time on the same cache
+    held contiguous in the same process and the fraction of the copy bandwidth. × contiguous: step 22's time over
+    step 23's; for inorder, over base's row time scaled by the A/B's ratio (a derived number, said so)."""
+    order = os.path.join(gpu_dir(gpu), order_csv)
+    times = {}
+    for r in read_csv(order) if os.path.exists(order) else []:
+        if fp_float(r["time_ms"]):
+            times.setdefault(r["problem"], {}).setdefault(r["arm"], []).append(fp_float(r["time_ms"]))
+    rows = {r["problem"]: r for r in read_csv(os.path.join(gpu_dir(gpu), rows_csv)) if r["step"] == step}
+    if not times or not rows:
+        return f"*Not measured yet: no `profiles/{gpu}/{order_csv}` or `{rows_csv}`.*"
+    body, ratios = [], []
+    for problem, t in times.items():
+        m = re.search(r"B(\d+) H\d+ KV(\d+) Sq\d+ Sk(\d+) D\d+ cache p(\d+)", problem)
+        row = rows.get(problem)
+        if not m or "base" not in t or "inorder" not in t or not row:
+            continue
+        ratio = median(sorted(t["inorder"])) / median(sorted(t["base"]))
+        ratios.append(ratio)
+        t23, t22, pct = float(row["time_ms"]), float(row["prev_time_ms"]), float(row["pct_peak"])
+        body.append(list(m.groups()) + [f"{1e3 * median(sorted(t['base'])):.1f}", f"{ratio:.3f}×",
+                                        f"{1e3 * t22:.1f}", f"{t22 / t23:.2f}×", f"{t22 / (t23 * ratio):.2f}×",
+                                        f"{pct:.0f}%", f"{pct * t23 / t22:.0f}%"])
+    return md_table(["batch", "K/V heads", "keys", "page", "shuffled µs", "in order / shuffled", "22 µs",
+                     "× contiguous, shuffled", "× contiguous, in order (derived)", "23 shuffled, % of copy",
+                     "22, % of copy"], body) + \
+        "\n\nShuffled: step 23 on the harness's shuffled block table (the sweep's); in order: the same step with the " \
+        "table unshuffled, each sequence's pages consecutive in the pool. Those two arms timed interleaved by " \
+        "`profiles/knob_ab.py` (`--bench`, median of 20, L2 flushed; 3 rounds, the order reversed every other " \
+        "round; µs and ratio are medians over the rounds; below 1.000× in order is faster): " \
+        f"median {median(sorted(ratios)):.3f}× (from {min(ratios):.3f}× to {max(ratios):.3f}×). 22 µs, × " \
+        "contiguous, shuffled, and both % of copy: from step 23's own `--bench --reps 30` row of each shape right " \
+        "after, which times step 22 on the same cache held contiguous in the same process; % of copy is the K/V " \
+        "bytes read over the time, against the device-to-device copy (bytes read + written) measured in that " \
+        "process. × contiguous, in order: that row's 22 time over its 23 time times the A/B's ratio. fp16, 32 " \
+        "query heads, one query row each, every sequence as long as the cache.\n\n" + \
+        source_line([order_csv, rows_csv], gpu)
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
