@@ -30,6 +30,9 @@ flags (its forward row; its bwd row where the flags hold --bwd), e.g. builds of 
         --shape "--batch 64 --heads 32 --kv-heads 1 --seq-q 1 --seq-k 131072 --head-dim 128 --page-size 16" \
         --shape "--batch 1 --heads 32 --kv-heads 8 --seq-q 1 --seq-k 65536 --head-dim 128 --page-size 1"
 
+--shapes FILE: the same from a file, one shape's flags a line (blank lines and lines from # on skipped), for a
+set of shapes several experiments time, e.g. profiles/h200/23_paged_kv_decode/history/paged_targets.txt.
+
 The steps run in bench.py's environment (step_env: malloc on huge pages for the host's large inputs).
 """
 import argparse
@@ -117,8 +120,14 @@ def main(argv=None):
     ap.add_argument("--page-size", type=int, help="--decode: a paged cache in pages of this many keys (step 23)")
     ap.add_argument("--shape", action="append", default=[],
                     help="exactly this shape instead of a sweep: the step's flags in one string (repeatable)")
+    ap.add_argument("--shapes", metavar="FILE", help="--shape for each line of FILE (# comments, blank lines skipped)")
     ap.add_argument("--out", required=True, help="CSV to append the runs to")
     args = ap.parse_args(argv)
+    if args.shapes:
+        with open(args.shapes) as f:
+            args.shape += [t for t in (line.split("#", 1)[0].strip() for line in f) if t]
+        if not args.shape:
+            raise SystemExit(f"knob_ab: no shape in {args.shapes}")
     arms = [parse_arm(a) for a in args.arm]
     if len(arms) < 2:
         raise SystemExit("knob_ab: at least two arms")

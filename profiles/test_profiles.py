@@ -1415,6 +1415,31 @@ class BenchInputs(unittest.TestCase):
             with open(out) as f:  # the forward row, then the bwd row where the flags ask for it
                 self.assertEqual([r["time_ms"] for r in csv.DictReader(f)], ["0.01", "0.01", "0.02", "0.02"])
 
+    def test_knob_ab_shapes_file_one_shape_a_line(self):
+        import knob_ab
+        with tempfile.TemporaryDirectory() as d:
+            exe, log, shapes = os.path.join(d, "23_paged_kv_decode"), os.path.join(d, "calls"), os.path.join(d, "s.txt")
+            write_exe(exe, textwrap.dedent(f"""\
+                #!/bin/sh
+                echo "$*" >> {log}
+                echo "step,idea,problem,time_ms,device"
+                echo "23_paged_kv_decode,x,P$4 cache p16 f16,0.01,H100"
+                """))
+            with open(shapes, "w") as f:
+                f.write("# batch, K/V heads\n--batch 2 --page-size 16  # the first\n\n--batch 3\n")
+            out = os.path.join(d, "ab.csv")
+            with contextlib.redirect_stdout(io.StringIO()):
+                knob_ab.main(["--experiment", "e", "--rounds", "1", "--arm", f"a={exe}", "--arm", f"b={exe}",
+                              "--shapes", shapes, "--out", out])
+            with open(log) as f:
+                self.assertEqual(f.read().splitlines(), ["--bench --csv --batch 2 --page-size 16"] * 2 +
+                                 ["--bench --csv --batch 3"] * 2)
+            with open(shapes, "w") as f:
+                f.write("# nothing\n")
+            with self.assertRaisesRegex(SystemExit, "no shape in"):
+                knob_ab.main(["--experiment", "e", "--arm", f"a={exe}", "--arm", f"b={exe}", "--shapes", shapes,
+                              "--out", out])
+
     def test_partial_rows_after_every_command_then_removed(self):
         import bench
         with tempfile.TemporaryDirectory() as d:

@@ -5,7 +5,7 @@
 #       ncu's per-instruction counts (SourceCounters) of step 23 (base, whole; shuffled pages of 16) and step 22
 #       (the same cache, contiguous) at batch 64, one K/V head and at batch 8, 8 K/V heads, 65536 keys, with the
 #       binaries' SASS (read here by `python3 sass_diff.py DIR`); then base and whole interleaved by
-#       profiles/knob_ab.py on the 12 shapes of the offsets-in-registers A/B, 3 rounds.
+#       profiles/knob_ab.py on ../paged_targets.txt (the offsets-in-registers A/B's 12 shapes), 3 rounds.
 #   bash next.sh test   (~5 min) whole's GPU tests and its memcheck and racecheck runs, before keeping it.
 set -uo pipefail
 t0=$SECONDS
@@ -33,14 +33,9 @@ case $1 in
         echo "$id: $(grep -cE '^"' "$W/$id.source.csv") source rows at $((SECONDS - t0)) s"
       done
     done
-    args=()
-    for shp in "64 1 131072 16" "64 1 16384 16" "64 1 1024 16" "8 1 131072 16" "1 1 131072 16" "1 1 65536 16" \
-               "8 8 131072 16" "1 8 16384 16" "1 1 1024 16" "1 32 16384 16" "8 8 16384 1" "64 1 16384 1"; do
-      read -r b kv sk pg <<< "$shp"
-      args+=(--shape "--batch $b --heads 32 --kv-heads $kv --seq-q 1 --seq-k $sk --head-dim 128 --page-size $pg")
-    done
     python3 profiles/knob_ab.py --experiment "23 whole tiles" --rounds 3 --out "$W"/whole_ab.csv \
-      --arm base="$P"/step23_base --arm whole="$P"/step23_whole "${args[@]}" > "$W"/ab_summary.txt 2>&1
+      --arm base="$P"/step23_base --arm whole="$P"/step23_whole \
+      --shapes profiles/h200/23_paged_kv_decode/history/paged_targets.txt > "$W"/ab_summary.txt 2>&1
     tail -14 "$W"/ab_summary.txt
     ;;
   test)
