@@ -4,8 +4,9 @@ and with pairs.diff (kPer 2: two tiles' every other tile). Phases are the spans 
 a tile's offsets must find that tile's write from an earlier phase, and no phase may read and write one slot.
     python3 slots_model.py     # ok, or the first violation
 """
+
+
 def check(N, kPer, kSlots=4, kStages=3):
-    slot_tile = {}  # slot -> (tile, phase written)
     events = []     # (phase, kind, tile)
     ph = 0
     for u in range(kSlots // kPer):
