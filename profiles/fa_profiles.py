@@ -408,6 +408,14 @@ def parse_raw_csv(text):
     return out
 
 
+def warps_and_tiles(grid, block, keys, bn):
+    """A split-KV decode launch's warps (grid "(x, y, z)", block "(threads, 1, 1)", 32 threads a warp) and each
+    block's tiles of bn keys, the block's keys being keys over the grid's x (the split count)."""
+    gx, gy, gz = (int(v) for v in re.findall(r"\d+", grid))
+    threads = int(re.findall(r"\d+", block)[0])
+    return gx * gy * gz * threads // 32, math.ceil(math.ceil(keys / gx) / bn)
+
+
 def _dims(text):
     return "x".join(re.findall(r"\d+", text or "")) or ""
 

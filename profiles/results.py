@@ -45,7 +45,8 @@ from collections import OrderedDict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fa_profiles import (COUNTERS, demangle_short, DOC_GPU as GPU, ROOT, aggregate, compare_report, compare_rows,  # noqa: E402
                          fmt_delta, fmt_number, split_inputs, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
-                         read_env, read_moved, read_shapes, shape_label, value, SOURCE_GROUPS, parse_cuobjdump)
+                         read_env, read_moved, read_shapes, shape_label, value, SOURCE_GROUPS, parse_cuobjdump, parse_raw_csv,
+                         warps_and_tiles)
 
 # Docs being edited on another branch: their blocks are neither rendered nor checked here until the
 # branches meet (then delete the entry and run `render`). Said on every run, so it is not forgotten.
@@ -656,6 +657,9 @@ BLOCKS = {
             os.path.join("23_paged_kv_decode", "history", "offsets_table", "regs", "regs_ab.csv"), "h200"),
         "results:paged_gap": lambda: paged_gap_table(
             "23_paged_kv_decode/history/page_gap/order_ab.csv", "23_paged_kv_decode/history/page_gap/base_vs_22.csv"),
+        "results:paged_gap_ncu": lambda: paged_gap_ncu_table(
+            "23_paged_kv_decode/history/page_gap", [("step23_base", "23, shuffled"), ("step23_inorder", "23, in order"),
+                                                    ("step22", "22, contiguous")]),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             PROBE_AB_PROTOCOL),
@@ -1025,6 +1029,37 @@ def paged_gap_table(order_csv, rows_csv, gpu="h200", step="23_paged_kv_decode"):
         "process. × contiguous, in order: that row's 22 time over its 23 time times the A/B's ratio. fp16, 32 " \
         "query heads, one query row each, every sequence as long as the cache.\n\n" + \
         source_line([order_csv, rows_csv], gpu)
+
+
+def paged_gap_ncu_table(folder, arms, keys=65536, bn=64, gpu="h200"):
+    """Doc 22's history: ncu's raw pages (`raw_ARM.csv` under profiles/<gpu>/FOLDER, one kernel each) of step 23
+    and step 22 at one decode shape, side by side; per warp per tile: executed warp instructions over the launch's
+    warps times each block's tiles (keys over the grid's x, the split count, then over bn keys a tile); cycles a
+    tile: the elapsed cycles over a block's tiles. arms: [(file's ARM, label)]."""
+    cols = []
+    for arm, label in arms:
+        path = os.path.join(gpu_dir(gpu), folder, f"raw_{arm}.csv")
+        if not os.path.exists(path):
+            return f"*Not measured yet: no `profiles/{gpu}/{folder}/raw_{arm}.csv`.*"
+        with open(path, encoding="utf-8") as f:
+            r = parse_raw_csv(f.read())[0]
+        m = {k: v for k, (v, _) in r["metrics"].items()}
+        warps, tiles = warps_and_tiles(r["grid"], r["block"], keys, bn)
+        cols.append((label, [
+            f"{m['gpu__time_duration.sum']:.1f}", f"{m['dram__bytes_read.sum']:.3f}",
+            f"{m['dram__bytes_read.sum.pct_of_peak_sustained_elapsed']:.1f}%",
+            f"{m['smsp__inst_executed.sum'] / 1e6:.1f}", f"{m['smsp__inst_executed.sum'] / (warps * tiles):.0f}",
+            f"{m['gpc__cycles_elapsed.max'] / tiles:.0f}", f"{m['smsp__warps_active.avg.per_cycle_active']:.2f}",
+            f"{m['smsp__issue_active.avg.pct_of_peak_sustained_active']:.1f}%",
+            f"{m['l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum'] / max(1, m['smsp__sass_inst_executed_op_shared_st.sum']):.1f}",
+            f"{m['smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio']:.2f}"]))
+    names = ["duration under ncu (µs)", "DRAM read (GB)", "DRAM read, % of peak", "warp instructions (M)",
+             "warp instructions per warp per tile", "elapsed cycles per tile of a block", "active warps per scheduler",
+             "cycles issuing, % of active", "shared-store wavefronts per store", "MIO-throttle stalls per issue"]
+    body = [[n] + [c[1][i] for c in cols] for i, n in enumerate(names)]
+    return md_table(["metric"] + [c[0] for c in cols], body) + \
+        f"\n\nOne launch each (`ncu --set full`, its clocks and cache flush), {keys} keys in tiles of {bn}. " + \
+        source_line([f"{folder}/raw_{a}.csv" for a, _ in arms], gpu)
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")

@@ -1415,6 +1415,12 @@ class BenchInputs(unittest.TestCase):
             with open(out) as f:  # the forward row, then the bwd row where the flags ask for it
                 self.assertEqual([r["time_ms"] for r in csv.DictReader(f)], ["0.01", "0.01", "0.02", "0.02"])
 
+    def test_warps_and_tiles_of_a_decode_launch(self):
+        # 2 splits of 65536 keys: 32768 a block, 512 tiles of 64; 128 blocks of 4 warps
+        self.assertEqual(fp.warps_and_tiles("(2, 64, 1)", "(128, 1, 1)", 65536, 64), (512, 512))
+        # a ragged split: 1000 keys over 3 splits, 334 a block, 3 tiles of 128
+        self.assertEqual(fp.warps_and_tiles("(3, 1, 2)", "(128, 1, 1)", 1000, 128), (24, 3))
+
     def test_knob_ab_shapes_file_one_shape_a_line(self):
         import knob_ab
         with tempfile.TemporaryDirectory() as d:

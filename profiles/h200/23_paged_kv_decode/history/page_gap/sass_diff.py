@@ -9,7 +9,6 @@ grid's x dimension is the split count, the launch's Config<...> ends with the ti
 """
 import argparse
 import collections
-import math
 import os
 import re
 import sys
@@ -19,13 +18,13 @@ import fa_profiles as fp  # noqa: E402  (profiles/fa_profiles.py: the source pag
 
 
 def warp_tiles(details, keys):
-    """Warp-tiles of the launch: its grid (x = splits) and block from the details page's kernel line."""
-    m = re.search(r"Config<[^>]*?(\d+)>.*?\((\d+), (\d+), (\d+)\)x\((\d+), 1, 1\)", details)
+    """Warp-tiles of the launch: its grid and block, and the tile's keys (Config<...>'s last), from the details
+    page's kernel line."""
+    m = re.search(r"Config<[^>]*?(\d+)>.*?(\(\d+, \d+, \d+\))x(\(\d+, 1, 1\))", details)
     if not m:
         return None
-    bn, gx, gy, gz, threads = (int(x) for x in m.groups())
-    tiles = math.ceil(math.ceil(keys / gx) / bn)
-    return gx * gy * gz * threads // 32 * tiles
+    warps, tiles = fp.warps_and_tiles(m.group(2), m.group(3), keys, int(m.group(1)))
+    return warps * tiles
 
 
 def counts(path):
