@@ -4,8 +4,8 @@
 #   bash next.sh time   (~8 min on an H200) where step 23's extra instructions go, and whether whole.diff or
 #       pairs.diff pays: ncu's per-instruction counts (SourceCounters) of step 23 (base, whole, pairs; shuffled
 #       pages of 16) and step 22 (the same cache, contiguous) at batch 64, one K/V head and at batch 8, 8 K/V
-#       heads, 65536 keys, with the binaries' SASS (read here by `python3 sass_diff.py DIR`); then base, whole and pairs interleaved by
-#       profiles/knob_ab.py on ../paged_targets.txt (the offsets-in-registers A/B's 12 shapes), 3 rounds.
+#       heads, 65536 keys, with the binaries' SASS (read here by `python3 sass_diff.py DIR`); then base, whole
+#       and pairs interleaved by profiles/knob_ab.py on ../paged_targets.txt (12 shapes), 3 rounds.
 #   bash next.sh test ARM   (~5 min; ARM whole or pairs) that arm's GPU tests, memcheck and racecheck, to keep it.
 set -uo pipefail
 (($#)) || { echo "next.sh: say time, or test whole|pairs" >&2; exit 2; }
