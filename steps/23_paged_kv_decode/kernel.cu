@@ -60,10 +60,9 @@ struct Config {
   static constexpr int BN = BN_, KW = BN / kWarps;        // keys per tile, per warp (a multiple of 16)
   static constexpr std::size_t Q_BYTES = 2 * std::size_t(ROWS) * D;
   static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * kStages * BN) * D;  // K and V, 16-bit
-  static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
+  static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;  // fp32 O per warp, in the dead ring
   static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
   static constexpr std::size_t OFFS_BYTES = 8 * std::size_t(kStages + 1) * BN;  // kStages + 1 tiles' row offsets
-  // The merge reuses the ring (dead after the last tile).
   static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + OFFS_BYTES + STAT_BYTES;
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
   static_assert(KW % 16 == 0, "a warp's keys: whole k-steps of P·V");
@@ -117,20 +116,19 @@ struct PageDiv {
 template <int ROWS, int D>
 struct PageCopy : TileCopy<ROWS, D> {
   using Base = TileCopy<ROWS, D>;
-  static_assert(ROWS <= kThreads, "a row's offset per thread");
-  // The entry of this thread's row of the tile at row0 (past seq: row 0's, always there, never used).
+  static_assert(kThreads % ROWS == 0, "a row's offset per thread, of kThreads / ROWS tiles at once");
+  // The entry of this thread's row (threadIdx.x % ROWS) of the tile at row0 (past seq: row 0's, never used).
   __device__ __forceinline__ int entry(const int* __restrict__ pages, PageDiv page, int row0, int seq) const {
-    const int j = row0 + int(threadIdx.x);
-    return pages[page.quotient(int(threadIdx.x) < ROWS && j < seq ? j : 0)];
+    const int j = row0 + int(threadIdx.x) % ROWS;
+    return pages[page.quotient(j < seq ? j : 0)];
   }
   // That row's offset, ent·page_size·row_stride + (j − p·page_size)·row_stride, into offs [ROWS] at the row's
   // slot (r % ROW_STEP)·VECS + r / ROW_STEP: a thread's rows side by side. Rows >= seq: 0, the pool's start.
   __device__ __forceinline__ void offset(std::uint64_t* offs, int ent, PageDiv page, std::size_t row_stride,
                                          int row0, int seq) const {
-    const int r = threadIdx.x, j = row0 + r, in_page = j - page.quotient(j) * page.d;
-    if (r < ROWS)
-      offs[r % Base::ROW_STEP * Base::VECS + r / Base::ROW_STEP] =
-          j < seq ? (std::uint64_t(unsigned(ent)) * unsigned(page.d) + unsigned(in_page)) * row_stride : 0;
+    const int r = threadIdx.x % ROWS, j = row0 + r, in_page = j - page.quotient(j) * page.d;
+    offs[r % Base::ROW_STEP * Base::VECS + r / Base::ROW_STEP] =
+        j < seq ? (std::uint64_t(unsigned(ent)) * unsigned(page.d) + unsigned(in_page)) * row_stride : 0;
   }
   using Offs = std::uint64_t[Base::VECS];  // this thread's rows' offsets of one tile, in registers
   __device__ __forceinline__ void load(Offs& at, const std::uint64_t* offs) const {
@@ -208,19 +206,22 @@ __global__ void __launch_bounds__(kThreads)
   k += kv_bh % kv_heads * head_dim, v += kv_bh % kv_heads * head_dim;
   TileCopy<ROWS, D>().issue(Qs, q, 0, n_rows - r0, head_dim);
   cp_async_commit();
-  // Tiles' offsets [kSlots][BN], tile t's in slot t % kSlots: written in attend(t − 4), read into registers
-  // (`at`) in attend(t − 3), copied from in attend(t − 2), so that no copy waits on a shared load; each entry
-  // is loaded a tile before its offset (a table line missed in L1 lands meanwhile), the first tiles' together.
-  constexpr int kSlots = kStages + 1;
+  // Tiles' offsets [kSlots][BN], tile t's in slot t % kSlots: written by attend(t − 4) or earlier, read into
+  // registers (`at`) in attend(t − 3), copied from in attend(t − 2): no copy waits on a shared load. All threads
+  // find kPer tiles' offsets every kPer tiles (a row each; entries loaded a round early, the first ones together).
+  constexpr int kSlots = kStages + 1, kPer = kThreads / BN;
+  static_assert(kSlots % kPer == 0, "rounds fill whole slots");
+  const int mine = threadIdx.x / BN;
   std::uint64_t* offs = reinterpret_cast<std::uint64_t*>(Ms) - kSlots * BN;
   const PageCopy<BN, D> kv_copy;
   typename PageCopy<BN, D>::Offs at;
-  int ent[kSlots];
+  int ent[kSlots / kPer];
 #pragma unroll
-  for (int t = 0; t < kSlots; ++t) ent[t] = kv_copy.entry(pages, page, k_begin + t * BN, k_end);
+  for (int u = 0; u < kSlots / kPer; ++u) ent[u] = kv_copy.entry(pages, page, k_begin + (kPer * u + mine) * BN, k_end);
 #pragma unroll
-  for (int t = 0; t < kSlots; ++t) kv_copy.offset(offs + t * BN, ent[t], page, row_stride, k_begin + t * BN, k_end);
-  ent[0] = kv_copy.entry(pages, page, k_begin + kSlots * BN, k_end);
+  for (int u = 0; u < kSlots / kPer; ++u)
+    kv_copy.offset(offs + (kPer * u + mine) * BN, ent[u], page, row_stride, k_begin + (kPer * u + mine) * BN, k_end);
+  ent[0] = kv_copy.entry(pages, page, k_begin + (kSlots + mine) * BN, k_end);
   __syncthreads();
   auto issue = [&](int t) {  // K_t and V_t of the chunk into ring slot t % kStages from `at`; rows >= k_end zero
     if (t < n_tiles)
@@ -245,9 +246,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();               // ... and everyone's; every warp is done with tile t − 1
     issue(t + kStages - 1);        // into the slot tile t − 1 used
     kv_copy.load(at, offs + (t + kStages) % kSlots * BN);  // written before this barrier
-    if (t + kSlots < n_tiles) {    // tile t + kSlots's offsets where tile t's were (read 3 barriers ago)
-      kv_copy.offset(offs + t % kSlots * BN, ent[0], page, row_stride, k_begin + (t + kSlots) * BN, k_end);
-      ent[0] = kv_copy.entry(pages, page, k_begin + (t + kSlots + 1) * BN, k_end);
+    if (t % kPer == 0 && t + kSlots < n_tiles) {  // tiles t + kSlots.. where tiles t.. were (already in registers)
+      const int tt = t + kSlots + mine;
+      kv_copy.offset(offs + tt % kSlots * BN, ent[0], page, row_stride, k_begin + tt * BN, k_end);
+      ent[0] = kv_copy.entry(pages, page, k_begin + (tt + kPer) * BN, k_end);
     }
     const T* Kt = Ks + t % kStages * BN * D + KW * warp * D;  // this warp's KW keys
     const T* Vt = Vs + t % kStages * BN * D + KW * warp * D;  // (16-row steps: the swizzle repeats every 8)
@@ -355,8 +357,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   __syncthreads();
 
-  // Each thread: 4 dims of a row at a time, summed over the warps. LSE = M·scale + ln L (−inf, O = 0
-  // for a row that saw no key).
+  // Each thread: 4 dims of a row at a time, summed over the warps; LSE = M·scale + ln L (−inf, O = 0: no key).
   const bool direct = n_splits == 1;
   for (int x = threadIdx.x; x < ROWS * D / 4; x += kThreads) {
     const int r = x / (D / 4), d = 4 * (x % (D / 4));
@@ -634,9 +635,8 @@ const fa::StepInfo& info() {
     s.attn_fwd = forward;
     s.attn_rule = {{fa::DType::F16, fa::DType::BF16}, 128, 8};
     s.attn_rule.positive_scale = true;  // the row max on unscaled scores (step 11)
-    s.attn_rule.gqa = s.attn_rule.kv_cache = true;
+    s.attn_rule.gqa = s.attn_rule.kv_cache = s.attn_rule.paged = true;
     s.variants = {"one-launch", "two-launches", "unpacked"};  // see enum Variant
-    s.attn_rule.paged = true;
     s.supports = supports;
     s.fwd_workspace_bytes = workspace_bytes;
     s.workspace_note = "the splits' partial O and LSE, n_splits·batch·heads·seq_q·(head_dim + 1) fp32";
