@@ -25,6 +25,7 @@ import math
 import os
 import re
 import sys
+import collections
 from collections import OrderedDict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -416,6 +417,17 @@ def warps_and_tiles(grid, block, keys, bn):
     return gx * gy * gz * threads // 32, math.ceil(math.ceil(keys / gx) / bn)
 
 
+def decode_launch_warp_tiles(details, keys):
+    """Warp-tiles of a split-KV decode launch (its warps times each block's tiles, warps_and_tiles) read from the
+    kernel line of its ncu details page: the grid and block, and the tile's keys (the last argument of Config<...>).
+    None where the page has no such line."""
+    m = re.search(r"Config<[^>]*?(\d+)>.*?(\(\d+, \d+, \d+\))x(\(\d+, 1, 1\))", details)
+    if not m:
+        return None
+    warps, tiles = warps_and_tiles(m.group(2), m.group(3), keys, int(m.group(1)))
+    return warps * tiles
+
+
 def _dims(text):
     return "x".join(re.findall(r"\d+", text or "")) or ""
 
@@ -536,6 +548,18 @@ def parse_source_csv(text):
         body = lines[i + 1:starts[k + 1] if k + 1 < len(starts) else len(lines)]
         rows = list(csv.DictReader(io.StringIO("\n".join(l for l in body if not l.startswith("==")))))
         out.append((head[1] if len(head) > 1 else "", [r for r in rows if r.get("Source") is not None]))
+    return out
+
+
+def source_opcode_counts(text):
+    """{opcode: [executed warp instructions, stall samples]} over the first kernel of an ncu source page (--page
+    source --print-source sass --csv); the opcode: the SASS mnemonic, predicate dropped, before its first dot."""
+    kernels = parse_source_csv(text)
+    out = collections.defaultdict(lambda: [0, 0])
+    for row in kernels[0][1] if kernels else []:
+        op = _PRED.sub("", row["Source"].strip()).split(" ")[0].split(".")[0]
+        out[op][0] += int(to_float(row.get("Instructions Executed")) or 0)
+        out[op][1] += int(to_float(row.get("# Samples")) or 0)
     return out
 
 

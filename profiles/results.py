@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fa_profiles import (COUNTERS, demangle_short, DOC_GPU as GPU, ROOT, aggregate, compare_report, compare_rows,  # noqa: E402
                          fmt_delta, fmt_number, split_inputs, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
                          read_env, read_moved, read_shapes, shape_label, value, SOURCE_GROUPS, parse_cuobjdump, parse_raw_csv,
-                         warps_and_tiles)
+                         warps_and_tiles, decode_launch_warp_tiles, source_opcode_counts)
 
 # Docs being edited on another branch: their blocks are neither rendered nor checked here until the
 # branches meet (then delete the entry and run `render`). Said on every run, so it is not forgotten.
@@ -660,6 +660,12 @@ BLOCKS = {
         "results:paged_gap_ncu": lambda: paged_gap_ncu_table(
             "23_paged_kv_decode/history/page_gap", [("step23_base", "23, shuffled"), ("step23_inorder", "23, in order"),
                                                     ("step22", "22, contiguous")]),
+        "results:paged_pairs_ab": lambda: decode_variants_ab_table(
+            os.path.join("23_paged_kv_decode", "history", "page_gap", "next", "next_ab.csv"), "h200"),
+        "results:paged_pairs_ncu": lambda: paged_pairs_ncu_table(
+            "23_paged_kv_decode/history/page_gap/next",
+            [("step23_base", "23 before"), ("step23_pairs", "23 pairs (now)"), ("step23_whole", "23 whole"),
+             ("step22", "22, contiguous")], [("b64_kv1", "batch 64, 1 K/V head"), ("b8_kv8", "batch 8, 8 K/V heads")]),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             PROBE_AB_PROTOCOL),
@@ -1060,6 +1066,43 @@ def paged_gap_ncu_table(folder, arms, keys=65536, bn=64, gpu="h200"):
     return md_table(["metric"] + [c[0] for c in cols], body) + \
         f"\n\nOne launch each (`ncu --set full`, its clocks and cache flush), {keys} keys in tiles of {bn}. " + \
         source_line([f"{folder}/raw_{a}.csv" for a, _ in arms], gpu)
+
+
+def paged_pairs_ncu_table(folder, arms, shapes, keys=65536, gpu="h200"):
+    """Doc 22's history: per decode shape, step 23's arms and step 22 under ncu's SourceCounters and
+    WarpStateStats (profiles/<gpu>/FOLDER: ID.details.txt and, in source_csv.tar.xz, ID.source.csv, ID =
+    ARM_SHAPE): executed warp instructions per warp per tile, the warp's cycles per issued instruction, and their
+    product, the cycles a warp spends on a tile; each arm's product over the first arm's. arms: [(ARM, label)];
+    shapes: [(SHAPE, label)]."""
+    base = os.path.join(gpu_dir(gpu), folder)
+    archive = os.path.join(base, "source_csv.tar.xz")
+    if not os.path.exists(archive):
+        return f"*Not measured yet: no `profiles/{gpu}/{folder}/source_csv.tar.xz`.*"
+    with tarfile.open(archive) as tar:
+        sources = {os.path.basename(m.name): tar.extractfile(m).read().decode("utf-8", "replace")
+                   for m in tar.getmembers() if m.isfile()}
+    body = []
+    for shape, shape_label_ in shapes:
+        first = None
+        for arm, label in arms:
+            with open(os.path.join(base, f"{arm}_{shape}.details.txt"), encoding="utf-8") as f:
+                details = f.read()
+            tiles = decode_launch_warp_tiles(details, keys)
+            cpi = re.search(r"Warp Cycles Per Issued Instruction\s+cycle\s+([\d.]+)", details)
+            src = sources.get(f"{arm}_{shape}.source.csv")
+            if not tiles or not cpi or src is None:
+                return f"*Not measured yet: `{arm}_{shape}` incomplete under `profiles/{gpu}/{folder}`.*"
+            per_tile = sum(v[0] for v in source_opcode_counts(src).values()) / tiles
+            cycles = per_tile * float(cpi.group(1))
+            first = first or cycles
+            body.append([shape_label_, label, f"{per_tile:.0f}", cpi.group(1), f"{cycles:.0f}", f"{cycles / first:.3f}×"])
+    return md_table(["shape", "kernel", "warp instructions per warp per tile", "warp cycles per issued instruction",
+                     "warp cycles per tile", f"× {arms[0][1]}"], body) + \
+        f"\n\nOne launch each (`ncu --section SourceCounters --section WarpStateStats`), {keys} keys per sequence, " \
+        "32 query heads, fp16, d 128; step 23 in pages of 16 on a shuffled block table, step 22 on the same cache " \
+        "held contiguous. Warp cycles per tile: the two columns before it multiplied, the mean warp's cycles from " \
+        "one tile to the next, stalls included. " + \
+        source_line([f"{folder}/source_csv.tar.xz", f"{folder}/*.details.txt"], gpu)
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")

@@ -1421,6 +1421,22 @@ class BenchInputs(unittest.TestCase):
         # a ragged split: 1000 keys over 3 splits, 334 a block, 3 tiles of 128
         self.assertEqual(fp.warps_and_tiles("(3, 1, 2)", "(128, 1, 1)", 1000, 128), (24, 3))
 
+    def test_decode_launch_warp_tiles_from_a_details_page(self):
+        line = ("  void decode_split<__half, Config<128, 2, 64>, 1>(const T1 *, int) (2, 64, 1)x(128, 1, 1), "
+                "Context 1, Stream 7, Device 0, CC 9.0")
+        self.assertEqual(fp.decode_launch_warp_tiles(line, 65536), 512 * 512)  # the tile's keys: Config's last
+        self.assertEqual(fp.decode_launch_warp_tiles(line.replace("64>", "128>"), 65536), 512 * 256)
+        self.assertIsNone(fp.decode_launch_warp_tiles("  void other(int) (2, 1, 1)x(128, 1, 1)", 65536))
+
+    def test_source_opcode_counts_first_kernel_by_mnemonic(self):
+        # (sass, samples, executed, ...): predicates and modifiers dropped; only the first kernel counted
+        text = source_block("k", [("IADD3 R1, R2, R3, RZ", 2, 10, 0, 0, 0, 0), ("@!P0 IADD3 R4, R1, 1, RZ", 1, 5, 0, 0, 0, 0),
+                                  ("LDS.U.128 R8, [R1]", 3, 7, 0, 0, 0, 0)]) + "\n" + \
+            source_block("k2", [("IADD3 R1, R2, R3, RZ", 9, 90, 0, 0, 0, 0)])
+        got = fp.source_opcode_counts(text)
+        self.assertEqual(dict(got), {"IADD3": [15, 3], "LDS": [7, 3]})
+        self.assertEqual(dict(fp.source_opcode_counts("")), {})
+
     def test_knob_ab_shapes_file_one_shape_a_line(self):
         import knob_ab
         with tempfile.TemporaryDirectory() as d:

@@ -8,41 +8,17 @@ grid's x dimension is the split count, the launch's Config<...> ends with the ti
   python3 profiles/h200/23_paged_kv_decode/history/page_gap/sass_diff.py DIR [--keys 65536]
 """
 import argparse
-import collections
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
-import fa_profiles as fp  # noqa: E402  (profiles/fa_profiles.py: the source page's parser)
-
-
-def warp_tiles(details, keys):
-    """Warp-tiles of the launch: its grid and block, and the tile's keys (Config<...>'s last), from the details
-    page's kernel line."""
-    m = re.search(r"Config<[^>]*?(\d+)>.*?(\(\d+, \d+, \d+\))x(\(\d+, 1, 1\))", details)
-    if not m:
-        return None
-    warps, tiles = fp.warps_and_tiles(m.group(2), m.group(3), keys, int(m.group(1)))
-    return warps * tiles
-
-
-def counts(path):
-    """{opcode: (executed warp instructions, stall samples)} over the first kernel of a source page."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        kernels = fp.parse_source_csv(f.read())
-    out = collections.defaultdict(lambda: [0, 0])
-    for row in kernels[0][1] if kernels else []:
-        op = fp._PRED.sub("", row["Source"].strip()).split(" ")[0].split(".")[0]
-        out[op][0] += int(fp.to_float(row.get("Instructions Executed")) or 0)
-        out[op][1] += int(fp.to_float(row.get("# Samples")) or 0)
-    return out
+import fa_profiles as fp  # noqa: E402  (profiles/fa_profiles.py: the source page's counts, the launch's warp-tiles)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir")
-    ap.add_argument("--keys", type=int, default=65536, help="each sequence's keys (sass_counts.sh: 65536)")
+    ap.add_argument("--keys", type=int, default=65536, help="each sequence's keys (next.sh: 65536)")
     a = ap.parse_args()
     shapes = sorted({f[len("step22_"):-len(".source.csv")] for f in os.listdir(a.dir)
                      if f.startswith("step22_") and f.endswith(".source.csv")})
@@ -53,8 +29,9 @@ def main():
             per = {}
             for step in (arm, "step22"):
                 with open(os.path.join(a.dir, f"{step}_{shape}.details.txt"), encoding="utf-8") as f:
-                    n = warp_tiles(f.read(), a.keys)
-                per[step] = (counts(os.path.join(a.dir, f"{step}_{shape}.source.csv")), n)
+                    n = fp.decode_launch_warp_tiles(f.read(), a.keys)
+                with open(os.path.join(a.dir, f"{step}_{shape}.source.csv"), encoding="utf-8", errors="replace") as f:
+                    per[step] = (fp.source_opcode_counts(f.read()), n)
             (c23, n23), (c22, n22) = per[arm], per["step22"]
             if not n23 or not n22:
                 print(f"{shape}: no grid in a details page", file=sys.stderr)
@@ -63,7 +40,7 @@ def main():
                 t23, t22 = sum(v[i] for v in c23.values()), sum(v[i] for v in c22.values())
                 print(f"\n{shape}, {arm}: {what} per warp per tile ({arm}: {n23} warp-tiles, step 22: {n22})")
                 print(f"{'opcode':12} {'23':>9} {'22':>9} {'23 - 22':>9}")
-                ops = sorted(set(c23) | set(c22), key=lambda o: -abs(c23[o][i] / n23 - c22[o][i] / n22))
+                ops = sorted(set(c23) | set(c22), key=lambda o: (-abs(c23[o][i] / n23 - c22[o][i] / n22), o))
                 for op in ops:
                     x, y = c23[op][i] / n23, c22[op][i] / n22
                     if abs(x - y) >= 0.05 or max(x, y) >= 1:
