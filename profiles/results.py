@@ -666,6 +666,9 @@ BLOCKS = {
             "23_paged_kv_decode/history/page_gap/next",
             [("step23_base", "23 before"), ("step23_pairs", "23 pairs (now)"), ("step23_whole", "23 whole"),
              ("step22", "22, contiguous")], [("b64_kv1", "batch 64, 1 K/V head"), ("b8_kv8", "batch 8, 8 K/V heads")]),
+        "results:decode_inputs_randn": lambda: decode_inputs_table(
+            os.path.join(DECODE, "history", "inputs_randn", "bench_randn_partial.csv"),
+            os.path.join(DECODE, "history", "inputs_randn", "bench_uniform.csv")),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             PROBE_AB_PROTOCOL),
@@ -1103,6 +1106,35 @@ def paged_pairs_ncu_table(folder, arms, shapes, keys=65536, gpu="h200"):
         "held contiguous. Warp cycles per tile: the two columns before it multiplied, the mean warp's cycles from " \
         "one tile to the next, stalls included. " + \
         source_line([f"{folder}/source_csv.tar.xz", f"{folder}/*.details.txt"], gpu)
+
+
+def decode_inputs_table(randn_csv, uniform_csv, gpu="h200"):
+    """Doc 22's history: step 22's decode sweep on randn inputs (profiles/<gpu>/RANDN_CSV, problems ending in
+    ' randn') beside its uniform rows of the same problems in profiles/<gpu>/UNIFORM_CSV (another run): time on each,
+    randn over uniform; the default variant's rows (no ' [variant]' in the problem), then the ratios' median and
+    range over every row of both variants."""
+    path = os.path.join(gpu_dir(gpu), randn_csv)
+    if not os.path.exists(path):
+        return f"*Not measured yet: no `profiles/{gpu}/{randn_csv}`.*"
+    uniform = {r["problem"]: fp_float(r["time_ms"]) for r in read_csv(os.path.join(gpu_dir(gpu), uniform_csv))
+               if r["step"] == DECODE}
+    body, ratios = [], []
+    for r in read_csv(path):
+        problem, inputs = split_inputs(r["problem"])
+        t, u = fp_float(r["time_ms"]), uniform.get(problem)
+        if r["step"] != DECODE or inputs != "randn" or not t or not u:
+            continue
+        ratios.append(t / u)
+        if "[" not in problem:
+            body.append([problem, f"{1e3 * u:.1f}", f"{1e3 * t:.1f}", f"{t / u:.3f}×"])
+    if not ratios:
+        return f"*No step 22 randn rows with uniform counterparts in `profiles/{gpu}/{randn_csv}`.*"
+    ratios.sort()
+    return md_table(["shape", "uniform µs", "randn µs", "randn / uniform"], body) + \
+        f"\n\nrandn / uniform over all {len(ratios)} rows (both variants): median {statistics.median(ratios):.3f}×, " \
+        f"from {ratios[0]:.3f}× to {ratios[-1]:.3f}×. Uniform: step 22's rows of the `STEPS=\"22 23\"` sweep run " \
+        "by an earlier device call of the same session (each call a freshly started H200); randn: `--inputs randn` (Q, K, V standard normal), each step's own `--sweep` " \
+        "(median of 20, L2 flushed). " + source_line([randn_csv, uniform_csv], gpu)
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")

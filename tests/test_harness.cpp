@@ -928,7 +928,8 @@ TEST(Random, SeededFillIsReproducibleAndInRange) {
 // deviation within 0.005 of 1 (the sampling errors are ~0.0006 and ~0.0004: ~8 and ~12 sigma of
 // margin), 68.27% of draws within one sd and 95.45% within two (to 0.3 points: ~10 sigma), both
 // signs and |x| > 4 occur; the same seed gives the same draws, another seed others, and element i
-// depends on (seed, i) alone (a short fill, one thread, is the prefix of the long one).
+// depends on (seed, i) alone (a short fill, one thread, and one split among threads inside a pair, are each the
+// prefix of the long one).
 TEST(Random, NormalFillIsStandardNormalAndReproducible) {
   std::vector<float> a(3 << 20), b(3 << 20), c(3 << 20), head(1001);
   fa::fill_normal(a, 42);
@@ -938,6 +939,10 @@ TEST(Random, NormalFillIsStandardNormalAndReproducible) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   EXPECT_TRUE(std::equal(head.begin(), head.end(), a.begin()));
+  // A threaded fill whose pieces start inside a pair (2^20 + 3 over two or more cores): still the prefix.
+  std::vector<float> odd((1 << 20) + 3);
+  fa::fill_normal(odd, 42);
+  EXPECT_TRUE(std::equal(odd.begin(), odd.end(), a.begin()));
   double sum = 0, sum2 = 0;
   std::size_t within1 = 0, within2 = 0, beyond4 = 0, negative = 0;
   for (float v : a) {
