@@ -20,7 +20,8 @@
 # "-DFA_TEST_CHAIN=OFF": docs/conventions.md), CTEST_JOBS (default 4) and
 # CTEST_ARGS (e.g. "-L gpu") tune the build and the tests; BENCH_ARGS (e.g. "--steps 07,08 --no-sdpa
 # --merge profiles/h100/bench.csv") and CAPTURE_STEPS (e.g. "07 08") re-measure a few steps.
-# STEPS="09 10 11" is the short form of both: bench.py --steps 09,10,11 --merge profiles/<gpu>/bench.csv
+# STEPS="09 10 11" is the short form of both: bench.py --steps 09,10,11 --merge profiles/<gpu>/bench.csv (and
+# --inputs INPUTS where INPUTS is set: uniform, randn or both; randn rows are kept apart from uniform ones)
 # (SDPA re-measured in the same run: its forward rows where the steps are forward-only, its backward
 # rows where they all have a backward, its decode rows for STEPS="22", all of them otherwise; every other row
 # of the committed bench.csv kept, so $OUT/bench.csv is complete) and capture.sh 09 10 11; the summary
@@ -77,7 +78,7 @@ run_all() { build/bin/run_all --csv > "$OUT/run_all.csv" 2>> "$OUT/run.log"; }
 if [[ -n ${STEPS:-} ]]; then  # the short form: these steps re-measured into a complete bench.csv, and captured
   gpu=$(python3 profiles/fa_profiles.py slug "$(head -1 "$OUT/env.txt" | cut -d, -f1)")
   merge="" && [[ -f profiles/$gpu/bench.csv ]] && merge="--merge profiles/$gpu/bench.csv"
-  BENCH_ARGS=${BENCH_ARGS:-"--steps $(tr -s ' ' ',' <<< "$STEPS" | sed 's/^,//; s/,$//') $merge"}
+  BENCH_ARGS=${BENCH_ARGS:-"--steps $(tr -s ' ' ',' <<< "$STEPS" | sed 's/^,//; s/,$//') $merge${INPUTS:+ --inputs $INPUTS}"}
   CAPTURE_STEPS=${CAPTURE_STEPS:-$STEPS}
 fi
 # shellcheck disable=SC2086  # BENCH_ARGS, CAPTURE_STEPS: several words

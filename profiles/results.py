@@ -621,6 +621,7 @@ BLOCKS = {
                                            "results:gqa": lambda: gqa_table(),
                                            "results:inputs": inputs_table},
     "docs/23_paged_kv_decode.md": {"results:paged": lambda: paged_table(),
+                                   "results:paged_randn": lambda: paged_table(inputs="randn"),
                                    "results:paged_merge_swizzle_ab": lambda: decode_variants_ab_table(
                                        os.path.join("23_paged_kv_decode", "merge_swizzle_ab.csv"))},
     "docs/history/22_split_kv_decode.md": {
@@ -675,6 +676,7 @@ BLOCKS = {
         "results:decode_stream": lambda: decode_stream_table("spins"),
         "results:decode_stream_copies": lambda: decode_stream_table("copies")},
     "docs/22_split_kv_decode.md": {"results:decode": lambda: decode_table(),
+                                   "results:decode_randn": lambda: decode_table("randn"),
                                    "results:decode_one_launch": lambda: decode_variant_table("two-launches",
                                                                                               "one-launch"),
                                    "results:decode_variants_ab": lambda: decode_variants_ab_table(
@@ -927,29 +929,34 @@ def dq_reduce_table():
         source_line(["dq_reduce.csv"])
 
 
-def paged_rows(path, step):
-    """The paged step's rows of a bench.csv-format file: {(shape without its page size, page size): [(step 22's
-    contiguous time, the step's time) in ms, in file order]}; none where the file is missing."""
+def paged_rows(path, step, inputs="uniform"):
+    """The paged step's rows of a bench.csv-format file measured on `inputs` (uniform or randn): {(shape without
+    its page size, page size): [(step 22's contiguous time, the step's time) in ms, in file order]}; none where
+    the file is missing."""
     out = {}
     for r in read_csv(path) if os.path.exists(path) else []:
-        m = re.match(r"^(.* cache) p(\d+)( .*)$", r["problem"]) if r["step"] == step else None
+        problem, drawn = split_inputs(r["problem"])
+        m = re.match(r"^(.* cache) p(\d+)( .*)$", problem) if r["step"] == step and drawn == inputs else None
         if m and float(r["prev_time_ms"]) > 0:
             out.setdefault((m.group(1) + m.group(3), int(m.group(2))), []).append(
                 (float(r["prev_time_ms"]), float(r["time_ms"])))
     return out
 
 
-def paged_table(step="23_paged_kv_decode", gpu=GPU):
+def paged_table(step="23_paged_kv_decode", gpu=GPU, inputs="uniform"):
     """Doc 23: the paged decode step on its sweep (step 22's decode shapes in pages of 16 and of 1 key) against
     step 22 on the same cache held contiguous, timed interleaved in the same process (bench.csv's prev_time_ms):
     per shape, both times and their ratio; the target: pages of 16 at >= 0.95x the contiguous speed everywhere.
-    gpu: whose profiles/<gpu>/bench.csv (the docs' GPU unless another is named, e.g. in a history)."""
+    gpu: whose profiles/<gpu>/bench.csv (the docs' GPU unless another is named, e.g. in a history); inputs:
+    uniform, or randn (`--inputs randn`)."""
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(gpu), "bench.csv")
     cells = {}
-    for (shape, page), times in paged_rows(path, step).items():
+    for (shape, page), times in paged_rows(path, step, inputs).items():
         cells.setdefault(shape, {})[page] = times[-1]
     if not cells:
-        return f"*Not measured yet: bench.csv has no sweep of {step} (`python3 profiles/bench.py --steps 23` on a GPU).*"
+        how = "" if inputs == "uniform" else f" --inputs {inputs}"
+        return f"*Not measured yet: bench.csv has no sweep of {step} on {inputs} inputs (`python3 profiles/bench.py " \
+            f"--steps 23{how}` on a GPU).*"
     shapes = sorted(cells, key=lambda k: [int(x) for x in re.findall(r"\d+", k)])
     body, low = [], []
     for k in shapes:
@@ -1526,13 +1533,15 @@ DECODE_BASELINES = (("sdpa_flash", "SDPA-FA2"), ("sdpa_cudnn", "SDPA-cuDNN"), ("
 DECODE_L2_BYTES, DECODE_TARGET_COPY, DECODE_TARGET_SDPA = 50e6, 0.85, 1.0  # issue 42: >= 0.85 of copy (step 22 first aimed at 0.80)
 
 
-def decode_cells(path=None):
-    """The decode sweep's rows of bench.csv (step 22's and its SDPA baselines'): {(batch, K/V heads, keys):
-    {step: (time ms, GB/s, % of the copy bandwidth, K/V bytes read)}}. Also tools/figures.py's decode figure."""
+def decode_cells(path=None, inputs="uniform"):
+    """The decode sweep's rows of bench.csv (step 22's and its SDPA baselines') measured on `inputs` (uniform or
+    randn): {(batch, K/V heads, keys): {step: (time ms, GB/s, % of the copy bandwidth, K/V bytes read)}}. Also
+    tools/figures.py's decode figure."""
     path = path or BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     got = {}
     for r in (read_csv(path) if os.path.exists(path) else []):
-        p, t = split_problem(r["problem"], gqa=True, cache=True), fp_float(r["time_ms"])
+        problem, drawn = split_inputs(r["problem"])
+        p, t = split_problem(problem, gqa=True, cache=True) if drawn == inputs else None, fp_float(r["time_ms"])
         if not p or not p["cache"] or not t or t <= 0 or r["step"] not in (DECODE,) + tuple(s for s, _ in DECODE_BASELINES):
             continue
         key = (p["batch"], p["kv_heads"], p["seq_k"])
@@ -1752,15 +1761,16 @@ def read_floor_table(csv_name="read_floor.csv"):
         source_line([csv_name, "bench.csv"])
 
 
-def decode_table():
+def decode_table(inputs="uniform"):
     """Step 22 on its decode sweep (one query row per head over a full KV cache) beside every SDPA backend
-    that ran the shape in the same bench.py run: time, GB/s of K/V bytes, % of the measured copy bandwidth,
-    and the targets: >= 0.85 of the copy bandwidth where the K/V bytes exceed 50 MB, and >= 1.0x the
-    fastest SDPA backend on every shape."""
-    got = decode_cells()
+    that ran the shape in the same bench.py run, on `inputs` (uniform, or randn: `--inputs randn`): time, GB/s of
+    K/V bytes, % of the measured copy bandwidth, and the targets: >= 0.85 of the copy bandwidth where the K/V
+    bytes exceed 50 MB, and >= 1.0x the fastest SDPA backend on every shape."""
+    got = decode_cells(inputs=inputs)
     shapes = sorted(k for k in got if DECODE in got[k])
     if not shapes:
-        return "Not measured yet (no step 22 rows in `bench.csv`).\n\n" + tc_source()
+        how = "" if inputs == "uniform" else f"; `profiles/bench.py --steps 22,23 --inputs {inputs}` measures them"
+        return f"Not measured yet (no step 22 rows on {inputs} inputs in `bench.csv`{how}).\n\n" + tc_source()
     body, low_copy, low_sdpa, big, vs = [], [], [], 0, 0
     for key in shapes:
         cell = got[key]
@@ -1793,7 +1803,8 @@ def decode_table():
     header = ["batch", "K/V heads", "keys", "K/V MB", "22 µs", "22 GB/s", "% copy"] + \
         [f"× {label}" for _, label in DECODE_BASELINES]
     return md_table(header, body) + "\n\n" + md_table(["target", "goal", "measured", "verdict"], targets) + \
-        "\n\nDecoding: 32 query heads of d 128, one query row each, fp16, every sequence as long as the cache. " \
+        f"\n\nDecoding: 32 query heads of d 128, one query row each, fp16, every sequence as long as the cache; " \
+        f"Q, K and V drawn {'uniform in [-0.5, 1.5)' if inputs == 'uniform' else 'standard normal (randn)'}. " \
         "GB/s: K and V bytes read (2·batch·K/V heads·keys·d·2) over the median time; % copy: of the device-to-device " \
         "copy bandwidth the step measured in the same run. \"× y\" is SDPA backend y's time over step 22's (above " \
         "1.00× step 22 is faster); \"-\": the backend refused the shape. SDPA in the same `profiles/bench.py` run.\n\n" + \

@@ -523,6 +523,20 @@ class TensorCoreTables(unittest.TestCase):
         self.assertIn("lowest 0.95×; 1 of 1 below", table)
         self.assertIn("| % of the copy bandwidth, K/V bytes > 50 MB | ≥ 85% | lowest 90%; 0 of 1 below | **met** |", table)
 
+    def test_decode_table_keeps_uniform_and_randn_rows_apart(self):
+        shape = "B1 H32 KV8 Sq1 Sk131072 D128 cache f16"
+        self.write([dict(bench_row("22_split_kv_decode", shape, 0.2), rate="2700", pct_peak="90", unit="GB/s"),
+                    dict(bench_row("sdpa_cudnn", shape, 0.19), unit="GB/s"),
+                    dict(bench_row("22_split_kv_decode", shape + " randn", 0.25), rate="2100", pct_peak="70", unit="GB/s"),
+                    dict(bench_row("sdpa_cudnn", shape + " randn", 0.3), unit="GB/s")])
+        uniform, randn = self.results.decode_table(), self.results.decode_table("randn")
+        self.assertIn("| 1 | 8 | 131072 | 537 | 200.0 | 2700 | 90% | - | 0.95× | - |", uniform)
+        self.assertIn("| 1 | 8 | 131072 | 537 | 250.0 | 2100 | 70% | - | 1.20× | - |", randn)
+        self.assertNotIn("250.0", uniform)
+        self.assertIn("drawn standard normal (randn)", randn)
+        self.write([dict(bench_row("22_split_kv_decode", shape, 0.2), rate="2700", pct_peak="90", unit="GB/s")])
+        self.assertIn("Not measured yet (no step 22 rows on randn inputs", self.results.decode_table("randn"))
+
     def test_step22_headline_from_the_bench_sweep_without_run_all(self):
         shape = self.results.HEADLINE_BENCH["22"]
         self.write([dict(bench_row("22_split_kv_decode", shape, 0.08), rate="1800", pct_peak="60", unit="GB/s",
@@ -1063,6 +1077,27 @@ class PagedTable(unittest.TestCase):
         self.assertIn("| B1 H32 KV1 Sq1 Sk1024 D128 cache f16 | 9.9 | 10.0 | 0.99× | 10.0 | 20.0 | 0.50× |", table)
         self.assertIn("| B8 H32 Sq1 Sk4096 D128 cache f16 | 40.0 | 50.0 | 0.80× | - | - | - |", table)
         self.assertIn("1 of 2 shapes (below: B8 H32 Sq1 Sk4096 D128 cache f16)", table)
+
+    def test_randn_rows_are_their_own_table(self):
+        row = {"step": "23_paged_kv_decode", "problem": "B1 H32 KV1 Sq1 Sk1024 D128 cache p16 f16", "time_ms": "0.010",
+               "prev_time_ms": "0.0099"}
+        rows = [row, dict(row, problem=row["problem"] + " randn", time_ms="0.020", prev_time_ms="0.010")]
+        uniform = table_from_bench("paged_table", rows)
+        self.assertIn("| B1 H32 KV1 Sq1 Sk1024 D128 cache f16 | 9.9 | 10.0 | 0.99× | - | - | - |", uniform)
+        self.assertNotIn("randn", uniform)
+        self.assertIn("1 of 1 shapes", uniform)
+        import results
+        results.BENCH_OVERRIDE = None
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bench.csv")
+            with open(path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(row), lineterminator="\n")
+                w.writeheader()
+                w.writerows(rows)
+            self.assertEqual(sorted(results.paged_rows(path, "23_paged_kv_decode", "randn")),
+                             [("B1 H32 KV1 Sq1 Sk1024 D128 cache f16", 16)])
+            self.assertEqual(results.paged_rows(path, "23_paged_kv_decode", "randn")[("B1 H32 KV1 Sq1 Sk1024 D128 cache f16", 16)],
+                             [(0.010, 0.020)])
 
 
 class BwdExperiments(unittest.TestCase):
