@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kThreads)
   cp_async_commit();
   // Tiles' offsets [kSlots][BN], tile t's in slot t % kSlots: written by attend(t − 4) or earlier, read into
   // registers (`at`) in attend(t − 3), copied from in attend(t − 2): no copy waits on a shared load. All threads
-  // find kPer tiles' offsets every kPer tiles (a row each; entries loaded a round early, the first ones together).
+  // find kPer tiles' offsets every kPer tiles, a row each: no warp holds the barrier up alone (entries a round early).
   constexpr int kSlots = kStages + 1, kPer = kThreads / BN;
   static_assert(kSlots % kPer == 0, "rounds fill whole slots");
   const int mine = threadIdx.x / BN;
