@@ -10,9 +10,9 @@
 #       profiles/<gpu>/bench.csv; INPUTS=both or randn passes --inputs: randn rows kept apart); waits up to
 #       SECONDS (default 300) for it
 #   bash profiles/decode_session.sh wait SECONDS      waits for the sweep
-# Times on an H200: the build about a minute, the tests a minute and a half, the uniform sweep five to six
-# minutes and the capture under one; randn inputs take several times as long to draw on the host (INPUTS=both:
-# plan three calls). Then here: tar xzf decode.tgz -C DIR && python3 profiles/results.py import DIR/out
+# The build, the tests, the uniform sweep and the capture fit one call together (the sweep's stage times are in
+# sweep.txt); randn inputs take several times as long to draw on the host (INPUTS=both: plan three
+# calls). Then here: tar xzf decode.tgz -C DIR && python3 profiles/results.py import DIR/out
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 export PATH=$PATH:/usr/local/cuda/bin

@@ -228,6 +228,12 @@ def split_inputs(problem):
     return (p[:-len(" randn")], "randn") if p.endswith(" randn") else (p, "uniform")
 
 
+def on_inputs(problem, inputs):
+    """The problem without its inputs' suffix where it was measured on `inputs` (uniform or randn), else None."""
+    p, drawn = split_inputs(problem)
+    return p if drawn == inputs else None
+
+
 def with_inputs(problem, inputs):
     """The problem's name for rows measured on `inputs` (the inverse of split_inputs)."""
     if inputs not in INPUTS:

@@ -44,9 +44,9 @@ from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fa_profiles import (COUNTERS, demangle_short, DOC_GPU as GPU, ROOT, aggregate, compare_report, compare_rows,  # noqa: E402
-                         fmt_delta, fmt_number, split_inputs, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
+                         fmt_delta, fmt_number, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
                          read_env, read_moved, read_shapes, shape_label, value, SOURCE_GROUPS, parse_cuobjdump, parse_raw_csv,
-                         warps_and_tiles, decode_launch_warp_tiles, source_opcode_counts)
+                         warps_and_tiles, decode_launch_warp_tiles, source_opcode_counts, on_inputs)
 
 # Docs being edited on another branch: their blocks are neither rendered nor checked here until the
 # branches meet (then delete the entry and run `render`). Said on every run, so it is not forgotten.
@@ -935,8 +935,8 @@ def paged_rows(path, step, inputs="uniform"):
     the file is missing."""
     out = {}
     for r in read_csv(path) if os.path.exists(path) else []:
-        problem, drawn = split_inputs(r["problem"])
-        m = re.match(r"^(.* cache) p(\d+)( .*)$", problem) if r["step"] == step and drawn == inputs else None
+        problem = on_inputs(r["problem"], inputs) if r["step"] == step else None
+        m = re.match(r"^(.* cache) p(\d+)( .*)$", problem) if problem else None
         if m and float(r["prev_time_ms"]) > 0:
             out.setdefault((m.group(1) + m.group(3), int(m.group(2))), []).append(
                 (float(r["prev_time_ms"]), float(r["time_ms"])))
@@ -1127,9 +1127,9 @@ def decode_inputs_table(randn_csv, uniform_csv, gpu="h200"):
                if r["step"] == DECODE}
     body, ratios = [], []
     for r in read_csv(path):
-        problem, inputs = split_inputs(r["problem"])
+        problem = on_inputs(r["problem"], "randn")
         t, u = fp_float(r["time_ms"]), uniform.get(problem)
-        if r["step"] != DECODE or inputs != "randn" or not t or not u:
+        if r["step"] != DECODE or not problem or not t or not u:
             continue
         ratios.append(t / u)
         if "[" not in problem:
@@ -1140,8 +1140,8 @@ def decode_inputs_table(randn_csv, uniform_csv, gpu="h200"):
     return md_table(["shape", "uniform µs", "randn µs", "randn / uniform"], body) + \
         f"\n\nrandn / uniform over all {len(ratios)} rows (both variants): median {statistics.median(ratios):.3f}×, " \
         f"from {ratios[0]:.3f}× to {ratios[-1]:.3f}×. Uniform: step 22's rows of the `STEPS=\"22 23\"` sweep run " \
-        "by an earlier device call of the same session (each call a freshly started H200); randn: `--inputs randn` (Q, K, V standard normal), each step's own `--sweep` " \
-        "(median of 20, L2 flushed). " + source_line([randn_csv, uniform_csv], gpu)
+        "by an earlier device call of the same session (each call a freshly started H200); randn: `--inputs " \
+        "randn` (Q, K, V standard normal), each step's own `--sweep` (median of 20, L2 flushed). " + source_line([randn_csv, uniform_csv], gpu)
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
@@ -1540,8 +1540,8 @@ def decode_cells(path=None, inputs="uniform"):
     path = path or BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     got = {}
     for r in (read_csv(path) if os.path.exists(path) else []):
-        problem, drawn = split_inputs(r["problem"])
-        p, t = split_problem(problem, gqa=True, cache=True) if drawn == inputs else None, fp_float(r["time_ms"])
+        problem = on_inputs(r["problem"], inputs)
+        p, t = split_problem(problem, gqa=True, cache=True) if problem else None, fp_float(r["time_ms"])
         if not p or not p["cache"] or not t or t <= 0 or r["step"] not in (DECODE,) + tuple(s for s, _ in DECODE_BASELINES):
             continue
         key = (p["batch"], p["kv_heads"], p["seq_k"])
@@ -1913,9 +1913,9 @@ def bwd_times(path, step, inputs="uniform", mode="bwd", baselines=()):
     for r in (read_csv(path) if step and os.path.exists(path) else []):
         if r["step"] != step and r["step"] not in baselines:
             continue
-        problem, drawn = split_inputs(r["problem"])
-        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", problem)
-        p = split_problem(m.group(1)) if drawn == inputs else None
+        problem = on_inputs(r["problem"], inputs)
+        m = re.match(r"^(.*?)(?: \[([\w-]+)\])?$", problem or "")
+        p = split_problem(m.group(1)) if problem else None
         if p and p["mode"] == mode:
             t = times.setdefault((p["dtype"], p["d"], p["causal"], p["seq"]), {})
             if r["step"] == step:

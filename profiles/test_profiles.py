@@ -1456,6 +1456,12 @@ class BenchInputs(unittest.TestCase):
         # a ragged split: 1000 keys over 3 splits, 334 a block, 3 tiles of 128
         self.assertEqual(fp.warps_and_tiles("(3, 1, 2)", "(128, 1, 1)", 1000, 128), (24, 3))
 
+    def test_on_inputs_names_the_problem_only_for_its_inputs(self):
+        self.assertEqual(fp.on_inputs("B1 H32 Sq1 Sk1024 D128 cache f16 randn", "randn"), "B1 H32 Sq1 Sk1024 D128 cache f16")
+        self.assertIsNone(fp.on_inputs("B1 H32 Sq1 Sk1024 D128 cache f16 randn", "uniform"))
+        self.assertEqual(fp.on_inputs("B8 H32 S2048 D64 f16 bwd", "uniform"), "B8 H32 S2048 D64 f16 bwd")
+        self.assertIsNone(fp.on_inputs("B8 H32 S2048 D64 f16 bwd", "randn"))
+
     def test_decode_launch_warp_tiles_from_a_details_page(self):
         line = ("  void decode_split<__half, Config<128, 2, 64>, 1>(const T1 *, int) (2, 64, 1)x(128, 1, 1), "
                 "Context 1, Stream 7, Device 0, CC 9.0")

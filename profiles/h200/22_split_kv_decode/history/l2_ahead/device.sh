@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device calls (carry [".probe/l2.tar.xz"] from build.sh, OUT set), one per step, each ~6 minutes on an H200:
+# Device calls (carry [".probe/l2.tar.xz"] from build.sh, OUT set), one per step, each within one call's limit:
 #   bash device.sh 22   ahead4's GPU tests, then base22, ahead4 and ahead8 interleaved by profiles/knob_ab.py on
 #                       targets.txt, 3 rounds -> $OUT/l2_22.tgz
 #   bash device.sh 23   paged's GPU tests, then base23 and paged on ../../../23_paged_kv_decode/history/
