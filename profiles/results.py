@@ -45,7 +45,7 @@ from collections import OrderedDict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fa_profiles import (COUNTERS, demangle_short, DOC_GPU as GPU, ROOT, aggregate, compare_report, compare_rows,  # noqa: E402
                          fmt_delta, fmt_number, split_problem, gpu_dir, gpu_slug, known_steps as fa_known_steps, legacy_rows, load_panel, md_table, read_bench, read_csv,
-                         read_env, read_moved, read_shapes, shape_label, value, SOURCE_GROUPS, parse_cuobjdump, parse_raw_csv,
+                         read_env, read_moved, read_shapes, shape_label, parse_flags, to_base, to_float, value, SOURCE_GROUPS, parse_cuobjdump, parse_raw_csv,
                          warps_and_tiles, decode_launch_warp_tiles, source_opcode_counts, on_inputs)
 
 # Docs being edited on another branch: their blocks are neither rendered nor checked here until the
@@ -670,6 +670,12 @@ BLOCKS = {
         "results:decode_inputs_randn": lambda: decode_inputs_table(
             os.path.join(DECODE, "history", "inputs_randn", "bench_randn_partial.csv"),
             os.path.join(DECODE, "history", "inputs_randn", "bench_uniform.csv")),
+        "results:l2_ahead_22_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "l2_ahead", "run", "l2_22_ab.csv"), "h200"),
+        "results:l2_ahead_23_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "l2_ahead", "run", "l2_23_ab.csv"), "h200"),
+        "results:l2_ahead_ncu": lambda: l2_ahead_ncu_table(
+            os.path.join(DECODE, "history", "l2_ahead", "run", "ncu_l2.txt")),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             PROBE_AB_PROTOCOL),
@@ -1113,6 +1119,53 @@ def paged_pairs_ncu_table(folder, arms, shapes, keys=65536, gpu="h200"):
         "held contiguous. Warp cycles per tile: the two columns before it multiplied, the mean warp's cycles from " \
         "one tile to the next, stalls included. " + \
         source_line([f"{folder}/source_csv.tar.xz", f"{folder}/*.details.txt"], gpu)
+
+
+def ncu_metric_runs(text):
+    """`ncu --metrics ...` runs printed one after another, each after a header line `== ARM FLAGS...`:
+    [(ARM, FLAGS, {metric: value in seconds, bytes or counts})], in order."""
+    runs = []
+    for line in text.splitlines():
+        if line.startswith("== "):
+            arm, _, flags = line[3:].partition(" ")
+            runs.append((arm, flags.strip(), {}))
+            continue
+        m = re.fullmatch(r"\s+([a-z_]+__[\w.]+)\s+(\S+)\s+([\d,.]+)", line)
+        if m and runs:
+            runs[-1][2][m.group(1)] = to_base(to_float(m.group(3)), m.group(2))
+    return runs
+
+
+def l2_ahead_ncu_table(path, gpu="h200"):
+    """Doc 22's history: step 22 with and without its tiles asked of L2 ahead (profiles/<gpu>/PATH, one
+    `ncu --metrics` run per arm and shape, headed `== ARM FLAGS`): the launch's time, its DRAM reads, all L2
+    sectors, and the share of the ring's reads (L2 lookups from the SMs' loads) that hit; each arm's time
+    over the first arm's of its shape."""
+    full = os.path.join(gpu_dir(gpu), path)
+    if not os.path.exists(full):
+        return f"*Not measured yet: no `profiles/{gpu}/{path}`.*"
+    with open(full, encoding="utf-8") as f:
+        runs = ncu_metric_runs(f.read())
+    body, first = [], {}
+    for arm, flags, m in runs:
+        hit = m.get("lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum")
+        miss = m.get("lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum")
+        t = m.get("gpu__time_duration.sum")
+        if None in (hit, miss, t) or "dram__bytes_read.sum" not in m or "lts__t_sectors.sum" not in m:
+            return f"*`profiles/{gpu}/{path}`: the run `{arm} {flags}` lacks a metric.*"
+        first.setdefault(flags, t)
+        f = parse_flags(flags)
+        body.append([f"batch {f.get('batch')}, {f.get('kv-heads')} K/V head, {f.get('seq-k')} keys", arm, f"{1e6 * t:.1f}", f"{m['dram__bytes_read.sum'] / 1e6:.1f}",
+                     f"{m['lts__t_sectors.sum'] / 1e6:.1f}", f"{100 * hit / (hit + miss):.0f}%",
+                     f"{t / first[flags]:.2f}×"])
+    return md_table(["shape", "kernel", "µs (under ncu)", "DRAM read MB", "L2 sectors, millions",
+                     "ring's reads hit in L2", "time × base"], body) + \
+        "\n\nOne launch each, `ncu --metrics` (the command in `l2_ahead/ncu.sh`), 32 query heads, one query row, " \
+        "fp16, d 128, the cache contiguous. ncu's default clock control held the clocks at base during these " \
+        "launches (the project's captures run with `--clock-control none`), so the times are slower than the " \
+        "benchmark's; the counts do not depend on the clocks. L2 sectors: every 32-byte sector the L2 handled, " \
+        "the prefetches' included; the ring's reads: the L2 lookups of the SMs' loads, hits over hits and misses. " + \
+        source_line([path], gpu)
 
 
 def decode_inputs_table(randn_csv, uniform_csv, gpu="h200"):

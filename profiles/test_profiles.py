@@ -1078,6 +1078,24 @@ class PagedTable(unittest.TestCase):
         self.assertIn("| B8 H32 Sq1 Sk4096 D128 cache f16 | 40.0 | 50.0 | 0.80× | - | - | - |", table)
         self.assertIn("1 of 2 shapes (below: B8 H32 Sq1 Sk4096 D128 cache f16)", table)
 
+    def test_ncu_metric_runs_one_per_header_in_base_units(self):
+        import results
+        text = textwrap.dedent("""\
+            == base --batch 1 --seq-k 64
+                dram__bytes_read.sum                                     Mbyte        67.19
+                gpu__time_duration.sum                                      us        34.69
+                lts__t_sectors.sum                                      sector    5,937,683
+            == ahead4 --batch 1 --seq-k 64
+                dram__bytes_read.sum                                     Gbyte         4.58
+            ==ERROR== a line that is not a metric
+            """)
+        runs = results.ncu_metric_runs(text)
+        self.assertEqual([(a, f) for a, f, _ in runs], [("base", "--batch 1 --seq-k 64"), ("ahead4", "--batch 1 --seq-k 64")])
+        self.assertAlmostEqual(runs[0][2]["dram__bytes_read.sum"], 67.19e6)
+        self.assertAlmostEqual(runs[0][2]["gpu__time_duration.sum"], 34.69e-6)
+        self.assertEqual(runs[0][2]["lts__t_sectors.sum"], 5937683)
+        self.assertEqual(runs[1][2], {"dram__bytes_read.sum": 4.58e9})
+
     def test_randn_rows_are_their_own_table(self):
         row = {"step": "23_paged_kv_decode", "problem": "B1 H32 KV1 Sq1 Sk1024 D128 cache p16 f16", "time_ms": "0.010",
                "prev_time_ms": "0.0099"}
