@@ -9,8 +9,8 @@ namespace fa {
 // printed seed and the fill can be split across threads.
 void fill_uniform(std::vector<float>& v, std::uint64_t seed, float lo, float hi);
 
-// Normal with this mean and standard deviation (Box-Muller over the same generator), reproducible
-// and split across threads alike: element i depends only on (seed, i).
+// Normal with this mean and standard deviation (Marsaglia's polar method over the same generator),
+// reproducible and split across threads alike: element i depends only on (seed, i).
 void fill_normal(std::vector<float>& v, std::uint64_t seed, float mean = 0.f, float sd = 1.f);
 
 // A fresh seed for tests (from the clock and a counter): every run draws new inputs. Tests print

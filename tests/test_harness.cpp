@@ -927,8 +927,9 @@ TEST(Random, SeededFillIsReproducibleAndInRange) {
 // fill_normal: over 3·2^20 draws (the threaded path) the mean is within 0.005 of 0 and the standard
 // deviation within 0.005 of 1 (the sampling errors are ~0.0006 and ~0.0004: ~8 and ~12 sigma of
 // margin), 68.27% of draws within one sd and 95.45% within two (to 0.3 points: ~10 sigma), both
-// signs and |x| > 4 occur; the same seed gives the same draws, another seed others, and element i
-// depends on (seed, i) alone (a short fill, one thread, and one split among threads inside a pair, are each the
+// signs and |x| > 4 occur; the two elements of a pair (drawn together) and neighbouring pairs are
+// uncorrelated (to 0.005: ~6 sigma); the same seed gives the same draws, another seed others, and element i
+// depends on (seed, i) alone (a short fill, one thread, and a threaded fill of odd length, are each the
 // prefix of the long one).
 TEST(Random, NormalFillIsStandardNormalAndReproducible) {
   std::vector<float> a(3 << 20), b(3 << 20), c(3 << 20), head(1001);
@@ -939,7 +940,7 @@ TEST(Random, NormalFillIsStandardNormalAndReproducible) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   EXPECT_TRUE(std::equal(head.begin(), head.end(), a.begin()));
-  // A threaded fill whose pieces start inside a pair (2^20 + 3 over two or more cores): still the prefix.
+  // A threaded fill of odd length (2^20 + 3 over two or more cores, its last pair cut): still the prefix.
   std::vector<float> odd((1 << 20) + 3);
   fa::fill_normal(odd, 42);
   EXPECT_TRUE(std::equal(odd.begin(), odd.end(), a.begin()));
@@ -958,6 +959,11 @@ TEST(Random, NormalFillIsStandardNormalAndReproducible) {
   EXPECT_NEAR(within2 / n, 0.9545, 0.003);
   EXPECT_NEAR(negative / n, 0.5, 0.003);
   EXPECT_GT(beyond4, 0u);  // ~200 expected: a tail, not a clipped range
+  double within_pair = 0, across_pairs = 0;
+  for (std::size_t i = 0; i + 3 < a.size(); i += 2)
+    within_pair += double(a[i]) * a[i + 1], across_pairs += double(a[i + 1]) * a[i + 2];
+  EXPECT_NEAR(within_pair / (n / 2), 0.0, 0.005);
+  EXPECT_NEAR(across_pairs / (n / 2), 0.0, 0.005);
   std::vector<float> scaled(1001);
   fa::fill_normal(scaled, 42, 3.f, 2.f);  // mean + sd · the same standard draws
   for (std::size_t i = 0; i < scaled.size(); ++i) ASSERT_NEAR(scaled[i], 3.f + 2.f * head[i], 1e-5f) << i;
