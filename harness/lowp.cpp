@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "check.h"
@@ -15,23 +16,60 @@ namespace fa {
 const char* dtype_name(DType t) { return t == DType::F32 ? "f32" : t == DType::F16 ? "f16" : "bf16"; }
 std::size_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
+namespace {
+inline std::uint32_t bits_of(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+inline float float_of(std::uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// The host's conversions, written out so that the loops over a sweep's largest caches (2^31 elements, each
+// rounded, then converted for the upload) inline them, one type per loop: the same bits as the cuda_fp16.h /
+// cuda_bf16.h host functions (__float2half_rn, __half2float, __float2bfloat16_rn: tests/test_harness.cpp
+// compares them at every rounding position of every exponent, or on all 2^32 floats with FA_LOWP_EXHAUSTIVE=1),
+// in about half their time.
+// q = m >> shift rounded to nearest, ties to even.
+inline std::uint32_t shift_rne(std::uint32_t m, std::uint32_t shift) {
+  const std::uint32_t q = m >> shift, rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  return q + ((rest > half) | ((rest == half) & (q & 1u)));  // no branch: half the values round up
+}
+inline std::uint16_t f16_bits(float x) {
+  const std::uint32_t u = bits_of(x) & 0x7FFFFFFFu, sign = (bits_of(x) >> 16) & 0x8000u;
+  if (u > 0x7F800000u) return 0x7FFFu;                       // NaN: one quiet NaN, no sign (as CUDA's)
+  if (u >= 0x477FF000u) return std::uint16_t(sign | 0x7C00u);  // at or past 65520, halfway to 2^16: ±inf
+  if (u >= 0x38800000u)                                        // 2^-14 and up: fp16 normals, exponent rebased
+    return std::uint16_t(sign | shift_rne(u - 0x38000000u, 13));  // (a carry into the exponent is right)
+  if (u <= 0x33000000u) return std::uint16_t(sign);            // up to 2^-25, half the least subnormal: ±0
+  // Subnormals: |x| = (1.m) · 2^(e - 127) in units of 2^-24 is the 24-bit significand >> (126 - e).
+  return std::uint16_t(sign | shift_rne((u & 0x7FFFFFu) | 0x800000u, 126 - (u >> 23)));
+}
+inline float f16_value(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  if (e == 0x1Fu) return float_of(m ? 0x7FFFFFFFu : sign | 0x7F800000u);  // NaN (as CUDA's: no sign) or ±inf
+  if (e == 0) return float_of(sign | bits_of(float(m) * 0x1.0p-24f));      // subnormal or zero: exact
+  return float_of(sign | ((e + 112u) << 23) | (m << 13));
+}
+inline std::uint16_t bf16_bits(float x) {
+  const std::uint32_t u = bits_of(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFFu;  // NaN
+  return std::uint16_t(shift_rne(u, 16));  // the carry of a round up may reach the exponent: ±inf past the top
+}
+}  // namespace
+
 std::uint16_t to_bits(DType t, float x) {
-  if (t == DType::F16) return __half_raw(__float2half_rn(x)).x;
-  if (t == DType::BF16) return __nv_bfloat16_raw(__float2bfloat16_rn(x)).x;
+  if (t == DType::F16) return f16_bits(x);
+  if (t == DType::BF16) return bf16_bits(x);
   throw Error("to_bits: f32 has no 16-bit pattern");
 }
 
 float from_bits(DType t, std::uint16_t bits) {
-  if (t == DType::F16) {
-    __half_raw r;
-    r.x = bits;
-    return __half2float(__half(r));
-  }
-  if (t == DType::BF16) {
-    __nv_bfloat16_raw r;
-    r.x = bits;
-    return __bfloat162float(__nv_bfloat16(r));
-  }
+  if (t == DType::F16) return f16_value(bits);
+  if (t == DType::BF16) return float_of(std::uint32_t(bits) << 16);
   throw Error("from_bits: f32 has no 16-bit pattern");
 }
 
@@ -64,7 +102,10 @@ RoundFn rounding(DType t) {
 void round_to(DType t, std::vector<float>& v) {
   if (is_lowp(t))
     parallel_ranges(v.size(), [&](std::size_t begin, std::size_t end) {
-      for (std::size_t i = begin; i < end; ++i) v[i] = round_to(t, v[i]);
+      if (t == DType::F16)
+        for (std::size_t i = begin; i < end; ++i) v[i] = f16_value(f16_bits(v[i]));
+      else
+        for (std::size_t i = begin; i < end; ++i) v[i] = float_of(std::uint32_t(bf16_bits(v[i])) << 16);
     });
 }
 
@@ -90,7 +131,10 @@ void DeviceTensor::upload(const std::vector<float>& host) {
   // Not zeroed first (new[], not a vector): the cores write it, each its own part, for a decode cache of GBs.
   const std::unique_ptr<std::uint16_t[]> bits(new std::uint16_t[count_]);
   parallel_ranges(count_, [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i) bits[i] = to_bits(type_, host[i]);
+    if (type_ == DType::F16)
+      for (std::size_t i = begin; i < end; ++i) bits[i] = f16_bits(host[i]);
+    else
+      for (std::size_t i = begin; i < end; ++i) bits[i] = bf16_bits(host[i]);
   });
   FA_CUDA_CHECK(cudaMemcpy(get(), bits.get(), count_ * 2, cudaMemcpyHostToDevice));
 }
@@ -105,7 +149,10 @@ std::vector<float> DeviceTensor::download() const {
   std::vector<std::uint16_t> bits(count_);
   FA_CUDA_CHECK(cudaMemcpy(bits.data(), get(), count_ * 2, cudaMemcpyDeviceToHost));
   parallel_ranges(count_, [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i) host[i] = from_bits(type_, bits[i]);
+    if (type_ == DType::F16)
+      for (std::size_t i = begin; i < end; ++i) host[i] = f16_value(bits[i]);
+    else
+      for (std::size_t i = begin; i < end; ++i) host[i] = float_of(std::uint32_t(bits[i]) << 16);
   });
   return host;
 }

@@ -1,11 +1,15 @@
 // CPU tests of the harness in harness/: compare (element-wise and per row), the fp16/bf16
 // rounding helpers and the per-row bounds, the attention family's inputs and its references on
 // sampled rows (attention_inputs.h, attention_reference.h), the CLI parser, the seeded random fill.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <vector>
@@ -192,6 +196,46 @@ TEST(Lowp, OverflowSubnormalsInfAndNan) {
   EXPECT_EQ(fa::to_bits(DType::BF16, 1.0f), 0x3F80);
   EXPECT_EQ(fa::from_bits(DType::F16, 0x7BFF), 65504.0f);
   EXPECT_THROW(fa::to_bits(DType::F32, 1.0f), fa::Error);
+}
+
+// The harness's conversions are its own (inlined in the loops over a decode sweep's caches); they must give the
+// bits of the CUDA host functions they replaced. Every sign and float exponent, each with fraction patterns at
+// and around every possible rounding position (below, at and above the half, with the kept part even, odd and
+// all ones), plus 2^22 patterns from a stride through all 2^32 (FA_LOWP_EXHAUSTIVE=1: every one of the 2^32, about
+// a minute on one core): the same fp16 and bf16 bits; and every 16-bit pattern back to the same float bits.
+TEST(Lowp, ConversionsGiveTheCudaHostFunctionsBits) {
+  auto float_of = [](std::uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+  };
+  auto same = [&](std::uint32_t u) {
+    const float x = float_of(u);
+    ASSERT_EQ(fa::to_bits(DType::F16, x), __half_raw(__float2half_rn(x)).x) << std::hex << u;
+    ASSERT_EQ(fa::to_bits(DType::BF16, x), __nv_bfloat16_raw(__float2bfloat16_rn(x)).x) << std::hex << u;
+  };
+  std::size_t checked = 0;
+  for (std::uint32_t top = 0; top < 512; ++top) {  // sign and exponent
+    std::vector<std::uint32_t> fractions{0, 1, 0x7FFFFF, 0x400000};
+    for (int r = 0; r < 23; ++r) {
+      const std::uint32_t half = 1u << r, low = (half << 1) - 1;
+      for (std::uint32_t f : {half - 1, half, half + 1, half | (half << 1), (half - 1) | (half << 1), low, ~low})
+        fractions.push_back(f & 0x7FFFFF);
+    }
+    for (std::uint32_t f : fractions) same((top << 23) | f), ++checked;
+  }
+  const std::uint64_t stride = std::getenv("FA_LOWP_EXHAUSTIVE") ? 1 : 1021;  // 1021: a prime
+  for (std::uint64_t u = 0; u < (1ull << 32); u += stride) same(std::uint32_t(u)), ++checked;
+  EXPECT_GT(checked, std::size_t(4) << 20);
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    __half_raw r16;
+    __nv_bfloat16_raw rb;
+    r16.x = rb.x = std::uint16_t(h);
+    const float f16 = fa::from_bits(DType::F16, std::uint16_t(h)), bf16 = fa::from_bits(DType::BF16, std::uint16_t(h));
+    const float cuda16 = __half2float(__half(r16)), cudabf = __bfloat162float(__nv_bfloat16(rb));
+    ASSERT_EQ(std::memcmp(&f16, &cuda16, sizeof f16), 0) << std::hex << h;
+    ASSERT_EQ(std::memcmp(&bf16, &cudabf, sizeof bf16), 0) << std::hex << h;
+  }
 }
 
 TEST(Lowp, RoundsVectorsInPlace) {
