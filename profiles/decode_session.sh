@@ -11,8 +11,9 @@
 #       SECONDS (default 300) for it
 #   bash profiles/decode_session.sh wait SECONDS      waits for the sweep
 # The build, the tests, the uniform sweep and the capture fit one call together (the sweep's stage times are in
-# sweep.txt); randn inputs take several times as long to draw on the host (INPUTS=both: plan three
-# calls). Then here: tar xzf decode.tgz -C DIR && python3 profiles/results.py import DIR/out
+# sweep.txt); randn inputs took several times as long to draw on the host before the harness drew them by the
+# polar method (not timed on a device since; INPUTS=both: plan two or three calls). Then here:
+# tar xzf decode.tgz -C DIR && python3 profiles/results.py import DIR/out
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 export PATH=$PATH:/usr/local/cuda/bin
