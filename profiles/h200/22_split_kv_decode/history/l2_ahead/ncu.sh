@@ -2,7 +2,8 @@
 # Device, after device.sh (carry [".probe/l2.tar.xz"], OUT set): step 22 as committed (base22) and with its tiles
 # asked of L2 four tiles ahead (ahead4), one launch each under ncu at two shapes: the launch's time, DRAM reads,
 # every L2 sector, and the L2 lookups of the SMs' loads, hit and missed -> $OUT/ncu_l2.txt (run/ncu_l2.txt here;
-# results.py's l2_ahead_ncu_table). ncu's default clock control (clocks held at base) was left on in that run.
+# results.py's l2_ahead_ncu_table). --clock-control none, as profiles/capture.sh runs ncu: the committed
+# run/ncu_l2.txt was made without it (ncu's default then held the clocks at base during each launch).
 set -uo pipefail
 P=/tmp/l2
 mkdir -p "$P" && tar xJf .probe/l2.tar.xz -C "$P"
@@ -12,7 +13,7 @@ for s in "--batch 64 --kv-heads 1 --seq-k 131072" "--batch 1 --kv-heads 1 --seq-
   for v in base22 ahead4; do
     echo "== $v $s"
     # shellcheck disable=SC2086  # $s: the shape's flags, split on purpose
-    timeout 60 ncu --metrics "$m" -k regex:decode_split -c 1 "$P/$v" --heads 32 --seq-q 1 --head-dim 128 $s 2>&1 |
+    timeout 60 ncu --clock-control none --metrics "$m" -k regex:decode_split -c 1 "$P/$v" --heads 32 --seq-q 1 --head-dim 128 $s 2>&1 |
       grep -E "^\s+(gpu__|dram__|lts__)|Error|error"
   done
 done | tee "$OUT"/ncu_l2.txt
