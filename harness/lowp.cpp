@@ -54,6 +54,7 @@ inline float f16_value(std::uint16_t h) {
   if (e == 0) return float_of(sign | bits_of(float(m) * 0x1.0p-24f));      // subnormal or zero: exact
   return float_of(sign | ((e + 112u) << 23) | (m << 13));
 }
+inline float bf16_value(std::uint16_t h) { return float_of(std::uint32_t(h) << 16); }  // exact
 inline std::uint16_t bf16_bits(float x) {
   const std::uint32_t u = bits_of(x);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFFu;  // NaN
@@ -69,7 +70,7 @@ std::uint16_t to_bits(DType t, float x) {
 
 float from_bits(DType t, std::uint16_t bits) {
   if (t == DType::F16) return f16_value(bits);
-  if (t == DType::BF16) return float_of(std::uint32_t(bits) << 16);
+  if (t == DType::BF16) return bf16_value(bits);
   throw Error("from_bits: f32 has no 16-bit pattern");
 }
 
@@ -105,7 +106,7 @@ void round_to(DType t, std::vector<float>& v) {
       if (t == DType::F16)
         for (std::size_t i = begin; i < end; ++i) v[i] = f16_value(f16_bits(v[i]));
       else
-        for (std::size_t i = begin; i < end; ++i) v[i] = float_of(std::uint32_t(bf16_bits(v[i])) << 16);
+        for (std::size_t i = begin; i < end; ++i) v[i] = bf16_value(bf16_bits(v[i]));
     });
 }
 
@@ -152,7 +153,7 @@ std::vector<float> DeviceTensor::download() const {
     if (type_ == DType::F16)
       for (std::size_t i = begin; i < end; ++i) host[i] = f16_value(bits[i]);
     else
-      for (std::size_t i = begin; i < end; ++i) host[i] = float_of(std::uint32_t(bits[i]) << 16);
+      for (std::size_t i = begin; i < end; ++i) host[i] = bf16_value(bits[i]);
   });
   return host;
 }
