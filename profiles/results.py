@@ -644,6 +644,11 @@ BLOCKS = {
         "results:decode_tiles128_ab": lambda: decode_variants_ab_table(  # nor these two sessions later
             os.path.join(DECODE, "history", "tiles128", "variants_ab.csv"), "h200"),
         "results:paged_h200": lambda: paged_table(gpu="h200"),
+        "results:decode_randn_h200": lambda: decode_table("randn", "h200"),
+        "results:decode_h200": lambda: decode_table("uniform", "h200"),
+        "results:paged_randn_h200": lambda: paged_table(gpu="h200", inputs="randn"),
+        "results:decode_inputs_ab": lambda: inputs_ab_table(
+            os.path.join(DECODE, "history", "inputs_randn", "sdpa_levels", "inputs_ab.csv")),
         "results:paged_wide_ab": lambda: paged_wide_ab_table(
             "23_paged_kv_decode/history/wide_tiles/bench_wide.csv", "23_paged_kv_decode/history/wide_tiles/bench_tiles64.csv"),
         "results:paged_row_offsets_ab": lambda: decode_variants_ab_table(
@@ -1199,6 +1204,33 @@ def decode_inputs_table(randn_csv, uniform_csv, gpu="h200"):
         f"from {ratios[0]:.3f}× to {ratios[-1]:.3f}×. Uniform: step 22's rows of the `STEPS=\"22 23\"` sweep run " \
         "by an earlier device call of the same session (each call a freshly started H200); randn: `--inputs " \
         "randn` (Q, K, V standard normal), each step's own `--sweep` (median of 20, L2 flushed). " + source_line([randn_csv, uniform_csv], gpu)
+
+
+def inputs_ab_table(csv_path, gpu="h200"):
+    """Doc 22's history: the same decode shapes timed on uniform and on randn inputs, interleaved over rounds in one
+    process (profiles/<gpu>/CSV_PATH, written by inputs_randn/sdpa_levels/inputs_ab.py: round, who, shape, inputs,
+    time_ms): per shape and timer, each input's median over the rounds with its range, and randn over uniform."""
+    path = os.path.join(gpu_dir(gpu), csv_path)
+    if not os.path.exists(path):
+        return f"*Not measured yet: no `profiles/{gpu}/{csv_path}`.*"
+    times = {}
+    for r in read_csv(path):
+        t = fp_float(r["time_ms"])
+        if t:
+            times.setdefault((r["shape"], r["who"]), {}).setdefault(r["inputs"], []).append(1e3 * t)
+    label = {"22": "step 22", "sdpa_flash": "SDPA-FA2", "sdpa_cudnn": "SDPA-cuDNN"}
+    span = lambda ts: f"{statistics.median(ts):.1f} ({min(ts):.1f}-{max(ts):.1f})"  # noqa: E731
+    body = [[shape, label.get(who, who), span(by["uniform"]), span(by["randn"]),
+             f"{statistics.median(by['randn']) / statistics.median(by['uniform']):.3f}×"]
+            for (shape, who), by in sorted(times.items()) if by.get("uniform") and by.get("randn")]
+    if not body:
+        return f"*No shape timed on both inputs in `profiles/{gpu}/{csv_path}`.*"
+    rounds = len({r["round"] for r in read_csv(path)})
+    return md_table(["shape", "timed", "uniform µs: median (range)", "randn µs: median (range)", "randn / uniform"],
+                    body) + f"\n\n{rounds} rounds, each shape once per input and timer a round, which input goes first " \
+        "alternating by round, fresh inputs each time; step 22: its executable's `--bench` (median of 20, L2 flushed); " \
+        "SDPA: bench.py's timer (median of 20, L2 flushed, the GPU held busy before each call). " + \
+        source_line([csv_path], gpu)
 
 
 _COMPARE = re.compile(r"<!-- compare:(\d\d):begin -->")
@@ -1818,16 +1850,18 @@ def read_floor_table(csv_name="read_floor.csv"):
         source_line([csv_name, "bench.csv"])
 
 
-def decode_table(inputs="uniform"):
+def decode_table(inputs="uniform", gpu=GPU):
     """Step 22 on its decode sweep (one query row per head over a full KV cache) beside every SDPA backend
     that ran the shape in the same bench.py run, on `inputs` (uniform, or randn: `--inputs randn`): time, GB/s of
     K/V bytes, % of the measured copy bandwidth, and the targets: >= 0.85 of the copy bandwidth where the K/V
-    bytes exceed 50 MB, and >= 1.0x the fastest SDPA backend on every shape."""
-    got = decode_cells(inputs=inputs)
+    bytes exceed 50 MB, and >= 1.0x the fastest SDPA backend on every shape. gpu: whose profiles/<gpu>/bench.csv
+    (the docs' GPU unless a history names another)."""
+    got = decode_cells(None if BENCH_OVERRIDE else os.path.join(gpu_dir(gpu), "bench.csv"), inputs=inputs)
     shapes = sorted(k for k in got if DECODE in got[k])
     if not shapes:
         how = "" if inputs == "uniform" else f"; `profiles/bench.py --steps 22,23 --inputs {inputs}` measures them"
-        return f"Not measured yet (no step 22 rows on {inputs} inputs in `bench.csv`{how}).\n\n" + tc_source()
+        return f"Not measured yet (no step 22 rows on {inputs} inputs in `bench.csv`{how}).\n\n" + \
+            source_line(["bench.csv"], gpu)
     body, low_copy, low_sdpa, big, vs = [], [], [], 0, 0
     for key in shapes:
         cell = got[key]
@@ -1865,7 +1899,7 @@ def decode_table(inputs="uniform"):
         "GB/s: K and V bytes read (2·batch·K/V heads·keys·d·2) over the median time; % copy: of the device-to-device " \
         "copy bandwidth the step measured in the same run. \"× y\" is SDPA backend y's time over step 22's (above " \
         "1.00× step 22 is faster); \"-\": the backend refused the shape. SDPA in the same `profiles/bench.py` run.\n\n" + \
-        tc_source()
+        source_line(["bench.csv"], gpu)
 
 
 # FlashAttention-3's published ablation (Shah et al. 2024, "FlashAttention-3: Fast and Accurate Attention with

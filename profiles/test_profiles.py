@@ -537,6 +537,42 @@ class TensorCoreTables(unittest.TestCase):
         self.write([dict(bench_row("22_split_kv_decode", shape, 0.2), rate="2700", pct_peak="90", unit="GB/s")])
         self.assertIn("Not measured yet (no step 22 rows on randn inputs", self.results.decode_table("randn"))
 
+    def test_decode_table_reads_the_named_gpus_bench_csv(self):
+        shape = "B1 H32 KV8 Sq1 Sk131072 D128 cache f16"
+        self.write([dict(bench_row("22_split_kv_decode", shape + " randn", 0.25), rate="2100", pct_peak="70",
+                         unit="GB/s")])
+        self.results.BENCH_OVERRIDE = None  # read from the GPU's folder, as a history's block does
+        saved = self.results.gpu_dir
+        self.results.gpu_dir = lambda gpu=None: self.tmp if gpu == "h200" else os.path.join(self.tmp, "none")
+        try:
+            h200, default = self.results.decode_table("randn", "h200"), self.results.decode_table("randn")
+        finally:
+            self.results.gpu_dir = saved
+        self.assertIn("| 1 | 8 | 131072 | 537 | 250.0 | 2100 | 70% | - | - | - |", h200)
+        self.assertIn("from `profiles/h200/bench.csv`", h200)
+        self.assertIn("Not measured yet", default)
+
+    def test_inputs_ab_table_medians_per_input_and_their_ratio(self):
+        path = os.path.join(self.tmp, "ab.csv")
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(["round", "who", "shape", "inputs", "time_ms", "device"])
+            for rnd, (u, r) in enumerate(((0.017, 0.015), (0.015, 0.015), (0.016, 0.014))):
+                w.writerow([rnd, "sdpa_cudnn", "B1 KV1", "uniform", u, "GPU"])
+                w.writerow([rnd, "sdpa_cudnn", "B1 KV1", "randn", r, "GPU"])
+                w.writerow([rnd, "22", "B1 KV1", "uniform", 0.02, "GPU"])  # no randn row: left out
+        saved = self.results.gpu_dir
+        self.results.gpu_dir = lambda gpu=None: self.tmp
+        try:
+            table = self.results.inputs_ab_table("ab.csv")
+            missing = self.results.inputs_ab_table("none.csv")
+        finally:
+            self.results.gpu_dir = saved
+        self.assertIn("| B1 KV1 | SDPA-cuDNN | 16.0 (15.0-17.0) | 15.0 (14.0-15.0) | 0.938× |", table)
+        self.assertNotIn("| step 22 |", table)
+        self.assertIn("3 rounds", table)
+        self.assertIn("Not measured yet", missing)
+
     def test_step22_headline_from_the_bench_sweep_without_run_all(self):
         shape = self.results.HEADLINE_BENCH["22"]
         self.write([dict(bench_row("22_split_kv_decode", shape, 0.08), rate="1800", pct_peak="60", unit="GB/s",
