@@ -1208,8 +1208,9 @@ def decode_inputs_table(randn_csv, uniform_csv, gpu="h200"):
 
 def inputs_ab_table(csv_path, gpu="h200"):
     """Doc 22's history: the same decode shapes timed on uniform and on randn inputs, interleaved over rounds in one
-    process (profiles/<gpu>/CSV_PATH, written by inputs_randn/sdpa_levels/inputs_ab.py: round, who, shape, inputs,
-    time_ms): per shape and timer, each input's median over the rounds with its range, and randn over uniform."""
+    process (profiles/<gpu>/CSV_PATH, written by inputs_randn/sdpa_levels/decode_inputs_ab.py: round, who, shape,
+    inputs, time_ms): per shape and timer, each input's median over the rounds with its range, and randn over
+    uniform."""
     path = os.path.join(gpu_dir(gpu), csv_path)
     if not os.path.exists(path):
         return f"*Not measured yet: no `profiles/{gpu}/{csv_path}`.*"

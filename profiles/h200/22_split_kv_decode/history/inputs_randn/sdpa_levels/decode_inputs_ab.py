@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""inputs_ab.py: does a decode time move with the inputs' distribution, or only with the run? Step 22 and SDPA's
+"""decode_inputs_ab.py: does a decode time move with the inputs' distribution, or only with the run? Step 22 and SDPA's
 FlashAttention-2 and cuDNN backends on a few decode shapes, each timed on uniform and on randn inputs, the two
 interleaved in one process over several rounds (which goes first alternates by round; fresh inputs every time).
 
-    python3 inputs_ab.py --exe build/bin/22_split_kv_decode --rounds 5 --out ab.csv
+    python3 decode_inputs_ab.py --exe build/bin/22_split_kv_decode --rounds 5 --out ab.csv
 
 Shapes: those where the sweeps' ratios to SDPA moved most between the uniform and the randn sweep (one run each).
 Step 22: `EXE --bench --csv` with bench.py's decode flags (and `--inputs randn`); SDPA: bench.py's median_ms
