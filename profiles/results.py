@@ -1857,7 +1857,8 @@ def decode_table(inputs="uniform", gpu=GPU):
     K/V bytes, % of the measured copy bandwidth, and the targets: >= 0.85 of the copy bandwidth where the K/V
     bytes exceed 50 MB, and >= 1.0x the fastest SDPA backend on every shape. gpu: whose profiles/<gpu>/bench.csv
     (the docs' GPU unless a history names another)."""
-    got = decode_cells(None if BENCH_OVERRIDE else os.path.join(gpu_dir(gpu), "bench.csv"), inputs=inputs)
+    path = BENCH_OVERRIDE or os.path.join(gpu_dir(gpu), "bench.csv")
+    got = decode_cells(path, inputs=inputs)
     shapes = sorted(k for k in got if DECODE in got[k])
     if not shapes:
         how = "" if inputs == "uniform" else f"; `profiles/bench.py --steps 22,23 --inputs {inputs}` measures them"
@@ -1899,8 +1900,17 @@ def decode_table(inputs="uniform", gpu=GPU):
         f"Q, K and V drawn {'uniform in [-0.5, 1.5)' if inputs == 'uniform' else 'standard normal (randn)'}. " \
         "GB/s: K and V bytes read (2·batch·K/V heads·keys·d·2) over the median time; % copy: of the device-to-device " \
         "copy bandwidth the step measured in the same run. \"× y\" is SDPA backend y's time over step 22's (above " \
-        "1.00× step 22 is faster); \"-\": the backend refused the shape. SDPA in the same `profiles/bench.py` run.\n\n" + \
-        source_line(["bench.csv"], gpu)
+        "1.00× step 22 is faster); \"-\": the backend refused the shape. SDPA in the same `profiles/bench.py` run" + \
+        sdpa_placements_note(path, inputs) + ".\n\n" + source_line(["bench.csv"], gpu)
+
+
+def sdpa_placements_note(path, inputs):
+    """How many allocations of its inputs SDPA's decode rows were timed on (bench.py's DECODE_PLACEMENTS, said in
+    a row's idea; rows from before it say nothing: one each)."""
+    counts = {int(m.group(1)) for r in read_csv(path) if r["step"].startswith("sdpa") and on_inputs(r["problem"], inputs)
+              and " cache " in r["problem"] and (m := re.search(r"fastest of (\d+) allocations", r["idea"]))}
+    return f", each backend's fastest over {max(counts)} allocations of its inputs" if counts else \
+        ", each backend on one allocation of its inputs"
 
 
 # FlashAttention-3's published ablation (Shah et al. 2024, "FlashAttention-3: Fast and Accurate Attention with

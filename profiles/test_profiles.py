@@ -522,6 +522,11 @@ class TensorCoreTables(unittest.TestCase):
         self.assertIn("| 1 | 8 | 131072 | 537 | 200.0 | 2700 | 90% | 1.25× | 0.95× | - |", table)
         self.assertIn("lowest 0.95×; 1 of 1 below", table)
         self.assertIn("| % of the copy bandwidth, K/V bytes > 50 MB | ≥ 85% | lowest 90%; 0 of 1 below | **met** |", table)
+        self.assertIn("each backend on one allocation of its inputs", table)
+        self.write([dict(bench_row("22_split_kv_decode", shape, 0.2), unit="GB/s"),
+                    dict(bench_row("sdpa_cudnn", shape, 0.19), unit="GB/s",
+                         idea="PyTorch 2 SDPA, cuDNN backend, fastest of 3 allocations of its inputs")])
+        self.assertIn("each backend's fastest over 3 allocations of its inputs", self.results.decode_table())
 
     def test_decode_table_keeps_uniform_and_randn_rows_apart(self):
         shape = "B1 H32 KV8 Sq1 Sk131072 D128 cache f16"
@@ -1668,6 +1673,37 @@ class SdpaInputs(unittest.TestCase):
             bench.under_backend = saved
         self.assertEqual(got, [("sdpa_cudnn", "B4 H16 S4096 D128 f16 randn", 1.5)])
         self.assertEqual(t.calls, [("randn", (4, 16, 4096, 128), "f16")] * 3)
+
+    def test_decode_rows_keep_each_backends_fastest_allocation(self):
+        import contextlib
+        import types
+        import bench
+        times = iter([0.02, 0.01, 0.03, 0.05, 0.04, 0.06, 0.2, 0.1, 0.3])  # flash, cuDNN, efficient: 3 draws each
+        patched = dict(median_ms=lambda torch, fn, flush, reps, warmup: next(times),
+                       under_backend=lambda kernel, backend, step, what, refused, fn: fn(),
+                       flush_buffer=lambda torch: None, copy_gbs=lambda torch, flush, reps, warmup: 4000.0,
+                       DECODE_BATCHES=(1,), DECODE_KV_HEADS=(8,), DECODE_LENS=(1024,))
+        saved = {k: getattr(bench, k) for k in patched}
+        for k, v in patched.items():
+            setattr(bench, k, v)
+        try:
+            with FakeTorch() as t:
+                t.torch.no_grad = contextlib.nullcontext
+                t.torch.cuda = types.SimpleNamespace(get_device_name=lambda i: "GPU")
+                t.torch.__version__, t.torch.manual_seed = "0", lambda seed: None
+                t.modules["torch.nn"].functional = types.SimpleNamespace(scaled_dot_product_attention=None)
+                sys.modules["torch.nn.functional"] = t.modules["torch.nn"].functional
+                t.modules["torch.nn.attention"].SDPBackend.EFFICIENT_ATTENTION = "efficient"
+                rows = bench.sdpa_decode_rows(t.torch, 20, 3, ("randn",))
+        finally:
+            sys.modules.pop("torch.nn.functional", None)
+            for k, v in saved.items():
+                setattr(bench, k, v)
+        self.assertEqual([(r["step"], r["time_ms"]) for r in rows],
+                         [("sdpa_flash", "0.01"), ("sdpa_cudnn", "0.04"), ("sdpa_efficient", "0.1")])
+        self.assertTrue(all("fastest of 3 allocations" in r["idea"] for r in rows))
+        self.assertEqual(rows[0]["problem"], "B1 H32 KV8 Sq1 Sk1024 D128 cache f16 randn")
+        self.assertEqual([c[0] for c in t.calls], ["randn"] * 9)  # three draws of Q, K and V, all held at once
 
     def test_no_name_defined_twice(self):
         """A second top-level def of a name silently replaces the first (how the clash above happened)."""
