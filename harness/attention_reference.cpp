@@ -162,44 +162,46 @@ BwdRowRef bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std:
 
   const bool given = !in.o.empty();
   if (given) r.dq_given.resize(q_rows.size() * D), r.dk_given.resize(k_rows.size() * D);
+  // The precisions of query head h's rows, in this order: fp64 and low precision (all), and fp64 with delta
+  // from the given O (given: identity rounding). Each call below computes a row's dot products once for them all.
+  auto precisions = [&](std::size_t h) {
+    std::vector<ref::BwdPrecision> p;
+    if (all) p.push_back({nullptr, nullptr}), p.push_back({lowp, given_o(h)});
+    if (given) p.push_back({no_rounding, given_o(h)});
+    return p;
+  };
   parallel_for(q_rows.size(), [&](std::size_t t) {
-    const auto [q, k, v, dout] = head(q_rows[t] / a.seq_q);
-    const int i = int(q_rows[t] % a.seq_q);
-    if (all) {
-      ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, nullptr, &r.dq[t * D]);
-      ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, lowp, &r.dq_lowp[t * D],
-                                      given_o(q_rows[t] / a.seq_q));
-    }
-    if (given)  // identity rounding: fp64, delta from the given O
-      ref::attention_backward_dq_rows(shape, q, k, v, dout, &i, 1, no_rounding, &r.dq_given[t * D],
-                                      given_o(q_rows[t] / a.seq_q));
+    const std::size_t h = q_rows[t] / a.seq_q;
+    const auto [q, k, v, dout] = head(h);
+    const std::vector<ref::BwdPrecision> precs = precisions(h);
+    std::vector<double*> out;
+    if (all) out.push_back(&r.dq[t * D]), out.push_back(&r.dq_lowp[t * D]);
+    if (given) out.push_back(&r.dq_given[t * D]);
+    ref::attention_backward_dq_row(shape, q, k, v, dout, int(q_rows[t] % a.seq_q), precs.data(), int(precs.size()),
+                                   out.data());
   });
 
-  // The statistics (lse, delta; fp64 and low precision) of every query row of each query head
-  // that reads a K/V head with a key row (its group), one query row per task.
+  // The statistics (lse, delta; in each precision) of every query row of each query head that reads a K/V
+  // head with a key row (its group), one query row per task: stat[c][i] of precision c, as precisions() orders them.
   std::map<std::size_t, std::size_t> slot;  // query head -> its place in `stats`
   for (std::size_t id : k_rows)
     for (std::size_t h : group_of(a, id / a.seq_k)) slot.emplace(h, slot.size());
   std::vector<std::size_t> heads(slot.size());
   for (auto [h, s] : slot) heads[s] = h;
+  const std::size_t n_prec = precisions(0).size();
   struct Stats {
-    std::vector<double> lse, delta, lse_lowp, delta_lowp, lse_given, delta_given;  // [seq_q]
+    std::vector<std::vector<double>> lse, delta;  // [precision][seq_q]
   };
-  const std::vector<double> row_stat(a.seq_q);
-  std::vector<Stats> stats(heads.size(), Stats{row_stat, row_stat, row_stat, row_stat, row_stat, row_stat});
+  const std::vector<std::vector<double>> row_stats(n_prec, std::vector<double>(a.seq_q));
+  std::vector<Stats> stats(heads.size(), Stats{row_stats, row_stats});
   parallel_for(heads.size() * a.seq_q, [&](std::size_t t) {
     const std::size_t s = t / a.seq_q;
     const int i = int(t % a.seq_q);
     const auto [q, k, v, dout] = head(heads[s]);
-    Stats& st = stats[s];
-    if (all) {
-      ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, nullptr, &st.lse[i], &st.delta[i]);
-      ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, lowp, &st.lse_lowp[i], &st.delta_lowp[i],
-                                    given_o(heads[s]));
-    }
-    if (given)
-      ref::attention_backward_stats(shape, q, k, v, dout, &i, 1, no_rounding, &st.lse_given[i], &st.delta_given[i],
-                                    given_o(heads[s]));
+    const std::vector<ref::BwdPrecision> precs = precisions(heads[s]);
+    std::vector<double> lse(n_prec), delta(n_prec);
+    ref::attention_backward_stats_row(shape, q, k, v, dout, i, precs.data(), int(n_prec), lse.data(), delta.data());
+    for (std::size_t c = 0; c < n_prec; ++c) stats[s].lse[c][i] = lse[c], stats[s].delta[c][i] = delta[c];
   });
 
   // A key row of K/V head g: the sum over g's query heads of each one's dK, dV row (one term
@@ -207,22 +209,25 @@ BwdRowRef bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std:
   parallel_for(k_rows.size(), [&](std::size_t t) {
     const std::vector<std::size_t> group = group_of(a, k_rows[t] / a.seq_k);
     const int j = int(k_rows[t] % a.seq_k);
-    std::vector<double> dk(D), dv(D);
+    std::vector<std::vector<double>> dk(n_prec, std::vector<double>(D)), dv = dk;
+    std::vector<double*> dk_out, dv_out;
+    for (std::size_t c = 0; c < n_prec; ++c) dk_out.push_back(dk[c].data()), dv_out.push_back(dv[c].data());
+    // Where each precision's rows go (the given precision's dv: = the fp64 row up to roundoff, as dV does not
+    // depend on delta; not kept).
+    std::vector<std::pair<double*, double*>> sums;
+    if (all) sums.push_back({&r.dk[t * D], &r.dv[t * D]}), sums.push_back({&r.dk_lowp[t * D], &r.dv_lowp[t * D]});
+    if (given) sums.push_back({&r.dk_given[t * D], nullptr});
     for (std::size_t m = 0; m < group.size(); ++m) {
       const auto [q, k, v, dout] = head(group[m]);
       const Stats& st = stats[slot.at(group[m])];
-      if (all) {
-        ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse.data(), st.delta.data(), &j, 1, nullptr,
-                                          dk.data(), dv.data());
-        add_term(&r.dk[t * D], dk.data(), D, m == 0), add_term(&r.dv[t * D], dv.data(), D, m == 0);
-        ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_lowp.data(), st.delta_lowp.data(), &j, 1, lowp,
-                                          dk.data(), dv.data());
-        add_term(&r.dk_lowp[t * D], dk.data(), D, m == 0), add_term(&r.dv_lowp[t * D], dv.data(), D, m == 0);
-      }
-      if (given) {  // dv: = the fp64 row up to roundoff (dV does not depend on delta), not kept
-        ref::attention_backward_dkdv_rows(shape, q, k, v, dout, st.lse_given.data(), st.delta_given.data(), &j, 1,
-                                          no_rounding, dk.data(), dv.data());
-        add_term(&r.dk_given[t * D], dk.data(), D, m == 0);
+      const std::vector<ref::BwdPrecision> precs = precisions(group[m]);
+      std::vector<const double*> lse, delta;
+      for (std::size_t c = 0; c < n_prec; ++c) lse.push_back(st.lse[c].data()), delta.push_back(st.delta[c].data());
+      ref::attention_backward_dkdv_row(shape, q, k, v, dout, lse.data(), delta.data(), j, precs.data(), int(n_prec),
+                                       dk_out.data(), dv_out.data());
+      for (std::size_t c = 0; c < n_prec; ++c) {
+        add_term(sums[c].first, dk[c].data(), D, m == 0);
+        if (sums[c].second) add_term(sums[c].second, dv[c].data(), D, m == 0);
       }
     }
   });

@@ -60,7 +60,7 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
                              const std::vector<std::size_t>& k_rows);
 // Only dq_given and dk_given of reference_bwd_rows (the same values, bit for bit; the rest left
 // empty), for a second O given: the previous step's, when its forward differs from the step's
-// (tolerance.h, add_from_prev_o). A third of reference_bwd_rows's work. Throws UsageError without
+// (tolerance.h, add_from_prev_o). One precision of reference_bwd_rows's three. Throws UsageError without
 // a given O.
 BwdRowRef reference_bwd_given_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
                                    const std::vector<std::size_t>& k_rows);

@@ -98,34 +98,46 @@ double forward_row(const AttnShape& s, const T* Q, const T* K, const T* V, int i
 // x rounded by `round`, or x itself (fp64) without one.
 double rounded(Rounding round, double x) { return round ? round(x) : x; }
 
-// Row i of S (rounded), then P_ij = round(exp(S_ij - lse_i)) and dP_ij = round(dO_i·v_j) over its
-// n visible keys into p[0, n) and dp[0, n); returns n and sets lse_i and delta_i (see
-// attention_backward_stats). Inputs are finite (a rounded input is), so the row's max is finite.
-int backward_row(const AttnShape& s, const float* Q, const float* K, const float* V, const float* dO, const float* O,
-                 int i, Rounding round, double* p, double* dp, double* lse, double* delta) {
+// Query row i's two products with each of its n visible keys, shared by every precision:
+// s_raw[j] = scale·(q_i·k_j) (S before any rounding) and dp_raw[j] = dO_i·v_j (dP before any rounding).
+int row_dots(const AttnShape& s, const float* Q, const float* K, const float* V, const float* dO, int i, double* s_raw,
+             double* dp_raw) {
   const long long D = s.head_dim;
   const int n = visible_keys(s, i);
+  for (int j = 0; j < n; ++j) {
+    s_raw[j] = s.scale * dot(Q + i * D, K + j * D, D);
+    dp_raw[j] = dot(dO + i * D, V + j * D, D);
+  }
+  return n;
+}
+
+// From row i's products (row_dots) in one precision: S_ij = round(s_raw_j), then P_ij = round(exp(S_ij -
+// lse_i)) and dP_ij = round(dp_raw_j) over its n visible keys into p[0, n) and dp[0, n); sets lse_i and
+// delta_i (see attention_backward_stats). Inputs are finite (a rounded input is), so the row's max is finite.
+void backward_row(const AttnShape& s, const float* V, const float* dO, int i, int n, const double* s_raw,
+                  const double* dp_raw, const BwdPrecision& prec, double* p, double* dp, double* lse, double* delta) {
+  const long long D = s.head_dim;
+  const Rounding round = prec.round;
   double m = -kInf, l = 0.0;
   for (int j = 0; j < n; ++j) {
-    p[j] = rounded(round, s.scale * dot(Q + i * D, K + j * D, D));  // S_ij
+    p[j] = rounded(round, s_raw[j]);  // S_ij
     m = std::max(m, p[j]);
   }
   for (int j = 0; j < n; ++j) l += std::exp(p[j] - m);
   *lse = n ? m + std::log(l) : -kInf;
   *delta = 0.0;
   for (int j = 0; j < n; ++j) {
-    p[j] = rounded(round, std::exp(p[j] - *lse));           // P_ij
-    dp[j] = rounded(round, dot(dO + i * D, V + j * D, D));  // dP_ij
+    p[j] = rounded(round, std::exp(p[j] - *lse));  // P_ij
+    dp[j] = rounded(round, dp_raw[j]);             // dP_ij
     if (!round) *delta += p[j] * dp[j];
   }
-  if (round && O) {  // delta from the O the backward is given, as FlashAttention computes it
-    for (long long d = 0; d < D; ++d) *delta += double(dO[i * D + d]) * double(O[i * D + d]);
+  if (round && prec.o) {  // delta from the O the backward is given, as FlashAttention computes it
+    for (long long d = 0; d < D; ++d) *delta += double(dO[i * D + d]) * double(prec.o[i * D + d]);
   } else if (round) {  // delta from its own stored low-precision O_i = round(sum_j P_ij V_j)
     std::vector<double> o(D, 0.0);
     for (int j = 0; j < n; ++j) axpy(p[j], V + j * D, o.data(), D);
     for (long long d = 0; d < D; ++d) *delta += double(dO[i * D + d]) * round(o[d]);
   }
-  return n;
 }
 
 }  // namespace
@@ -213,46 +225,78 @@ void attention_backward(const AttnShape& s, const double* q, const double* k, co
   }
 }
 
-void attention_backward_stats(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
-                              const int* rows, int n_rows, Rounding round, double* lse, double* delta, const float* o) {
-  std::vector<double> p(s.seq_k), dp(s.seq_k);
-  for (int r = 0; r < n_rows; ++r)
-    backward_row(s, q, k, v, dout, o, rows[r], round, p.data(), dp.data(), &lse[r], &delta[r]);
+void attention_backward_stats_row(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                                  int i, const BwdPrecision* precs, int n_prec, double* lse, double* delta) {
+  std::vector<double> s_raw(s.seq_k), dp_raw(s.seq_k), p(s.seq_k), dp(s.seq_k);
+  const int n = row_dots(s, q, k, v, dout, i, s_raw.data(), dp_raw.data());
+  for (int c = 0; c < n_prec; ++c)
+    backward_row(s, v, dout, i, n, s_raw.data(), dp_raw.data(), precs[c], p.data(), dp.data(), &lse[c], &delta[c]);
 }
 
-void attention_backward_dq_rows(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
-                                const int* rows, int n_rows, Rounding round, double* dq, const float* o) {
+void attention_backward_dq_row(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                               int i, const BwdPrecision* precs, int n_prec, double* const* dq) {
   const long long D = s.head_dim;
-  std::vector<double> p(s.seq_k), dp(s.seq_k);
-  for (int r = 0; r < n_rows; ++r) {
+  std::vector<double> s_raw(s.seq_k), dp_raw(s.seq_k), p(s.seq_k), dp(s.seq_k);
+  const int n = row_dots(s, q, k, v, dout, i, s_raw.data(), dp_raw.data());
+  for (int c = 0; c < n_prec; ++c) {
+    const Rounding round = precs[c].round;
     double lse, delta;
-    const int n = backward_row(s, q, k, v, dout, o, rows[r], round, p.data(), dp.data(), &lse, &delta);
-    double* dQi = dq + r * D;
+    backward_row(s, v, dout, i, n, s_raw.data(), dp_raw.data(), precs[c], p.data(), dp.data(), &lse, &delta);
+    double* dQi = dq[c];
     std::fill(dQi, dQi + D, 0.0);
     for (int j = 0; j < n; ++j) axpy(rounded(round, p[j] * (dp[j] - delta)), k + j * D, dQi, D);  // dS_ij k_j
     for (long long d = 0; d < D; ++d) dQi[d] = rounded(round, s.scale * dQi[d]);
   }
 }
 
+void attention_backward_dkdv_row(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                                 const double* const* lse, const double* const* delta, int j, const BwdPrecision* precs,
+                                 int n_prec, double* const* dk, double* const* dv) {
+  const long long D = s.head_dim;
+  const float *Kj = k + j * D, *Vj = v + j * D;
+  for (int c = 0; c < n_prec; ++c) std::fill(dk[c], dk[c] + D, 0.0), std::fill(dv[c], dv[c] + D, 0.0);
+  for (int i = 0; i < s.seq_q; ++i) {
+    if (j >= visible_keys(s, i)) continue;  // key j is masked for query i
+    const float *Qi = q + i * D, *dOi = dout + i * D;
+    const double s_raw = s.scale * dot(Qi, Kj, D), dp_raw = dot(dOi, Vj, D);  // once for every precision
+    for (int c = 0; c < n_prec; ++c) {
+      const Rounding round = precs[c].round;
+      if (lse[c][i] == -kInf) continue;  // the row attends to nothing
+
+      const double p = rounded(round, std::exp(rounded(round, s_raw) - lse[c][i]));  // P_ij
+      const double dp = rounded(round, dp_raw);                                      // dP_ij
+      axpy(p, dOi, dv[c], D);                                                        // dV_j += P_ij dO_i
+      axpy(rounded(round, p * (dp - delta[c][i])), Qi, dk[c], D);                    // dK_j += dS_ij q_i
+    }
+  }
+  for (int c = 0; c < n_prec; ++c)
+    for (long long d = 0; d < D; ++d)
+      dk[c][d] = rounded(precs[c].round, s.scale * dk[c][d]), dv[c][d] = rounded(precs[c].round, dv[c][d]);
+}
+
+void attention_backward_stats(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                              const int* rows, int n_rows, Rounding round, double* lse, double* delta, const float* o) {
+  const BwdPrecision prec{round, o};
+  for (int r = 0; r < n_rows; ++r)
+    attention_backward_stats_row(s, q, k, v, dout, rows[r], &prec, 1, &lse[r], &delta[r]);
+}
+
+void attention_backward_dq_rows(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                                const int* rows, int n_rows, Rounding round, double* dq, const float* o) {
+  const BwdPrecision prec{round, o};
+  for (int r = 0; r < n_rows; ++r) {
+    double* dq_r = dq + std::size_t(r) * s.head_dim;
+    attention_backward_dq_row(s, q, k, v, dout, rows[r], &prec, 1, &dq_r);
+  }
+}
+
 void attention_backward_dkdv_rows(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
                                   const double* lse, const double* delta, const int* key_rows, int n_rows,
                                   Rounding round, double* dk, double* dv) {
-  const long long D = s.head_dim;
+  const BwdPrecision prec{round, nullptr};
   for (int r = 0; r < n_rows; ++r) {
-    const int j = key_rows[r];
-    const float *Kj = k + j * D, *Vj = v + j * D;
-    double *dKj = dk + r * D, *dVj = dv + r * D;
-    std::fill(dKj, dKj + D, 0.0);
-    std::fill(dVj, dVj + D, 0.0);
-    for (int i = 0; i < s.seq_q; ++i) {
-      if (j >= visible_keys(s, i) || lse[i] == -kInf) continue;  // key j is masked for query i
-      const float *Qi = q + i * D, *dOi = dout + i * D;
-      const double p = rounded(round, std::exp(rounded(round, s.scale * dot(Qi, Kj, D)) - lse[i]));  // P_ij
-      const double dp = rounded(round, dot(dOi, Vj, D));                                             // dP_ij
-      axpy(p, dOi, dVj, D);                                   // dV_j += P_ij dO_i
-      axpy(rounded(round, p * (dp - delta[i])), Qi, dKj, D);  // dK_j += dS_ij q_i
-    }
-    for (long long d = 0; d < D; ++d) dKj[d] = rounded(round, s.scale * dKj[d]), dVj[d] = rounded(round, dVj[d]);
+    double *dk_r = dk + std::size_t(r) * s.head_dim, *dv_r = dv + std::size_t(r) * s.head_dim;
+    attention_backward_dkdv_row(s, q, k, v, dout, &lse, &delta, key_rows[r], &prec, 1, &dk_r, &dv_r);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -466,6 +467,7 @@ struct LowpBwdCase {
 };
 
 double identity(double x) { return x; }
+bool bits_equal(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }  // NaN and -0 too
 double max_abs(const Vec& x) {
   double m = 0;
   for (double e : x) m = std::max(m, std::abs(e));
@@ -552,6 +554,60 @@ TEST_P(LowpBackward, PerRowBoundAcceptsRefLowpAndRejectsARowOffByThreeBounds) {
     EXPECT_FALSE(fail.ok()) << name;
     EXPECT_EQ(fail.failed_rows, 1u) << name;
     EXPECT_EQ(fail.worst_row, row) << name;
+  }
+}
+
+// The rows in several precisions at once (the harness's references: fp64, low precision with and without a
+// given O, fp64 with delta from a given O) are bit for bit one call per precision: each row's dot products are
+// shared, their roundings and sums are not. A causal offset below zero leaves the first rows without a key.
+TEST_P(LowpBackward, SeveralPrecisionsAtOnceAreEachPrecisionAlone) {
+  LowpCase c = GetParam();
+  if (c.s.causal) c.s.causal_offset = -3;
+  const ref::AttnShape& s = c.s;
+  const LowpBwdCase r(c, 90);
+  const std::vector<float> o = lowp_vec(size_t(s.seq_q) * s.head_dim, 95, 0.5, c.t);  // an O the backward is given
+  const std::vector<ref::BwdPrecision> precs = {
+      {nullptr, nullptr}, {fa::rounding(c.t), nullptr}, {fa::rounding(c.t), o.data()}, {identity, o.data()}};
+  const int n = int(precs.size()), D = s.head_dim;
+  std::vector<Vec> lse(n, Vec(s.seq_q)), delta = lse;
+  for (int i = 0; i < s.seq_q; ++i) {
+    Vec l(n), d(n);
+    ref::attention_backward_stats_row(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), i, precs.data(), n,
+                                      l.data(), d.data());
+    Vec dq_all(n * D);
+    std::vector<double*> dq_out;
+    for (int p = 0; p < n; ++p) dq_out.push_back(&dq_all[p * D]);
+    ref::attention_backward_dq_row(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), i, precs.data(), n,
+                                   dq_out.data());
+    for (int p = 0; p < n; ++p) {
+      double l1 = 0, d1 = 0;
+      Vec dq1(D);
+      ref::attention_backward_stats(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), &i, 1, precs[p].round, &l1,
+                                    &d1, precs[p].o);
+      ref::attention_backward_dq_rows(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), &i, 1, precs[p].round,
+                                      dq1.data(), precs[p].o);
+      ASSERT_TRUE(bits_equal(l[p], l1) && bits_equal(d[p], d1)) << "precision " << p << ", row " << i;
+      for (int e = 0; e < D; ++e) ASSERT_TRUE(bits_equal(dq_all[p * D + e], dq1[e])) << "dq, precision " << p;
+      lse[p][i] = l1, delta[p][i] = d1;
+    }
+  }
+  for (int j = 0; j < s.seq_k; ++j) {
+    Vec dk_all(n * D), dv_all(n * D);
+    std::vector<double*> dk_out, dv_out;
+    std::vector<const double*> l, d;
+    for (int p = 0; p < n; ++p)
+      dk_out.push_back(&dk_all[p * D]), dv_out.push_back(&dv_all[p * D]), l.push_back(lse[p].data()),
+          d.push_back(delta[p].data());
+    ref::attention_backward_dkdv_row(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), l.data(), d.data(), j,
+                                     precs.data(), n, dk_out.data(), dv_out.data());
+    for (int p = 0; p < n; ++p) {
+      Vec dk1(D), dv1(D);
+      ref::attention_backward_dkdv_rows(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), lse[p].data(),
+                                        delta[p].data(), &j, 1, precs[p].round, dk1.data(), dv1.data());
+      for (int e = 0; e < D; ++e)
+        ASSERT_TRUE(bits_equal(dk_all[p * D + e], dk1[e]) && bits_equal(dv_all[p * D + e], dv1[e]))
+            << "dk/dv, precision " << p << ", key " << j;
+    }
   }
 }
 
