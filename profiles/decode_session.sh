@@ -10,9 +10,12 @@
 #       profiles/<gpu>/bench.csv; INPUTS=both or randn passes --inputs: randn rows kept apart); waits up to
 #       SECONDS (default 300) for it
 #   bash profiles/decode_session.sh wait SECONDS      waits for the sweep
+# SUITE=1 (with start): once the sweep has ended, the whole suite starts by itself (profiles/suite_detached.sh
+# start -j 14, on this build), so that a session's acceptance run, the sweep and then the suite, leaves no gap
+# between them; after the sweep's last wait, follow it with `bash profiles/suite_detached.sh wait SECONDS`.
 # The build, the tests, the uniform sweep and the capture fit one call together (the sweep's stage times are in
-# sweep.txt); randn inputs took several times as long to draw on the host before the harness drew them by the
-# polar method (not timed on a device since; INPUTS=both: plan two or three calls). Then here:
+# sweep.txt); the sweep on randn inputs alone took most of one call on an H200 (TESTS=0; its sweep.txt in
+# profiles/h200/22_split_kv_decode/history/inputs_randn/sweep/), so INPUTS=both needs two calls. Then here:
 # tar xzf decode.tgz -C DIR && python3 profiles/results.py import DIR/out
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -36,8 +39,10 @@ case ${1:-} in
       (cd build && ctest --output-on-failure -j 8 -R "^2[23]_|decode|paged|python") > "$D/ctest_22_23_decode.log" 2>&1
       echo "ctest rc $?: $(grep -hE 'tests passed|Total Test' "$D/ctest_22_23_decode.log" | tr '\n' ' ')"
     fi
+    suite=true
+    [[ ${SUITE:-0} == 1 ]] && suite="bash profiles/suite_detached.sh start -j 14 > $D/suite_start.txt 2>&1"
     setsid bash -c "OUT=$D/out STEPS='22 23' STAGES='bench capture' INPUTS='${INPUTS:-}' bash profiles/gpu_session.sh \
-      > $D/sweep.txt 2>&1; echo \$? > $D/rc" < /dev/null > /dev/null 2>&1 &
+      > $D/sweep.txt 2>&1; echo \$? > $D/rc; $suite" < /dev/null > /dev/null 2>&1 &
     echo $! > "$D/pid"
     wait_for "${2:-300}"
     ;;
