@@ -170,24 +170,25 @@ BwdRowRef bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std:
     if (given) p.push_back({no_rounding, given_o(h)});
     return p;
   };
-  parallel_for(q_rows.size(), [&](std::size_t t) {
-    const std::size_t h = q_rows[t] / a.seq_q;
-    const auto [q, k, v, dout] = head(h);
-    const std::vector<ref::BwdPrecision> precs = precisions(h);
+  // Where query row q_rows[t] puts its dQ row in each precision, as precisions() orders them.
+  auto dq_out = [&](std::size_t t) {
     std::vector<double*> out;
     if (all) out.push_back(&r.dq[t * D]), out.push_back(&r.dq_lowp[t * D]);
     if (given) out.push_back(&r.dq_given[t * D]);
-    ref::attention_backward_dq_row(shape, q, k, v, dout, int(q_rows[t] % a.seq_q), precs.data(), int(precs.size()),
-                                   out.data());
-  });
+    return out;
+  };
 
   // The statistics (lse, delta; in each precision) of every query row of each query head that reads a K/V
-  // head with a key row (its group), one query row per task: stat[c][i] of precision c, as precisions() orders them.
+  // head with a key row (its group), one query row per task: stat[c][i] of precision c, as precisions() orders
+  // them. A query row whose dQ is asked for gets it from the same pass (its dot products computed once).
   std::map<std::size_t, std::size_t> slot;  // query head -> its place in `stats`
   for (std::size_t id : k_rows)
     for (std::size_t h : group_of(a, id / a.seq_k)) slot.emplace(h, slot.size());
   std::vector<std::size_t> heads(slot.size());
   for (auto [h, s] : slot) heads[s] = h;
+  std::map<std::size_t, std::size_t> q_task;  // query row id -> its index in q_rows (the first, if repeated)
+  for (std::size_t t = 0; t < q_rows.size(); ++t) q_task.emplace(q_rows[t], t);
+  std::vector<char> dq_done(q_rows.size(), 0);
   const std::size_t n_prec = precisions(0).size();
   struct Stats {
     std::vector<std::vector<double>> lse, delta;  // [precision][seq_q]
@@ -199,9 +200,24 @@ BwdRowRef bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std:
     const int i = int(t % a.seq_q);
     const auto [q, k, v, dout] = head(heads[s]);
     const std::vector<ref::BwdPrecision> precs = precisions(heads[s]);
+    const auto asked = q_task.find(heads[s] * a.seq_q + std::size_t(i));
+    std::vector<double*> dq;
+    if (asked != q_task.end()) dq = dq_out(asked->second), dq_done[asked->second] = 1;
     std::vector<double> lse(n_prec), delta(n_prec);
-    ref::attention_backward_stats_row(shape, q, k, v, dout, i, precs.data(), int(n_prec), lse.data(), delta.data());
+    ref::attention_backward_q_row(shape, q, k, v, dout, i, precs.data(), int(n_prec), lse.data(), delta.data(),
+                                  dq.empty() ? nullptr : dq.data());
     for (std::size_t c = 0; c < n_prec; ++c) stats[s].lse[c][i] = lse[c], stats[s].delta[c][i] = delta[c];
+  });
+  // The query rows that pass did not reach (their head reads no K/V head with a key row, or a repeat).
+  parallel_for(q_rows.size(), [&](std::size_t t) {
+    if (dq_done[t]) return;
+    const std::size_t h = q_rows[t] / a.seq_q;
+    const auto [q, k, v, dout] = head(h);
+    const std::vector<ref::BwdPrecision> precs = precisions(h);
+    std::vector<double*> dq = dq_out(t);
+    std::vector<double> lse(n_prec), delta(n_prec);
+    ref::attention_backward_q_row(shape, q, k, v, dout, int(q_rows[t] % a.seq_q), precs.data(), int(n_prec), lse.data(),
+                                  delta.data(), dq.data());
   });
 
   // A key row of K/V head g: the sum over g's query heads of each one's dK, dV row (one term

@@ -225,26 +225,19 @@ void attention_backward(const AttnShape& s, const double* q, const double* k, co
   }
 }
 
-void attention_backward_stats_row(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
-                                  int i, const BwdPrecision* precs, int n_prec, double* lse, double* delta) {
-  std::vector<double> s_raw(s.seq_k), dp_raw(s.seq_k), p(s.seq_k), dp(s.seq_k);
-  const int n = row_dots(s, q, k, v, dout, i, s_raw.data(), dp_raw.data());
-  for (int c = 0; c < n_prec; ++c)
-    backward_row(s, v, dout, i, n, s_raw.data(), dp_raw.data(), precs[c], p.data(), dp.data(), &lse[c], &delta[c]);
-}
-
-void attention_backward_dq_row(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
-                               int i, const BwdPrecision* precs, int n_prec, double* const* dq) {
+void attention_backward_q_row(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
+                              int i, const BwdPrecision* precs, int n_prec, double* lse, double* delta,
+                              double* const* dq) {
   const long long D = s.head_dim;
   std::vector<double> s_raw(s.seq_k), dp_raw(s.seq_k), p(s.seq_k), dp(s.seq_k);
   const int n = row_dots(s, q, k, v, dout, i, s_raw.data(), dp_raw.data());
   for (int c = 0; c < n_prec; ++c) {
+    backward_row(s, v, dout, i, n, s_raw.data(), dp_raw.data(), precs[c], p.data(), dp.data(), &lse[c], &delta[c]);
+    if (!dq) continue;
     const Rounding round = precs[c].round;
-    double lse, delta;
-    backward_row(s, v, dout, i, n, s_raw.data(), dp_raw.data(), precs[c], p.data(), dp.data(), &lse, &delta);
     double* dQi = dq[c];
     std::fill(dQi, dQi + D, 0.0);
-    for (int j = 0; j < n; ++j) axpy(rounded(round, p[j] * (dp[j] - delta)), k + j * D, dQi, D);  // dS_ij k_j
+    for (int j = 0; j < n; ++j) axpy(rounded(round, p[j] * (dp[j] - delta[c])), k + j * D, dQi, D);  // dS_ij k_j
     for (long long d = 0; d < D; ++d) dQi[d] = rounded(round, s.scale * dQi[d]);
   }
 }
@@ -277,8 +270,7 @@ void attention_backward_dkdv_row(const AttnShape& s, const float* q, const float
 void attention_backward_stats(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
                               const int* rows, int n_rows, Rounding round, double* lse, double* delta, const float* o) {
   const BwdPrecision prec{round, o};
-  for (int r = 0; r < n_rows; ++r)
-    attention_backward_stats_row(s, q, k, v, dout, rows[r], &prec, 1, &lse[r], &delta[r]);
+  for (int r = 0; r < n_rows; ++r) attention_backward_q_row(s, q, k, v, dout, rows[r], &prec, 1, &lse[r], &delta[r]);
 }
 
 void attention_backward_dq_rows(const AttnShape& s, const float* q, const float* k, const float* v, const float* dout,
@@ -286,7 +278,8 @@ void attention_backward_dq_rows(const AttnShape& s, const float* q, const float*
   const BwdPrecision prec{round, o};
   for (int r = 0; r < n_rows; ++r) {
     double* dq_r = dq + std::size_t(r) * s.head_dim;
-    attention_backward_dq_row(s, q, k, v, dout, rows[r], &prec, 1, &dq_r);
+    double lse, delta;
+    attention_backward_q_row(s, q, k, v, dout, rows[r], &prec, 1, &lse, &delta, &dq_r);
   }
 }
 

@@ -98,20 +98,19 @@ void attention_backward_dkdv_rows(const AttnShape& shape, const float* q, const 
                                   const float* dout, const double* lse, const double* delta, const int* key_rows,
                                   int n_rows, Rounding round, double* dk, double* dv);
 
-// One row of the three functions above in several precisions at once: precs[0, n_prec), each a rounding (null:
+// The three functions above for one row in several precisions at once: precs[0, n_prec), each a rounding (null:
 // fp64) and the O it is given (null: none; unused by dK, dV). Each (query, key) pair's two dot products, q_i·k_j
 // and dO_i·v_j, are computed once for all of them and rounded per precision, so every output is bit for bit what
-// one call per precision gives (the functions above are these with one precision). Outputs per precision c:
-// lse[c], delta[c]; dq[c] [head_dim]; dk[c], dv[c] [head_dim], from lse[c], delta[c] [seq_q].
+// one call per precision gives (the functions above are these with one precision). Query row i: its lse[c] and
+// delta[c] in each precision c, and with dq (else null) its dQ row dq[c] [head_dim], from the same pass. Key
+// row j: dk[c], dv[c] [head_dim], from lse[c], delta[c] [seq_q].
 struct BwdPrecision {
   Rounding round;
   const float* o;
 };
-void attention_backward_stats_row(const AttnShape& shape, const float* q, const float* k, const float* v,
-                                  const float* dout, int i, const BwdPrecision* precs, int n_prec, double* lse,
-                                  double* delta);
-void attention_backward_dq_row(const AttnShape& shape, const float* q, const float* k, const float* v,
-                               const float* dout, int i, const BwdPrecision* precs, int n_prec, double* const* dq);
+void attention_backward_q_row(const AttnShape& shape, const float* q, const float* k, const float* v, const float* dout,
+                              int i, const BwdPrecision* precs, int n_prec, double* lse, double* delta,
+                              double* const* dq = nullptr);
 void attention_backward_dkdv_row(const AttnShape& shape, const float* q, const float* k, const float* v,
                                  const float* dout, const double* const* lse, const double* const* delta, int j,
                                  const BwdPrecision* precs, int n_prec, double* const* dk, double* const* dv);

@@ -571,14 +571,14 @@ TEST_P(LowpBackward, SeveralPrecisionsAtOnceAreEachPrecisionAlone) {
   const int n = int(precs.size()), D = s.head_dim;
   std::vector<Vec> lse(n, Vec(s.seq_q)), delta = lse;
   for (int i = 0; i < s.seq_q; ++i) {
-    Vec l(n), d(n);
-    ref::attention_backward_stats_row(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), i, precs.data(), n,
-                                      l.data(), d.data());
-    Vec dq_all(n * D);
+    Vec l(n), d(n), l2(n), d2(n), dq_all(n * D);
     std::vector<double*> dq_out;
     for (int p = 0; p < n; ++p) dq_out.push_back(&dq_all[p * D]);
-    ref::attention_backward_dq_row(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), i, precs.data(), n,
-                                   dq_out.data());
+    ref::attention_backward_q_row(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), i, precs.data(), n, l.data(),
+                                  d.data(), dq_out.data());
+    ref::attention_backward_q_row(s, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), i, precs.data(), n, l2.data(),
+                                  d2.data());  // the statistics alone
+    for (int p = 0; p < n; ++p) ASSERT_TRUE(bits_equal(l[p], l2[p]) && bits_equal(d[p], d2[p])) << "precision " << p;
     for (int p = 0; p < n; ++p) {
       double l1 = 0, d1 = 0;
       Vec dq1(D);
