@@ -132,9 +132,11 @@ RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<s
     const ref::AttnShape shape = head_shape(a, in, h);
     const std::size_t g = kv_head_of(a, h);  // the K/V head query head h reads
     const float *q = in.q.data() + h * qs, *k = in.k.data() + g * ks, *v = in.v.data() + g * ks;
-    double lse_lowp;
-    ref::attention_forward_rows(shape, q, k, v, &i, 1, nullptr, &r.o[t * D], &r.lse[t]);
-    ref::attention_forward_rows(shape, q, k, v, &i, 1, rounding(a.dtype), &r.o_lowp[t * D], &lse_lowp);
+    const ref::Rounding rounds[2] = {nullptr, rounding(a.dtype)};  // fp64 and low precision, from one row of scores
+    double* o[2] = {&r.o[t * D], &r.o_lowp[t * D]};
+    double lse[2];
+    ref::attention_forward_row(shape, q, k, v, i, rounds, 2, o, lse);
+    r.lse[t] = lse[0];
   });
   return r;
 }

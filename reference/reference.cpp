@@ -74,16 +74,23 @@ int visible_keys(const AttnShape& s, int i) {
   return s.causal ? std::clamp(i + 1 + s.causal_offset, 0, s.seq_k) : s.seq_k;
 }
 
-// Query row i of one head (Q [seq_q, D], K and V [seq_k, D]) into o_row [D]; returns its LSE.
-// srow and prow: scratch of seq_k. round: see attention_forward_rows (null: plain fp64).
+// Query row i's scores with its n visible keys (masked keys would get S = -inf, i.e. P = 0: skipped):
+// s_raw[j] = scale·(q_i·k_j), before any rounding. Returns n.
 template <class T>
-double forward_row(const AttnShape& s, const T* Q, const T* K, const T* V, int i, Rounding round, double* srow,
+int row_scores(const AttnShape& s, const T* Q, const T* K, int i, double* s_raw) {
+  const long long D = s.head_dim;
+  const int n = visible_keys(s, i);
+  for (int j = 0; j < n; ++j) s_raw[j] = s.scale * dot(Q + i * D, K + j * D, D);
+  return n;
+}
+
+// Query row i of one head from its scores (row_scores) into o_row [D]; returns its LSE. srow and prow:
+// scratch of seq_k. round: see attention_forward_rows (null: plain fp64).
+template <class T>
+double forward_row(const AttnShape& s, const T* V, int n, const double* s_raw, Rounding round, double* srow,
                    double* prow, double* o_row) {
   const long long D = s.head_dim;
-  const int n = visible_keys(s, i);  // masked keys would get S = -inf, i.e. P = 0: skip them
-  for (int j = 0; j < n; ++j) srow[j] = s.scale * dot(Q + i * D, K + j * D, D);
-  if (round)
-    for (int j = 0; j < n; ++j) srow[j] = round(srow[j]);
+  for (int j = 0; j < n; ++j) srow[j] = round ? round(s_raw[j]) : s_raw[j];
   const double lse = softmax_row(srow, prow, n);
   if (round)
     for (int j = 0; j < n; ++j) prow[j] = round(prow[j]);
@@ -172,15 +179,27 @@ void attention_forward(const AttnShape& s, const double* q, const double* k, con
     const double* V = v + bh * s.seq_k * D;  // [seq_k, D]
     double* O = o + bh * s.seq_q * D;        // [seq_q, D]
     double* L = lse + bh * s.seq_q;          // [seq_q]
-    for (int i = 0; i < s.seq_q; ++i) L[i] = forward_row(s, Q, K, V, i, nullptr, srow.data(), prow.data(), O + i * D);
+    for (int i = 0; i < s.seq_q; ++i) {
+      const int n = row_scores(s, Q, K, i, srow.data());
+      L[i] = forward_row(s, V, n, srow.data(), nullptr, srow.data(), prow.data(), O + i * D);
+    }
   }
+}
+
+void attention_forward_row(const AttnShape& s, const float* q, const float* k, const float* v, int i,
+                           const Rounding* rounds, int n_prec, double* const* o, double* lse) {
+  std::vector<double> s_raw(s.seq_k), srow(s.seq_k), prow(s.seq_k);
+  const int n = row_scores(s, q, k, i, s_raw.data());
+  for (int c = 0; c < n_prec; ++c)
+    lse[c] = forward_row(s, v, n, s_raw.data(), rounds[c], srow.data(), prow.data(), o[c]);
 }
 
 void attention_forward_rows(const AttnShape& s, const float* q, const float* k, const float* v, const int* rows,
                             int n_rows, Rounding round, double* o, double* lse) {
-  std::vector<double> srow(s.seq_k), prow(s.seq_k);
-  for (int r = 0; r < n_rows; ++r)
-    lse[r] = forward_row(s, q, k, v, rows[r], round, srow.data(), prow.data(), o + std::size_t(r) * s.head_dim);
+  for (int r = 0; r < n_rows; ++r) {
+    double* o_r = o + std::size_t(r) * s.head_dim;
+    attention_forward_row(s, q, k, v, rows[r], &round, 1, &o_r, &lse[r]);
+  }
 }
 
 // The backward, for L a scalar loss and dO = dL/dO given:

@@ -55,6 +55,10 @@ using Rounding = double (*)(double);
 //     lse_i = log(sum_j exp(S_ij)) of the rounded S, in fp64 (not rounded: LSE is fp32 output).
 void attention_forward_rows(const AttnShape& shape, const float* q, const float* k, const float* v, const int* rows,
                             int n_rows, Rounding round, double* o, double* lse);
+// Query row i in several roundings at once (rounds[0, n_prec), null: fp64), its scores q_i·k_j computed once for
+// all of them: o[c] [head_dim] and lse[c] bit for bit what attention_forward_rows gives with rounds[c].
+void attention_forward_row(const AttnShape& shape, const float* q, const float* k, const float* v, int i,
+                           const Rounding* rounds, int n_prec, double* const* o, double* lse);
 
 // Gradients of the forward above for an upstream gradient dout = dL/dO. Recomputes O and LSE
 // itself. dq like q, dk like k, dv like v.

@@ -369,6 +369,24 @@ TEST_P(LowpReference, Fp64RowsAreAttentionForward) {
   EXPECT_TRUE(std::equal(o2.begin() + c.s.head_dim, o2.end(), o.begin()));
 }
 
+// Both roundings of a row at once (one row of scores for both, as the harness asks for them) give
+// what one call each gives, bit for bit.
+TEST_P(LowpReference, BothRoundingsAtOnceAreEachAlone) {
+  const LowpCase c = GetParam();
+  const LowpRows r(c, 45);
+  const int D = c.s.head_dim;
+  const ref::Rounding rounds[2] = {nullptr, fa::rounding(c.t)};
+  for (int i = 0; i < c.s.seq_q; ++i) {
+    Vec o(2 * size_t(D)), lse(2);
+    double* out[2] = {o.data(), o.data() + D};
+    ref::attention_forward_row(c.s, r.q.data(), r.k.data(), r.v.data(), i, rounds, 2, out, lse.data());
+    EXPECT_EQ(lse[0], r.lse[i]);
+    EXPECT_EQ(lse[1], r.lse_lowp[i]);
+    EXPECT_TRUE(std::equal(o.begin(), o.begin() + D, r.o.begin() + size_t(i) * D)) << "fp64 row " << i;
+    EXPECT_TRUE(std::equal(o.begin() + D, o.end(), r.o_lowp.begin() + size_t(i) * D)) << "low-precision row " << i;
+  }
+}
+
 // The low-precision rows: every O a value of the type, and within the first-order error of the
 // three roundings, per row, with u the unit roundoff (2^-11 f16, 2^-8 bf16):
 //   S_ij rounded (|dS| <= u·max|S_i|)  moves P_ij by a factor within exp(±2u·max|S_i|) = 1 ± E,
