@@ -141,21 +141,18 @@ RowRef reference_rows(const AttnParams& a, const Inputs& in, const std::vector<s
   return r;
 }
 
-namespace {
-// reference_bwd_rows, or with `given_only` its dq_given, dk_given alone (the rest left empty).
-BwdRowRef bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
-                   const std::vector<std::size_t>& k_rows, bool given_only) {
+BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
+                             const std::vector<std::size_t>& k_rows, const std::vector<float>* prev_o) {
   refuse_kv_cache_backward(a);
-  if (given_only && in.o.empty()) throw UsageError("reference_bwd_given_rows needs a given O (Inputs::o)");
-  const bool all = !given_only;
+  if (prev_o && prev_o->size() != in.q.size())
+    throw UsageError("reference_bwd_rows: a second O of " + std::to_string(prev_o->size()) + " elements, Q has " +
+                     std::to_string(in.q.size()));
   const std::size_t D = a.head_dim, qs = std::size_t(a.seq_q) * D, ks = std::size_t(a.seq_k) * D;
   const ref::AttnShape shape = head_shape(a, in, 0);  // every head alike without a KV cache
   const ref::Rounding lowp = rounding(a.dtype);
   BwdRowRef r{q_rows, k_rows};
-  if (all) {
-    r.dq.resize(q_rows.size() * D), r.dq_lowp.resize(q_rows.size() * D);
-    for (auto* x : {&r.dk, &r.dk_lowp, &r.dv, &r.dv_lowp}) x->resize(k_rows.size() * D);
-  }
+  r.dq.resize(q_rows.size() * D), r.dq_lowp.resize(q_rows.size() * D);
+  for (auto* x : {&r.dk, &r.dk_lowp, &r.dv, &r.dv_lowp}) x->resize(k_rows.size() * D);
   auto head = [&](std::size_t h) {  // pointers to query head h's Q, dO and the K, V it reads
     const std::size_t g = kv_head_of(a, h);
     return std::tuple{in.q.data() + h * qs, in.k.data() + g * ks, in.v.data() + g * ks, in.dout.data() + h * qs};
@@ -164,19 +161,21 @@ BwdRowRef bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std:
 
   const bool given = !in.o.empty();
   if (given) r.dq_given.resize(q_rows.size() * D), r.dk_given.resize(k_rows.size() * D);
-  // The precisions of query head h's rows, in this order: fp64 and low precision (all), and fp64 with delta
-  // from the given O (given: identity rounding). Each call below computes a row's dot products once for them all.
+  if (prev_o) r.dq_prev.resize(q_rows.size() * D), r.dk_prev.resize(k_rows.size() * D);
+  // The precisions of query head h's rows, in this order: fp64, low precision, and fp64 with delta from the
+  // given O (given: identity rounding) and from the second O (prev_o). Each call below computes a row's dot
+  // products once for them all.
   auto precisions = [&](std::size_t h) {
-    std::vector<ref::BwdPrecision> p;
-    if (all) p.push_back({nullptr, nullptr}), p.push_back({lowp, given_o(h)});
+    std::vector<ref::BwdPrecision> p{{nullptr, nullptr}, {lowp, given_o(h)}};
     if (given) p.push_back({no_rounding, given_o(h)});
+    if (prev_o) p.push_back({no_rounding, prev_o->data() + h * qs});
     return p;
   };
   // Where query row q_rows[t] puts its dQ row in each precision, as precisions() orders them.
   auto dq_out = [&](std::size_t t) {
-    std::vector<double*> out;
-    if (all) out.push_back(&r.dq[t * D]), out.push_back(&r.dq_lowp[t * D]);
+    std::vector<double*> out{&r.dq[t * D], &r.dq_lowp[t * D]};
     if (given) out.push_back(&r.dq_given[t * D]);
+    if (prev_o) out.push_back(&r.dq_prev[t * D]);
     return out;
   };
 
@@ -232,9 +231,9 @@ BwdRowRef bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std:
     for (std::size_t c = 0; c < n_prec; ++c) dk_out.push_back(dk[c].data()), dv_out.push_back(dv[c].data());
     // Where each precision's rows go (the given precision's dv: = the fp64 row up to roundoff, as dV does not
     // depend on delta; not kept).
-    std::vector<std::pair<double*, double*>> sums;
-    if (all) sums.push_back({&r.dk[t * D], &r.dv[t * D]}), sums.push_back({&r.dk_lowp[t * D], &r.dv_lowp[t * D]});
+    std::vector<std::pair<double*, double*>> sums{{&r.dk[t * D], &r.dv[t * D]}, {&r.dk_lowp[t * D], &r.dv_lowp[t * D]}};
     if (given) sums.push_back({&r.dk_given[t * D], nullptr});
+    if (prev_o) sums.push_back({&r.dk_prev[t * D], nullptr});
     for (std::size_t m = 0; m < group.size(); ++m) {
       const auto [q, k, v, dout] = head(group[m]);
       const Stats& st = stats[slot.at(group[m])];
@@ -250,17 +249,6 @@ BwdRowRef bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std:
     }
   });
   return r;
-}
-}  // namespace
-
-BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
-                             const std::vector<std::size_t>& k_rows) {
-  return bwd_rows(a, in, q_rows, k_rows, false);
-}
-
-BwdRowRef reference_bwd_given_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
-                                   const std::vector<std::size_t>& k_rows) {
-  return bwd_rows(a, in, q_rows, k_rows, true);
 }
 
 std::vector<float> gather_rows(const std::vector<float>& all, const std::vector<std::size_t>& ids,

@@ -7,8 +7,8 @@
 //   reference_rows      fp64 and ref_lowp of query rows of the forward: the fp16/bf16 rule
 //   reference_bwd_rows  fp64 and ref_lowp of rows of dQ (query rows) and of dK, dV (key rows):
 //                       the fp16/bf16 rule for the backward (harness/tolerance.h)
-//   reference_bwd_given_rows  of those, what delta from a given O alone moves: for a previous
-//                       step whose forward differs (tolerance.h, add_from_prev_o)
+//                       and, for a previous step whose forward differs, what delta from its O
+//                       alone moves (BwdRowRef::dq_prev; tolerance.h, add_from_prev_o)
 // Rows are named by their flattened index over all heads: (b·H + h)·seq_q + i for a query row,
 // (b·KVH + kv)·seq_k + j for a key row (KVH = H without grouped-query attention); results hold
 // the chosen rows in the order given.
@@ -52,18 +52,16 @@ struct BwdRowRef {
   // rowsum(dO∘O) of that O, so these differ from dq, dk by what O's rounding alone does to the
   // gradients (tolerance.h, lowp_row_bounds). dV does not depend on delta. Empty without a given O.
   std::vector<double> dq_given, dk_given;
+  // With a second O (prev_o: a previous step's, when its forward differs from the step's): the same as
+  // dq_given, dk_given for that O (tolerance.h, add_from_prev_o), from the same passes. Empty without one.
+  std::vector<double> dq_prev, dk_prev;
 };
 // A key row needs the statistics of every query row of every query head that reads its K/V head:
-// each such head costs about 2·seq_q·seq_k·head_dim multiply-adds per precision before its first
-// key row, and with GQA a key row sums the dK, dV terms of its group's query heads.
+// each such head costs two dot products per (query, key) pair, shared by the precisions, before its
+// first key row (a query row asked for gets its dQ from the same pass), and with GQA a key row sums
+// the dK, dV terms of its group's query heads. prev_o: a second O of Q's shape, or null.
 BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
-                             const std::vector<std::size_t>& k_rows);
-// Only dq_given and dk_given of reference_bwd_rows (the same values, bit for bit; the rest left
-// empty), for a second O given: the previous step's, when its forward differs from the step's
-// (tolerance.h, add_from_prev_o). One precision of reference_bwd_rows's three. Throws UsageError without
-// a given O.
-BwdRowRef reference_bwd_given_rows(const AttnParams& a, const Inputs& in, const std::vector<std::size_t>& q_rows,
-                                   const std::vector<std::size_t>& k_rows);
+                             const std::vector<std::size_t>& k_rows, const std::vector<float>* prev_o = nullptr);
 
 // The rows `ids` of a [rows, per_row] result, one after the other.
 std::vector<float> gather_rows(const std::vector<float>& all, const std::vector<std::size_t>& ids, std::size_t per_row);

@@ -531,7 +531,8 @@ double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, co
     k_rows.push_back(heads[t / a.seq_k] * a.seq_k + t % a.seq_k);
   Inputs given = runs.in;  // ref_lowp's delta from the O this step's backward was given (out.o)
   given.o = out.o;
-  const BwdRowRef ref = reference_bwd_rows(a, given, q_rows, k_rows);
+  const bool other_o = theirs && theirs->o != out.o;  // a previous step with another forward: its O too
+  const BwdRowRef ref = reference_bwd_rows(a, given, q_rows, k_rows, other_o ? &theirs->o : nullptr);
 
   const std::string name = runs.me.step.name,
                     n_heads = std::to_string(bkv) + (kv_heads_of(a) == a.heads ? "" : " K/V");
@@ -553,13 +554,9 @@ double check_lowp_bwd(const Problem& p, const Runs& runs, const Outputs& out, co
   // neighbouring 16-bit values, and the sampled rows' ulp covers only their own magnitudes. A
   // previous step with another forward (another O) carries the error of its own O as well.
   std::vector<double> prev_bound[3] = {bound[0], bound[1], bound[2]};
-  const bool other_o = theirs && theirs->o != out.o;
   if (other_o) {
-    Inputs prev_given = runs.in;
-    prev_given.o = theirs->o;
-    const BwdRowRef prev = reference_bwd_given_rows(a, prev_given, q_rows, k_rows);
-    add_from_prev_o(prev_bound[0], ref.dq, prev.dq_given, D);
-    add_from_prev_o(prev_bound[1], ref.dk, prev.dk_given, D);
+    add_from_prev_o(prev_bound[0], ref.dq, ref.dq_prev, D);
+    add_from_prev_o(prev_bound[1], ref.dk, ref.dk_prev, D);
   }
   for (int g = 0; theirs && g < 3; ++g) {
     const double max_bound = tol::kSampledBoundMargin * *std::max_element(prev_bound[g].begin(), prev_bound[g].end());

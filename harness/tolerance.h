@@ -145,7 +145,7 @@ inline std::vector<double> lowp_row_bounds(const std::vector<double>& ref, const
 
 // The rule's term for a previous step whose forward differs (above): adds to each row of `bound`
 // (this step's, of lowp_row_bounds) max_j |ref_prev_ij − ref_ij|, ref_prev the fp64 backward with
-// delta from the previous step's O (BwdRowRef::dq_given of reference_bwd_given_rows, for dQ and dK).
+// delta from the previous step's O (BwdRowRef::dq_prev, dk_prev of reference_bwd_rows, for dQ and dK).
 inline void add_from_prev_o(std::vector<double>& bound, const std::vector<double>& ref,
                             const std::vector<double>& ref_prev, std::size_t cols) {
   for (std::size_t i = 0; i < bound.size(); ++i) {

@@ -137,12 +137,14 @@ struct LowpBwdReference {
 };
 // `o`: the O the step's backward was given (its forward's output): ref_lowp's delta is rowsum(dO∘O)
 // of it, as the step computes it, so the forward's error in O reaches both sides alike.
-inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& inputs, const std::vector<float>& o) {
+// prev_o: a second O (lowp_bwd_reference_vs_prev), or null.
+inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& inputs, const std::vector<float>& o,
+                                           const std::vector<float>* prev_o = nullptr) {
   LowpBwdReference r;
   Inputs in = inputs;
   in.o = o;
   r.rows = fa::attention::reference_bwd_rows(s.params(), in, all_indices(s.rows()),
-                                             all_indices(std::size_t(s.batch) * s.kvh() * s.seq_k));
+                                             all_indices(std::size_t(s.batch) * s.kvh() * s.seq_k), prev_o);
   using fa::tol::kAttnGradAtolFloor;  // fp32's cancellation floor (tolerance.h)
   r.bound[0] = fa::lowp_row_bounds(r.rows.dq, r.rows.dq_lowp, s.head_dim, s.dtype, &r.rows.dq_given, kAttnGradAtolFloor);
   r.bound[1] = fa::lowp_row_bounds(r.rows.dk, r.rows.dk_lowp, s.head_dim, s.dtype, &r.rows.dk_given, kAttnGradAtolFloor);
@@ -155,14 +157,10 @@ inline LowpBwdReference lowp_bwd_reference(const Shape& s, const Inputs& inputs,
 // where they are equal, the bounds of lowp_bwd_reference(s, inputs, o).
 inline LowpBwdReference lowp_bwd_reference_vs_prev(const Shape& s, const Inputs& inputs, const std::vector<float>& o,
                                                    const std::vector<float>& prev_o) {
-  LowpBwdReference r = lowp_bwd_reference(s, inputs, o);
-  if (prev_o == o) return r;
-  Inputs in = inputs;
-  in.o = prev_o;
-  const fa::attention::BwdRowRef prev =
-      fa::attention::reference_bwd_given_rows(s.params(), in, r.rows.q_rows, r.rows.k_rows);
-  fa::add_from_prev_o(r.bound[0], r.rows.dq, prev.dq_given, s.head_dim);
-  fa::add_from_prev_o(r.bound[1], r.rows.dk, prev.dk_given, s.head_dim);
+  if (prev_o == o) return lowp_bwd_reference(s, inputs, o);
+  LowpBwdReference r = lowp_bwd_reference(s, inputs, o, &prev_o);
+  fa::add_from_prev_o(r.bound[0], r.rows.dq, r.rows.dq_prev, s.head_dim);
+  fa::add_from_prev_o(r.bound[1], r.rows.dk, r.rows.dk_prev, s.head_dim);
   return r;
 }
 

@@ -862,23 +862,36 @@ TEST(AttentionReference, GivenOMovesTheGradientsOnlyThroughDelta) {
   }
 }
 
-// reference_bwd_given_rows (a previous step's O): dq_given and dk_given of reference_bwd_rows, bit
-// for bit, on a grouped problem (dK sums a group), and nothing else; without a given O it refuses.
-TEST(AttentionReference, GivenRowsAloneMatchTheFullReference) {
+// A second O (reference_bwd_rows's prev_o, a previous step's): dq_prev and dk_prev are, bit for bit, the
+// dq_given and dk_given of a call with that O given, on a grouped problem (dK sums a group); every other
+// output is what the call without it gives; a second O of another size is refused.
+TEST(AttentionReference, SecondOMatchesThatOGiven) {
   fa::AttnParams a = attn(1, 4, 12, 10, 16, true, DType::BF16);
   a.kv_heads = 2;
   fa::attention::Inputs in = fa::attention::make_inputs(a, true, 13);
   const std::vector<std::size_t> q_rows{0, 1, 17, 47}, k_rows{0, 9, 13, 19};
-  EXPECT_THROW(fa::attention::reference_bwd_given_rows(a, in, q_rows, k_rows), fa::UsageError);
   const fa::attention::RowRef fwd = fa::attention::reference_rows(a, in, all_rows(fa::attention::rows(a)));
   for (std::size_t e = 0; e < fwd.o.size(); ++e) in.o.push_back(fa::round_to(DType::BF16, float(fwd.o[e])));
-  const fa::attention::BwdRowRef full = fa::attention::reference_bwd_rows(a, in, q_rows, k_rows),
-                                 given = fa::attention::reference_bwd_given_rows(a, in, q_rows, k_rows);
-  ASSERT_EQ(given.dq_given.size(), q_rows.size() * a.head_dim);
-  EXPECT_EQ(given.dq_given, full.dq_given);
-  EXPECT_EQ(given.dk_given, full.dk_given);
-  for (const auto* x : {&given.dq, &given.dq_lowp, &given.dk, &given.dk_lowp, &given.dv, &given.dv_lowp})
-    EXPECT_TRUE(x->empty());
+  std::vector<float> prev = in.o;  // another O: the same rounded to fewer bits
+  for (float& x : prev) x = fa::round_to(DType::F16, x * 1.001f);
+  const fa::attention::BwdRowRef with = fa::attention::reference_bwd_rows(a, in, q_rows, k_rows, &prev),
+                                 without = fa::attention::reference_bwd_rows(a, in, q_rows, k_rows);
+  fa::attention::Inputs in_prev = in;
+  in_prev.o = prev;
+  const fa::attention::BwdRowRef given_prev = fa::attention::reference_bwd_rows(a, in_prev, q_rows, k_rows);
+  ASSERT_EQ(with.dq_prev.size(), q_rows.size() * a.head_dim);
+  ASSERT_EQ(with.dk_prev.size(), k_rows.size() * a.head_dim);
+  EXPECT_EQ(with.dq_prev, given_prev.dq_given);
+  EXPECT_EQ(with.dk_prev, given_prev.dk_given);
+  EXPECT_NE(with.dq_prev, with.dq_given);  // the second O moved something
+  for (auto [x, y] : {std::pair{&with.dq, &without.dq}, std::pair{&with.dq_lowp, &without.dq_lowp},
+                      std::pair{&with.dk, &without.dk}, std::pair{&with.dk_lowp, &without.dk_lowp},
+                      std::pair{&with.dv, &without.dv}, std::pair{&with.dv_lowp, &without.dv_lowp},
+                      std::pair{&with.dq_given, &without.dq_given}, std::pair{&with.dk_given, &without.dk_given}})
+    EXPECT_EQ(*x, *y);
+  EXPECT_TRUE(without.dq_prev.empty() && without.dk_prev.empty());
+  prev.pop_back();
+  EXPECT_THROW(fa::attention::reference_bwd_rows(a, in, q_rows, k_rows, &prev), fa::UsageError);
 }
 
 // ---- CLI ------------------------------------------------------------------------------------
