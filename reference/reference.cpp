@@ -110,11 +110,8 @@ double rounded(Rounding round, double x) { return round ? round(x) : x; }
 int row_dots(const AttnShape& s, const float* Q, const float* K, const float* V, const float* dO, int i, double* s_raw,
              double* dp_raw) {
   const long long D = s.head_dim;
-  const int n = visible_keys(s, i);
-  for (int j = 0; j < n; ++j) {
-    s_raw[j] = s.scale * dot(Q + i * D, K + j * D, D);
-    dp_raw[j] = dot(dO + i * D, V + j * D, D);
-  }
+  const int n = row_scores(s, Q, K, i, s_raw);
+  for (int j = 0; j < n; ++j) dp_raw[j] = dot(dO + i * D, V + j * D, D);
   return n;
 }
 
