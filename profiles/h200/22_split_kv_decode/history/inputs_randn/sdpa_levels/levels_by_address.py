@@ -2,8 +2,10 @@
 """levels_by_address.py: do SDPA-cuDNN's timing levels (values_or_placement.txt) follow where its tensors lie?
 On two decode shapes, 16 draws of randn Q, K and V held at once, each timed by bench.py's median_ms under the cuDNN
 backend; per draw, the time and the offsets within a 2 MiB page of Q, K, V and of the output the timed calls
-returned (SDPA allocates it, and cuDNN's workspace, from PyTorch's caching allocator on every call). Not yet run:
-prepared for a device session (about half a minute). Run from the repository's root."""
+returned (SDPA allocates it, and cuDNN's workspace, from PyTorch's caching allocator on every call); then the same
+median again with torch.profiler tracing the GPU (sdpa_kernels.txt: under the profiler the kernels' span showed no
+slow level: does the event-timed median under it?). Not yet run: prepared for a device session (about half a
+minute). Run from the repository's root."""
 import os
 import sys
 
@@ -12,6 +14,7 @@ import bench  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from torch.profiler import profile, ProfilerActivity  # noqa: E402
 
 PAGE = 2 << 20
 flush = bench.flush_buffer(torch)
@@ -29,7 +32,9 @@ for b, kvh, n in ((1, 8, 1024), (1, 1, 16384)):
 
         with torch.no_grad(), sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             ms = bench.median_ms(torch, call, flush, 20, 3)
+            with profile(activities=[ProfilerActivity.CUDA]):
+                ms_traced = bench.median_ms(torch, call, flush, 20, 3)
         offsets = " ".join(f"{name} {t.data_ptr() % PAGE:#9x}" for name, t in (("q", q), ("k", k), ("v", v)))
-        print(f"B{b} KV{kvh} Sk{n} draw {i:2d}: {1e3 * ms:5.1f} us  {offsets}  out {sorted(hex(o) for o in outs)}",
-              flush=True)
+        print(f"B{b} KV{kvh} Sk{n} draw {i:2d}: {1e3 * ms:5.1f} us (traced {1e3 * ms_traced:5.1f} us)  {offsets}  "
+              f"out {sorted(hex(o) for o in outs)}", flush=True)
     del draws
