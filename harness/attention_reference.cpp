@@ -180,8 +180,9 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
   };
 
   // The statistics (lse, delta; in each precision) of every query row of each query head that reads a K/V
-  // head with a key row (its group), one query row per task: stat[c][i] of precision c, as precisions() orders
-  // them. A query row whose dQ is asked for gets it from the same pass (its dot products computed once).
+  // head with a key row (its group), one query row per task: lse[c][i] and delta[c][i] of precision c, as
+  // precisions() orders them. A query row whose dQ is asked for gets it from the same pass (its dot products
+  // computed once).
   std::map<std::size_t, std::size_t> slot;  // query head -> its place in `stats`
   for (std::size_t id : k_rows)
     for (std::size_t h : group_of(a, id / a.seq_k)) slot.emplace(h, slot.size());
@@ -229,7 +230,7 @@ BwdRowRef reference_bwd_rows(const AttnParams& a, const Inputs& in, const std::v
     std::vector<std::vector<double>> dk(n_prec, std::vector<double>(D)), dv = dk;
     std::vector<double*> dk_out, dv_out;
     for (std::size_t c = 0; c < n_prec; ++c) dk_out.push_back(dk[c].data()), dv_out.push_back(dv[c].data());
-    // Where each precision's rows go (the given precision's dv: = the fp64 row up to roundoff, as dV does not
+    // Where each precision's rows go (the given and second O's dv: = the fp64 row up to roundoff, as dV does not
     // depend on delta; not kept).
     std::vector<std::pair<double*, double*>> sums{{&r.dk[t * D], &r.dv[t * D]}, {&r.dk_lowp[t * D], &r.dv_lowp[t * D]}};
     if (given) sums.push_back({&r.dk_given[t * D], nullptr});

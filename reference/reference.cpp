@@ -269,9 +269,8 @@ void attention_backward_dkdv_row(const AttnShape& s, const float* q, const float
     const float *Qi = q + i * D, *dOi = dout + i * D;
     const double s_raw = s.scale * dot(Qi, Kj, D), dp_raw = dot(dOi, Vj, D);  // once for every precision
     for (int c = 0; c < n_prec; ++c) {
+      if (lse[c][i] == -kInf) continue;  // the row attends to nothing: no term
       const Rounding round = precs[c].round;
-      if (lse[c][i] == -kInf) continue;  // the row attends to nothing
-
       const double p = rounded(round, std::exp(rounded(round, s_raw) - lse[c][i]));  // P_ij
       const double dp = rounded(round, dp_raw);                                      // dP_ij
       axpy(p, dOi, dv[c], D);                                                        // dV_j += P_ij dO_i
