@@ -681,6 +681,12 @@ BLOCKS = {
             os.path.join(DECODE, "history", "l2_ahead", "run", "l2_23_ab.csv"), "h200"),
         "results:l2_ahead_ncu": lambda: l2_ahead_ncu_table(
             os.path.join(DECODE, "history", "l2_ahead", "run", "ncu_l2.txt")),
+        "results:merge_unroll_22_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "merge_unroll", "run", "ab2_22.csv"), "h200"),
+        "results:merge_unroll_23_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "merge_unroll", "run", "ab2_23.csv"), "h200"),
+        "results:merge_unroll_dispatch_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "merge_unroll", "run", "ab3_22.csv"), "h200"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             PROBE_AB_PROTOCOL),
