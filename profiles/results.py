@@ -687,6 +687,7 @@ BLOCKS = {
             os.path.join(DECODE, "history", "merge_unroll", "run", "ab2_23.csv"), "h200"),
         "results:merge_unroll_dispatch_ab": lambda: decode_variants_ab_table(
             os.path.join(DECODE, "history", "merge_unroll", "run", "ab3_22.csv"), "h200"),
+        "results:read_floor_h200": lambda: read_floor_table(gpu="h200"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
             PROBE_AB_PROTOCOL),
@@ -1725,14 +1726,14 @@ def decode_variants_ab_table(csv_name, gpu=GPU, protocol=None):
         ".\n\n" + source_line([csv_name], gpu)
 
 
-READ_FLOOR_MISSING = "*Not measured yet: no `profiles/" + GPU + "/{csv}` (on a GPU: `build/bin/read_floor > " \
-    "profiles/" + GPU + "/{csv}`).*"
+READ_FLOOR_MISSING = "*Not measured yet: no `profiles/{gpu}/{csv}` (on a GPU: `build/bin/read_floor > " \
+    "profiles/{gpu}/{csv}`).*"
 
 
-def read_floor_best(csv_name="read_floor.csv"):
+def read_floor_best(csv_name="read_floor.csv", gpu=GPU):
     """profiles/<gpu>/csv_name (profiles/microbench/read_floor.cu) -> {bytes: (the fastest checked launch's µs,
     'blocks/SM × loads' of it, the copy's GB/s)}; {} where not measured."""
-    path = os.path.join(gpu_dir(), csv_name)
+    path = os.path.join(gpu_dir(gpu), csv_name)
     best = {}
     for r in (read_csv(path) if os.path.exists(path) else []):
         b, us = int(r["bytes"]), float(r["median_us"])
@@ -1747,7 +1748,7 @@ def decode_vs_read_table(csv_name="read_floor.csv", variant="two-launches"):
     read-only kernel's time over each one's."""
     best = read_floor_best(csv_name)
     if not best:
-        return READ_FLOOR_MISSING.format(csv=csv_name)
+        return READ_FLOOR_MISSING.format(gpu=GPU, csv=csv_name)
     path = BENCH_OVERRIDE or os.path.join(gpu_dir(), "bench.csv")
     one = {}
     for r in (read_csv(path) if os.path.exists(path) else []):
@@ -1826,14 +1827,15 @@ def decode_stream_table(view="spins", csv_name="decode_stream.csv"):
         source_line([csv_name] + (["read_floor.csv", "bench.csv"] if view == "spins" else []))
 
 
-def read_floor_table(csv_name="read_floor.csv"):
+def read_floor_table(csv_name="read_floor.csv", gpu=GPU):
     """Doc 22: profiles/microbench/read_floor.cu's CSV (profiles/<gpu>/read_floor.csv): per buffer size (the decode
     sweep's K/V sizes), the fastest one kernel reads it (the best of its grid sizes) against the copy's rate, the
-    time that 85% of the copy's rate allows, and step 22's decode shapes of that size (bench.csv)."""
-    best = read_floor_best(csv_name)
+    time that 85% of the copy's rate allows, and step 22's decode shapes of that size (that GPU's bench.csv; the
+    docs' GPU unless a history names another)."""
+    best = read_floor_best(csv_name, gpu)
     if not best:
-        return READ_FLOOR_MISSING.format(csv=csv_name)
-    dec = decode_cells()
+        return READ_FLOOR_MISSING.format(gpu=gpu, csv=csv_name)
+    dec = decode_cells(None if gpu == GPU else os.path.join(gpu_dir(gpu), "bench.csv"))
     body = []
     for b in sorted(best):
         us, per_sm, copy = best[b]
@@ -1854,7 +1856,7 @@ def read_floor_table(csv_name="read_floor.csv"):
         "take at the decode target. Read-only / step 22: the read-only kernel's time over step 22's default (bench.csv), " \
         "for the decode shapes whose K/V bytes are this size (1.00: step 22 reads as fast as a kernel that only " \
         "reads; above 1: faster, so the read-only kernel is a reference, not a bound).\n\n" + \
-        source_line([csv_name, "bench.csv"])
+        source_line([csv_name, "bench.csv"], gpu)
 
 
 def decode_table(inputs="uniform", gpu=GPU):

@@ -1046,6 +1046,33 @@ class OneRunTables(unittest.TestCase):
         self.assertIn("| 0 (the launch alone) | 4.0 |", table)
         self.assertIn("Not measured", self.render("read_floor_table", {"bench.csv": bench}))
 
+    def test_read_floor_of_another_gpu_reads_its_own_bench(self):
+        import results
+        head = ["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs", "check"]
+        floor = [dict(zip(head, ["67108864", "67.1", "2", "8", "30.0", "0", "0", "3000", "ok"]))]
+        shape = "B1 H32 KV32 Sq1 Sk4096 D128 cache f16"
+        with tempfile.TemporaryDirectory() as d:
+            step22 = lambda ms: [self.row("22_split_kv_decode", shape, ms)]  # noqa: E731
+            for gpu, files in (("h200", {"read_floor.csv": floor, "bench.csv": step22(0.050)}),
+                               (results.GPU, {"bench.csv": step22(0.040)})):
+                for rel, rows in files.items():
+                    os.makedirs(os.path.join(d, gpu), exist_ok=True)
+                    with open(os.path.join(d, gpu, rel), "w", newline="") as f:
+                        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+                        w.writeheader()
+                        w.writerows(rows)
+            saved = results.gpu_dir
+            results.gpu_dir = lambda gpu=None: os.path.join(d, gpu or results.GPU)
+            try:
+                table = results.read_floor_table(gpu="h200")
+                missing = results.read_floor_table()
+            finally:
+                results.gpu_dir = saved
+        self.assertIn("| 67.1 | 30.0 | 2237 |", table)
+        self.assertIn("| 50.0 | 0.60 |", table)  # h200's step 22, not the docs' GPU's 40 µs
+        self.assertIn("profiles/h200/read_floor.csv", table)
+        self.assertIn(f"no `profiles/{results.GPU}/read_floor.csv`", missing)
+
     def test_import_takes_the_decode_microbench_and_pinned_splits(self):
         """results.py import: decode_stream.csv beside read_floor.csv, and gpu_session.sh's SPLITS_ARGS output
         (22_split_kv_decode/history/decode_splits_pinned.csv); other history files of a tarball are not taken."""
