@@ -16,22 +16,7 @@ case ${1:-} in
       staged_23=23_paged_kv_decode:"$g/staged_23.diff" test_staged_23=test_23_paged_kv_decode:"$g/staged_23.diff"
     ;;
   device)
-    t0=$SECONDS P=/tmp/staged W=/tmp/staged_run
-    mkdir -p "$P" "$W" && tar xJf .probe/staged.tar.xz -C "$P"
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader > "$W"/gpu.txt
-    for s in 22 23; do
-      timeout 100 "$P/test_staged_$s" > "$W/gtest_staged_$s.txt" 2>&1
-      echo "test_staged_$s rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$W/gtest_staged_$s.txt" | tr '\n' ' ') at $((SECONDS - t0)) s"
-    done
-    for s in 22 23; do
-      shapes=$g/targets.txt
-      [[ $s == 23 ]] && shapes=$g/paged_targets.txt
-      python3 profiles/knob_ab.py --experiment "$s merge staged" --rounds 3 --out "$W/ab4_$s.csv" --arm base="$P/base$s" \
-        --arm staged="$P/staged_$s" --shapes "$shapes" > "$W/ab4_${s}_summary.txt" 2>&1
-      tail -n 24 "$W/ab4_${s}_summary.txt"
-    done
-    echo "done at $((SECONDS - t0)) s"
-    tar czf "$OUT/staged.tgz" -C "$W" .
+    ARCHIVES=staged TESTED=staged ARMS=staged RUN=4 TGZ=staged NAME="merge staged" bash "$g/device2.sh"
     ;;
   *) sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 2 ;;
 esac
