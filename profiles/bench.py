@@ -478,9 +478,10 @@ def copy_gbs(torch, flush, reps, warmup):
 
 # SDPA's decode on this many allocations of its inputs, the fastest kept. At the smallest caches (a few
 # microseconds of K/V traffic) its event-timed median falls on discrete levels up to a couple of microseconds
-# apart from one allocation of the same inputs to the next, with the same kernels running as long (doc 22's
-# history, "SDPA-cuDNN's timer, not its inputs"); one allocation could catch it at a slow level and flatter the
-# steps. Every allocation is held until the shape is done, so that each lies elsewhere.
+# apart, with the same kernels running as long: between allocations in one probe, between processes in a later
+# one (doc 22's history, "SDPA-cuDNN's timer, not its inputs"); one timing could catch it at a slow level and
+# flatter the steps, and the fastest of several can only move SDPA down. Every allocation is held until the
+# shape is done, so that each lies elsewhere.
 DECODE_PLACEMENTS = 3
 
 
