@@ -687,6 +687,10 @@ BLOCKS = {
             os.path.join(DECODE, "history", "merge_unroll", "run", "ab2_23.csv"), "h200"),
         "results:merge_unroll_dispatch_ab": lambda: decode_variants_ab_table(
             os.path.join(DECODE, "history", "merge_unroll", "run", "ab3_22.csv"), "h200"),
+        "results:merge_staged_22_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "merge_unroll", "run", "ab4_22.csv"), "h200"),
+        "results:merge_staged_23_ab": lambda: decode_variants_ab_table(
+            os.path.join(DECODE, "history", "merge_unroll", "run", "ab4_23.csv"), "h200"),
         "results:read_floor_h200": lambda: read_floor_table(gpu="h200"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The staged merge (staged_22.diff, staged_23.diff; README.md, "Next: the partials staged by cp.async"), prepared
-# and not yet run.
+# The staged merge (staged_22.diff, staged_23.diff; README.md, "Next: the partials staged by cp.async"): measured
+# on an H200 (run/ab4_*), not kept.
 #   bash staged.sh build     here, with build/ configured (sm_90a): steps 22 and 23 as committed (base22, base23),
 #                            with the diffs (staged_22, staged_23) and their tests, stripped, into .probe/staged.tar.xz
 #   bash staged.sh device    on the device (carry [".probe/staged.tar.xz"], OUT set), one call of about three
