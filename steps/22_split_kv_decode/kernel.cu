@@ -24,18 +24,13 @@
 //
 // Inside a block: 4 warps, K/V tiles of 64 keys in a cp.async ring (step 10), each warp owning 16
 // keys of every tile and all the block's rows (128 and 32 where MQA's blocks of 16 rows stream long
-// chunks: wide_tiles): S = Q·Kᵀ [rows, 16 keys] is one k-step of P·V, so
-// P goes from the C fragments into A fragments as in step 09 (no shared-memory round trip). Each
-// warp keeps its own online-softmax state (m, l, O) over its keys; at the end the four states are
-// merged through shared memory, the same merge again.
+// chunks: wide_tiles): S = Q·Kᵀ [rows, 16 keys] is one k-step of P·V, so P goes from the C fragments
+// into A fragments as in step 09 (no shared-memory round trip). Each warp keeps its own online-softmax
+// state (m, l, O) over its keys; the four are merged through shared memory at the end (step 02's merge).
 // A KV cache (AttnParams::kv_cache): sequence b has seq_lens[b] keys of the capacity seq_k; rows
 // past it are never read (the copies zero-fill them). Causal aligns its last query with its last
 // key: query i sees keys j <= len − seq_q + i. Without a cache every sequence has seq_k keys and
 // causal is the series' top-left mask, so the step can be checked against step 11.
-//
-// Variants: "two-launches", the merge as a second kernel (combine, the same merge_row: the same bits),
-// "rows32", every group of more than 16 rows in blocks of 32 (the row rule switched off), "unpacked", and
-// "tiles128", tiles of 128 keys in blocks of 16 rows for every shape.
 //
 // Build + run:  cmake --build build --target 22_split_kv_decode && build/bin/22_split_kv_decode
 // Read with:    docs/22_split_kv_decode.md
@@ -125,7 +120,7 @@ struct TileCopy {
 // The merge after the grid barrier (one launch, the default): every warp of the grid merges rows (below).
 template <class T>
 __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
-                                   std::size_t rows_total, int head_dim);
+                                   std::size_t rows_total, int head_dim, float4* red);
 
 // ---- the split kernel: one (split, sequence·K/V head, row block) per block ----------------------------
 // grid (n_splits, batch·kv_heads·G/group, row blocks); block kThreads. T: __half or __nv_bfloat16. A group
@@ -344,8 +339,7 @@ __global__ void __launch_bounds__(kThreads)
     const float row_lse = L > 0.f ? M * scale + logf(L) : -INFINITY;
     const std::size_t row = row_base + r;
     if (direct) {
-      *reinterpret_cast<uint2*>(o + row * head_dim + d) =
-          make_uint2(pack<T>(sum.x, sum.y), pack<T>(sum.z, sum.w));
+      *reinterpret_cast<uint2*>(o + row * head_dim + d) = make_uint2(pack<T>(sum.x, sum.y), pack<T>(sum.z, sum.w));
       if (d == 0) lse[row] = row_lse;
     } else {
       *reinterpret_cast<float4*>(part_o + (split * rows_total + row) * head_dim + d) = sum;
@@ -355,80 +349,105 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (ONE_LAUNCH) {
     if (direct) return;
     cooperative_groups::this_grid().sync();  // every split's partials written, and visible (a gpu-scope fence)
-    merge_rows_of_grid<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim);
+    merge_rows_of_grid<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, reinterpret_cast<float4*>(Ks));
   }
 }
 
 // ---- the merge: the partials of each row into O and LSE ---------------------------------------------------
-// One warp per row; lane c holds dims 4c .. 4c + 3. LSE = M + ln Σ_s exp(LSE_s − M), M = max_s LSE_s;
+// Lane c of a warp holds dims 4c .. 4c + 3 of a row. LSE = M + ln Σ_s exp(LSE_s − M), M = max_s LSE_s;
 // O = Σ_s exp(LSE_s − LSE)·O_s. A row whose every split saw no key: LSE = −inf, O = 0.
-// Why it is not a loop over s: the partials were written a moment ago and sit in L2, so each load is a
-// few hundred cycles of latency and no bandwidth. A loop that loads LSE_s, then O_s, split after split,
-// pays 2·n_splits of those latencies in a row. Here the n_splits LSEs are loaded at once (lane s holds
-// LSE_s and LSE_{s+32}: kMaxSplits = 64), M and L come from warp shuffles, and then every split's weight
-// is known before any O_s arrives, so the unrolled loop keeps kCombineUnroll loads of O in flight.
-constexpr int kCombineThreads = 256, kCombineUnroll = 8;
+// Not a loop over s: the partials sit in L2, each load a few hundred cycles of latency and no bandwidth, so
+// every round trip in a row counts. The n_splits LSEs (lane s: LSE_s and LSE_{s+32}) are loaded together with
+// the first kCombineUnroll O_s, then batches of kCombineUnroll. Above kSpreadSplits splits a row is merged by a
+// block's kWarps warps, a quarter of the splits each (one or two batches, not up to eight), summed in shared memory.
+constexpr int kCombineThreads = 256, kCombineUnroll = 8, kSpreadSplits = 16;
 static_assert(kMaxSplits <= 2 * kWarp, "two split LSEs per lane");
+__host__ __device__ constexpr int merge_parts(int n_splits) { return n_splits > kSpreadSplits ? kWarps : 1; }
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
+}
+__device__ __forceinline__ void fma4(float4& a, float w, const float4& b) {  // a += w·b (exact for w = 1)
+  a.x = fmaf(w, b.x, a.x), a.y = fmaf(w, b.y, a.y), a.z = fmaf(w, b.z, a.z), a.w = fmaf(w, b.w, a.w);
 }
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
-// One row's merge by one warp (lane: dims 4·lane ..): the combine kernel's body, and the one launch's merge
-// after its grid barrier. __ldcg: the partials were written by other blocks, read past this SM's L1.
+// One row's merge by `parts` warps (1, or kWarps: the whole block, which calls it together); this one is part
+// `part`, summing splits [part·per, (part + 1)·per). red: parts·kWarp float4 of shared memory. The combine
+// kernel's body, and the one launch's merge after its grid barrier, so the two give the same bits.
+// __ldcg: the partials were written by other blocks, read past this SM's L1.
 template <class T>
 __device__ __forceinline__ void merge_row(const float* __restrict__ part_o, const float* __restrict__ part_lse,
                                           T* __restrict__ o, float* __restrict__ lse, int n_splits,
-                                          std::size_t rows_total, int head_dim, std::size_t row, int lane) {
-  const int d = 4 * lane;
+                                          std::size_t rows_total, int head_dim, std::size_t row, int lane, int part,
+                                          int parts, float4* red) {
+  const int d = 4 * lane, per = (n_splits + parts - 1) / parts;
+  const int s_begin = part * per, s_end = min(n_splits, s_begin + per);
+  // Lanes past head_dim read the last 4 dims again and store nothing: no branch between the loads.
+  const float* from = part_o + row * head_dim + min(d, head_dim - 4);
+  float4 y[kCombineUnroll];  // O_s of kCombineUnroll splits, all in flight
+  auto load = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u)
+      y[u] = s0 + u < s_end ? __ldcg(reinterpret_cast<const float4*>(from + (s0 + u) * rows_total * head_dim))
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+  };
   const float ls0 = lane < n_splits ? __ldcg(part_lse + lane * rows_total + row) : -INFINITY;  // LSE_lane
   const float ls1 = lane + kWarp < n_splits ? __ldcg(part_lse + (lane + kWarp) * rows_total + row) : -INFINITY;
+  load(s_begin);  // the first O_s in the same round trip as the LSEs: they do not need the weights
   const float M = warp_max(fmaxf(ls0, ls1));
   // A split that saw no key of the row (LSE_s = −inf) weighs 0, and so does every split when none did.
   const float w0 = ls0 == -INFINITY ? 0.f : __expf(ls0 - M), w1 = ls1 == -INFINITY ? 0.f : __expf(ls1 - M);
   const float L = warp_sum(w0 + w1), inv = L > 0.f ? 1.f / L : 0.f;
-  // Lanes past head_dim read the last 4 dims again and store nothing: no branch between the loads.
-  const float* from = part_o + row * head_dim + min(d, head_dim - 4);
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = 0; s0 < n_splits; s0 += kCombineUnroll) {
-    float4 y[kCombineUnroll];  // O_s of kCombineUnroll splits: the loads first, all in flight ...
+  for (int s0 = s_begin;;) {
 #pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u)
-      y[u] = s0 + u < n_splits ? __ldcg(reinterpret_cast<const float4*>(from + (s0 + u) * rows_total * head_dim))
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) {  // ... then the sum (lanes past n_splits hold weight 0)
+    for (int u = 0; u < kCombineUnroll; ++u) {  // the sum (past s_end: 0 times a finite weight)
       const int s = s0 + u;
-      const float w = __shfl_sync(0xffffffffu, s < kWarp ? w0 : w1, s % kWarp);  // split s's weight
-      sum.x += w * y[u].x, sum.y += w * y[u].y, sum.z += w * y[u].z, sum.w += w * y[u].w;
+      fma4(sum, __shfl_sync(0xffffffffu, s < kWarp ? w0 : w1, s % kWarp), y[u]);  // split s's weight
     }
+    if ((s0 += kCombineUnroll) >= s_end) break;
+    load(s0);
+  }
+  if (parts > 1) {  // the parts' sums, added in part order by part 0
+    red[part * kWarp + lane] = sum;
+    __syncthreads();
+    for (int q = 1; part == 0 && q < parts; ++q) fma4(sum, 1.f, red[q * kWarp + lane]);
+    __syncthreads();  // red is read before the block's next row writes it
+    if (part != 0) return;
   }
   if (d < head_dim)
     *reinterpret_cast<uint2*>(o + row * head_dim + d) =
         make_uint2(pack<T>(sum.x * inv, sum.y * inv), pack<T>(sum.z * inv, sum.w * inv));
   if (d == 0) lse[row] = L > 0.f ? M + logf(L) : -INFINITY;
 }
-// Warp w of the grid (blocks in launch order, kWarps each) merges rows w, w + all warps, ...: the same
-// merge_row as the combine kernel, so one launch and two give the same bits.
+// One launch: units of merge_parts warps of a block, unit u (warp-major: rows spread over SMs) merging rows
+// u, u + units, ...; red: the block's dead ring.
 template <class T>
 __device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
-                                   std::size_t rows_total, int head_dim) {
-  const std::size_t warps = std::size_t(gridDim.x) * gridDim.y * gridDim.z * kWarps;
-  std::size_t w = ((std::size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * kWarps + threadIdx.x / kWarp;
-  for (; w < rows_total; w += warps) merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, w, threadIdx.x % kWarp);
+                                   std::size_t rows_total, int head_dim, float4* red) {
+  const int parts = merge_parts(n_splits), warp = threadIdx.x / kWarp;
+  const std::size_t blocks = std::size_t(gridDim.x) * gridDim.y * gridDim.z;
+  const std::size_t block = (std::size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  for (std::size_t row = warp / parts * blocks + block; row < rows_total; row += blocks * (kWarps / parts))
+    merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, row, threadIdx.x % kWarp, warp % parts,
+                 parts, red);
 }
+// Two launches: a block of kCombineThreads, a row per warp; above kSpreadSplits splits, kWarps warps per row.
 template <class T>
 __global__ void __launch_bounds__(kCombineThreads)
     combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, T* __restrict__ o,
             float* __restrict__ lse, int n_splits, std::size_t rows_total, int head_dim) {
-  const std::size_t row = std::size_t(blockIdx.x) * (kCombineThreads / kWarp) + threadIdx.x / kWarp;
-  if (row >= rows_total) return;  // the whole warp: the shuffles see every lane
-  merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, row, threadIdx.x % kWarp);
+  __shared__ float4 red[kWarps * kWarp];
+  const int parts = merge_parts(n_splits), warp = threadIdx.x / kWarp;
+  const std::size_t row = std::size_t(blockIdx.x) * (blockDim.x / kWarp / parts) + warp / parts;
+  if (row >= rows_total) return;  // the whole warp (parts 1) or block (a block of kWarps warps is one row)
+  merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, row, threadIdx.x % kWarp, warp % parts,
+               parts, red);
 }
 
 // ---- the number of splits ---------------------------------------------------------------------------------
@@ -543,8 +562,8 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
                                                                  p.scale, p.causal, rows);
   FA_CHECK_LAUNCH();
   if (n == 1) return;
-  constexpr int kRowsPerBlock = kCombineThreads / kWarp;
-  combine<T><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kCombineThreads, 0, stream>>>(
+  const int per_block = merge_parts(n) > 1 ? 1 : kCombineThreads / kWarp;  // rows a block merges
+  combine<T><<<unsigned((rows + per_block - 1) / per_block), per_block > 1 ? kCombineThreads : kThreads, 0, stream>>>(
       part_o, part_lse, o, a.lse, n, rows, p.head_dim);
   FA_CHECK_LAUNCH();
 }

@@ -39,6 +39,7 @@
 #include "launch.h"
 #include "mma_sync.cuh"
 #include "ops.h"
+#include "split_merge.cuh"
 
 namespace step23 {
 using namespace fa::ptx;  // step 09's ldmatrix_x4, mma_16816, pack, quad_*; step 10's cp_async_*, exp2_approx, swz
@@ -47,7 +48,7 @@ const fa::StepInfo& info();
 
 constexpr int kWarp = 32, kWarps = 4, kThreads = kWarps * kWarp;
 constexpr int kBlockN = 64;            // keys per tile: 16 per warp
-constexpr int kStages = 3;             // K/V ring depth
+constexpr int kStages = 3;             // K/V ring depth: 2 tiles in flight
 constexpr int kMaxSplits = 64;         // partials per row at most (the merge reads them all)
 constexpr int kMinSplitKeys = 128;     // a split attends to at least this many keys (2 tiles)
 constexpr int kMaxSeqQ = 64;           // query rows per head: decoding, not prefill (steps 11-18)
@@ -60,9 +61,10 @@ struct Config {
   static constexpr int BN = BN_, KW = BN / kWarps;        // keys per tile, per warp (a multiple of 16)
   static constexpr std::size_t Q_BYTES = 2 * std::size_t(ROWS) * D;
   static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * kStages * BN) * D;  // K and V, 16-bit
-  static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;  // fp32 O per warp, in the dead ring
+  static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
   static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
   static constexpr std::size_t OFFS_BYTES = 8 * std::size_t(kStages + 1) * BN;  // kStages + 1 tiles' row offsets
+  // The merge reuses the ring (dead after the last tile).
   static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + OFFS_BYTES + STAT_BYTES;
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
   static_assert(KW % 16 == 0, "a warp's keys: whole k-steps of P·V");
@@ -70,11 +72,14 @@ struct Config {
 };
 
 __device__ __forceinline__ float safe_shift(float m) { return m == -INFINITY ? 0.f : m; }  // step 02
-// Dim d of row r of a warp's fp32 O in the merge's buffer: step 22's chunks permuted by row, no bank conflicts.
+// Where dim d of row r of a warp's fp32 O sits in the merge's buffer. Its rows are D floats apart, a multiple of
+// the 32 banks, so a store of a C fragment's 8 rows would fall on the same 8 banks 8 times; with each row's
+// 8-float chunks permuted by the row (chunk c at c ^ r % 8) the 8 rows take 8 different chunks.
 __device__ __forceinline__ int om_col(int r, int d) { return (d / 8 ^ r % 8) * 8 + d % 8; }
 
 // ---- device memory -> shared memory (step 11's TileCopy) --------------------------------------------------
-// A 16-byte chunk column per thread, rows r0 + i·ROW_STEP; rows >= seq, columns >= head_dim zero-filled, unread.
+// One 16-byte chunk column per thread, rows r0, r0 + ROW_STEP, ...; rows >= seq and columns >=
+// head_dim zero-filled without being read (cp.async with 0 source bytes).
 template <int ROWS, int D>
 struct TileCopy {
   static constexpr int CHUNKS = D / 8, ROW_STEP = kThreads / CHUNKS, VECS = ROWS / ROW_STEP;
@@ -149,11 +154,6 @@ struct PageCopy : TileCopy<ROWS, D> {
     }
   }
 };
-
-// The merge after the grid barrier (one launch, the default): every warp of the grid merges rows (below).
-template <class T>
-__device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
-                                   std::size_t rows_total, int head_dim);
 
 // ---- the split kernel: one (split, sequence·K/V head, row block) per block ----------------------------
 // Step 22's: grid (n_splits, batch·kv_heads·G/group, row blocks); a group is `group` query heads of a K/V head,
@@ -390,75 +390,9 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (ONE_LAUNCH) {
     if (direct) return;
     cooperative_groups::this_grid().sync();  // every split's partials written, and visible (a gpu-scope fence)
-    merge_rows_of_grid<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim);
+    fa::split::merge_rows_of_grid<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim,
+                                     reinterpret_cast<float4*>(Ks));  // step 22's merge (split_merge.cuh)
   }
-}
-
-// ---- the merge: the partials of each row into O and LSE ---------------------------------------------------
-// Step 22's, unchanged: one warp per row, lane c dims 4c .. 4c + 3; LSE = M + ln Σ_s exp(LSE_s − M), O = Σ_s
-// exp(LSE_s − LSE)·O_s (a row no split saw: −inf and 0); all LSEs loaded at once, then the O_s 8 at a time.
-constexpr int kCombineThreads = 256, kCombineUnroll = 8;
-static_assert(kMaxSplits <= 2 * kWarp, "two split LSEs per lane");
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int o = kWarp / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = kWarp / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-// One row's merge by one warp (lane: dims 4·lane ..): the combine kernel's body, and the one launch's merge
-// after its grid barrier. __ldcg: the partials were written by other blocks, read past this SM's L1.
-template <class T>
-__device__ __forceinline__ void merge_row(const float* __restrict__ part_o, const float* __restrict__ part_lse,
-                                          T* __restrict__ o, float* __restrict__ lse, int n_splits,
-                                          std::size_t rows_total, int head_dim, std::size_t row, int lane) {
-  const int d = 4 * lane;
-  const float ls0 = lane < n_splits ? __ldcg(part_lse + lane * rows_total + row) : -INFINITY;  // LSE_lane
-  const float ls1 = lane + kWarp < n_splits ? __ldcg(part_lse + (lane + kWarp) * rows_total + row) : -INFINITY;
-  const float M = warp_max(fmaxf(ls0, ls1));
-  // A split that saw no key of the row (LSE_s = −inf) weighs 0, and so does every split when none did.
-  const float w0 = ls0 == -INFINITY ? 0.f : __expf(ls0 - M), w1 = ls1 == -INFINITY ? 0.f : __expf(ls1 - M);
-  const float L = warp_sum(w0 + w1), inv = L > 0.f ? 1.f / L : 0.f;
-  // Lanes past head_dim read the last 4 dims again and store nothing: no branch between the loads.
-  const float* from = part_o + row * head_dim + min(d, head_dim - 4);
-  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = 0; s0 < n_splits; s0 += kCombineUnroll) {
-    float4 y[kCombineUnroll];  // O_s of kCombineUnroll splits: the loads first, all in flight ...
-#pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u)
-      y[u] = s0 + u < n_splits ? __ldcg(reinterpret_cast<const float4*>(from + (s0 + u) * rows_total * head_dim))
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) {  // ... then the sum (lanes past n_splits hold weight 0)
-      const int s = s0 + u;
-      const float w = __shfl_sync(0xffffffffu, s < kWarp ? w0 : w1, s % kWarp);  // split s's weight
-      sum.x += w * y[u].x, sum.y += w * y[u].y, sum.z += w * y[u].z, sum.w += w * y[u].w;
-    }
-  }
-  if (d < head_dim)
-    *reinterpret_cast<uint2*>(o + row * head_dim + d) =
-        make_uint2(pack<T>(sum.x * inv, sum.y * inv), pack<T>(sum.z * inv, sum.w * inv));
-  if (d == 0) lse[row] = L > 0.f ? M + logf(L) : -INFINITY;
-}
-// Warp w of the grid (blocks in launch order, kWarps each) merges rows w, w + all warps, ...: the same
-// merge_row as the combine kernel, so one launch and two give the same bits.
-template <class T>
-__device__ void merge_rows_of_grid(const float* part_o, const float* part_lse, T* o, float* lse, int n_splits,
-                                   std::size_t rows_total, int head_dim) {
-  const std::size_t warps = std::size_t(gridDim.x) * gridDim.y * gridDim.z * kWarps;
-  std::size_t w = ((std::size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * kWarps + threadIdx.x / kWarp;
-  for (; w < rows_total; w += warps) merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, w, threadIdx.x % kWarp);
-}
-template <class T>
-__global__ void __launch_bounds__(kCombineThreads)
-    combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, T* __restrict__ o,
-            float* __restrict__ lse, int n_splits, std::size_t rows_total, int head_dim) {
-  const std::size_t row = std::size_t(blockIdx.x) * (kCombineThreads / kWarp) + threadIdx.x / kWarp;
-  if (row >= rows_total) return;  // the whole warp: the shuffles see every lane
-  merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, row, threadIdx.x % kWarp);
 }
 
 // ---- the number of splits ---------------------------------------------------------------------------------
@@ -551,8 +485,10 @@ void launch(const fa::AttnFwdArgs& a, cudaStream_t stream) {
                                                                  p.scale, p.causal, rows);
   FA_CHECK_LAUNCH();
   if (n == 1) return;
-  constexpr int kRowsPerBlock = kCombineThreads / kWarp;
-  combine<T><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kCombineThreads, 0, stream>>>(
+  static_assert(kWarps == fa::split::kWarps && kMaxSplits <= fa::split::kMaxSplits, "step 22's merge, its blocks");
+  const int per_block = fa::split::merge_parts(n) > 1 ? 1 : fa::split::kCombineThreads / kWarp;  // rows per block
+  fa::split::combine<T><<<unsigned((rows + per_block - 1) / per_block),
+                          per_block > 1 ? fa::split::kCombineThreads : kThreads, 0, stream>>>(
       part_o, part_lse, o, a.lse, n, rows, p.head_dim);
   FA_CHECK_LAUNCH();
 }
