@@ -18,7 +18,7 @@
 
 namespace fa::split {
 constexpr int kWarp = 32, kWarps = 4, kThreads = kWarps * kWarp;  // a merging block's warps (step 22's blocks)
-constexpr int kMaxSplits = 64;                                     // two LSEs per lane
+constexpr int kMaxSplits = 64;                                    // two LSEs per lane
 using fa::ptx::pack;
 
 // Lane c of a warp holds dims 4c .. 4c + 3 of a row. LSE = M + ln Σ_s exp(LSE_s − M), M = max_s LSE_s;
@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int parts = merge_parts(n_splits), warp = threadIdx.x / kWarp;
   const std::size_t row = std::size_t(blockIdx.x) * (blockDim.x / kWarp / parts) + warp / parts;
   if (row >= rows_total) return;  // the whole warp (parts 1) or block (a block of kWarps warps is one row)
-  merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, row, threadIdx.x % kWarp, warp % parts,
-               parts, red);
+  merge_row<T>(part_o, part_lse, o, lse, n_splits, rows_total, head_dim, row, threadIdx.x % kWarp, warp % parts, parts,
+               red);
 }
 
 }  // namespace fa::split

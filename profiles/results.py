@@ -675,22 +675,23 @@ BLOCKS = {
         "results:decode_inputs_randn": lambda: decode_inputs_table(
             os.path.join(DECODE, "history", "inputs_randn", "bench_randn_partial.csv"),
             os.path.join(DECODE, "history", "inputs_randn", "bench_uniform.csv")),
-        "results:l2_ahead_22_ab": lambda: decode_variants_ab_table(
-            os.path.join(DECODE, "history", "l2_ahead", "run", "l2_22_ab.csv"), "h200"),
-        "results:l2_ahead_23_ab": lambda: decode_variants_ab_table(
-            os.path.join(DECODE, "history", "l2_ahead", "run", "l2_23_ab.csv"), "h200"),
+        "results:l2_ahead_22_ab": lambda: history_ab("l2_ahead", "l2_22_ab.csv"),
+        "results:l2_ahead_23_ab": lambda: history_ab("l2_ahead", "l2_23_ab.csv"),
         "results:l2_ahead_ncu": lambda: l2_ahead_ncu_table(
             os.path.join(DECODE, "history", "l2_ahead", "run", "ncu_l2.txt")),
-        "results:merge_unroll_22_ab": lambda: decode_variants_ab_table(
-            os.path.join(DECODE, "history", "merge_unroll", "run", "ab2_22.csv"), "h200"),
-        "results:merge_unroll_23_ab": lambda: decode_variants_ab_table(
-            os.path.join(DECODE, "history", "merge_unroll", "run", "ab2_23.csv"), "h200"),
-        "results:merge_unroll_dispatch_ab": lambda: decode_variants_ab_table(
-            os.path.join(DECODE, "history", "merge_unroll", "run", "ab3_22.csv"), "h200"),
-        "results:merge_staged_22_ab": lambda: decode_variants_ab_table(
-            os.path.join(DECODE, "history", "merge_unroll", "run", "ab4_22.csv"), "h200"),
-        "results:merge_staged_23_ab": lambda: decode_variants_ab_table(
-            os.path.join(DECODE, "history", "merge_unroll", "run", "ab4_23.csv"), "h200"),
+        "results:merge_unroll_22_ab": lambda: history_ab("merge_unroll", "ab2_22.csv"),
+        "results:merge_unroll_23_ab": lambda: history_ab("merge_unroll", "ab2_23.csv"),
+        "results:merge_unroll_dispatch_ab": lambda: history_ab("merge_unroll", "ab3_22.csv"),
+        "results:merge_staged_22_ab": lambda: history_ab("merge_unroll", "ab4_22.csv"),
+        "results:merge_staged_23_ab": lambda: history_ab("merge_unroll", "ab4_23.csv"),
+        "results:decode_stamps": lambda: decode_stamps_table(
+            os.path.join(DECODE, "history", "stamps", "run", "stamps.txt")),
+        "results:merge_stamps": lambda: merge_stamps_table(
+            os.path.join(DECODE, "history", "stamps", "run", "stamps2.txt")),
+        "results:merge_spread_22_ab": lambda: history_ab("merge_spread", "ab5_22.csv"),
+        "results:merge_spread_23_ab": lambda: history_ab("merge_spread", "ab5_23.csv"),
+        "results:merge_spread4_22_ab": lambda: history_ab("merge_spread", "ab6_22.csv"),
+        "results:merge_spread4_23_ab": lambda: history_ab("merge_spread", "ab6_23.csv"),
         "results:read_floor_h200": lambda: read_floor_table(gpu="h200"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
@@ -1186,6 +1187,107 @@ def l2_ahead_ncu_table(path, gpu="h200"):
         f"fp16, d 128, the cache contiguous. {clocks}; the counts do not depend on the clocks. L2 sectors: every " \
         "32-byte sector the L2 handled, the prefetches' included; the ring's reads: the L2 lookups of the SMs' " \
         "loads, hits over hits and misses. " + source_line([path], gpu)
+
+
+def history_ab(folder, csv_name):
+    """Doc 22's history: an A/B of steps 22, 23's variants from an H200 probe folder's run/."""
+    return decode_variants_ab_table(os.path.join(DECODE, "history", folder, "run", csv_name), "h200")
+
+
+def stamp_runs(text):
+    """The stamps probe's output (profiles/<gpu>/22_split_kv_decode/history/stamps/): runs headed `== ARM FLAGS`,
+    each with its bench row and STAMPS lines -> [(ARM, flags dict, {"ms": bench time, phase: {stat: µs}, "grid":
+    (splits, blocks), "merge_row": {step: (median, max)}})]."""
+    runs = []
+    for chunk in re.split(r"^== ", text, flags=re.M)[1:]:
+        head, _, rest = chunk.partition("\n")
+        arm, _, flags = head.partition(" --")
+        arm = arm.split(" FA_STAMPS=")[0]
+        r = {"phases": {}, "merge_row": {}}
+        for line in rest.splitlines():
+            m = re.match(r"STAMPS grid .* splits (\d+) \S+ blocks (\d+)", line)
+            if m:
+                r["grid"] = (int(m.group(1)), int(m.group(2)))
+            m = re.match(r"STAMPS\s+(.+?)\s+us: min ([\d.]+) median ([\d.]+) max ([\d.]+)$", line)
+            if m:
+                r["phases"][m.group(1).strip()] = {"min": float(m.group(2)), "median": float(m.group(3)),
+                                                   "max": float(m.group(4))}
+            m = re.match(r"STAMPS\s+start \(globaltimer\) us: median [\d.]+ max [\d.]+; end: min [\d.]+ "
+                         r"median ([\d.]+) max ([\d.]+)", line)
+            if m:
+                r["end"] = (float(m.group(1)), float(m.group(2)))
+            if line.startswith("STAMPS  merge_row"):
+                for name, med, mx in re.findall(r"(whole|LSEs|b\d+|store) ([\d.]+) \[([\d.]+)\]", line):
+                    r["merge_row"][name] = (float(med), float(mx))
+            m = re.match(r"22_split_kv_decode\s+B\S+ .*? ([\d.]+)\s+[\d.]+ GB/s", line)
+            if m:
+                r["ms"] = float(m.group(1))
+        runs.append((arm, parse_flags("--" + flags), r))
+    return runs
+
+
+def decode_stamps_table(path, gpu="h200"):
+    """Doc 22's history: where a one-launch call's time goes, block by block (the stamps probe: thread 0 of each
+    block stamps clock64 at its phases' ends): per shape the bench time, the blocks' last end, and each phase's
+    median (and maximum where blocks differ) over the blocks."""
+    full = os.path.join(gpu_dir(gpu), path)
+    if not os.path.exists(full):
+        return f"*Not measured yet: no `profiles/{gpu}/{path}`.*"
+    with open(full, encoding="utf-8") as f:
+        runs = [x for x in stamp_runs(f.read()) if x[0] == "one-launch"]
+    body = []
+    for _, fl, r in runs:
+        ph = r["phases"]
+        if "grid" not in r or "end" not in r or "ms" not in r or len(ph) < 5:
+            return f"*`profiles/{gpu}/{path}`: a run lacks its STAMPS lines.*"
+        mm = lambda k: f"{ph[k]['median']:.1f} / {ph[k]['max']:.1f}"
+        body.append([fl.get("batch", "?"), fl.get("kv-heads", fl.get("heads", "?")), fl.get("seq-k", "?"),
+                     str(r["grid"][0]), str(r["grid"][1]), f"{1e3 * r['ms']:.1f}", f"{r['end'][1]:.1f}",
+                     mm("first tile"), mm("stream"), f"{ph['block merge+store']['median']:.1f}", mm("barrier"),
+                     f"{ph['grid merge']['max']:.1f}"])
+    return md_table(["batch", "K/V heads", "keys", "splits", "blocks", "bench µs", "last block's end µs",
+                     "first tile", "stream", "block's merge", "barrier", "grid merge (max)"], body) + \
+        "\n\nOne call of step 22's default (one launch) per shape, stamped: thread 0 of every block reads `clock64` " \
+        "when its first K/V tile has landed, after its last tile, after its own four warps' merge and its stores, " \
+        "after the grid barrier and at its end, and `%globaltimer` at its start and end (`stamps_22.diff`, the " \
+        "launch picked by `FA_STAMPS`, after the warm-up). Phases in µs, median / maximum over the blocks " \
+        "(cycles over the clock the two timers give); the first tile counts from the block's start, so it holds " \
+        "the Q copy and the first copies' round trip; the barrier is each block's wait for the slowest; the grid " \
+        "merge's maximum is the slowest merging warp's. Last block's end: from the first block's start. Bench µs: " \
+        "the same executable's `--bench` median (20 launches, L2 flushed), so it holds the launch too. fp16, " \
+        "d 128, 32 query heads, one query row, every sequence full.\n\n" + source_line([path], gpu)
+
+
+def merge_stamps_table(path, gpu="h200"):
+    """Doc 22's history: the merge after the barrier, step by step, for the committed merge and two others (the
+    stamps probe's second call: merge_row's lane 0 stamps clock64 after the LSEs, after each batch of partials
+    and after its stores), with the block's own merge in three parts."""
+    full = os.path.join(gpu_dir(gpu), path)
+    if not os.path.exists(full):
+        return f"*Not measured yet: no `profiles/{gpu}/{path}`.*"
+    with open(full, encoding="utf-8") as f:
+        runs = stamp_runs(f.read())
+    body, seen = [], set()
+    for arm, fl, r in runs:
+        key = (arm, fl.get("kv-heads"), fl.get("seq-k"))
+        if key in seen or not r["merge_row"]:  # base ran twice: its first call
+            continue
+        seen.add(key)
+        ph, mr = r["phases"], r["merge_row"]
+        batches = [v[0] for k, v in mr.items() if re.fullmatch(r"b\d+", k)]
+        body.append([fl.get("batch", "?"), fl.get("kv-heads", fl.get("heads", "?")), fl.get("seq-k", "?"),
+                     str(r["grid"][0]), arm, f"{ph['m, l to smem']['median']:.2f}", f"{ph['O to smem']['median']:.2f}",
+                     f"{ph['sum, store']['median']:.2f}", f"{mr['whole'][0]:.2f}", f"{mr['LSEs'][0]:.2f}",
+                     f"{len(batches)} × {median(sorted(batches)):.2f}", f"{mr['store'][0]:.2f}"])
+    return md_table(["batch", "K/V heads", "keys", "splits", "merge", "block: m, l", "block: O",
+                     "block: sum, store", "merge_row", "its LSEs", "its batches", "its stores"], body) + \
+        "\n\nOne stamped call per shape and merge (`stamps2_*.diff`): base, the committed merge (batches of 8 " \
+        "partials); u16, batches of 16; staged, the partials copied by `cp.async` into shared memory (48 at once " \
+        "at 64 splits) and summed from there. Block: the three parts of a block's own merge of its four warps " \
+        "(m and l into shared memory; each warp's O rescaled into it; the sum over the warps and the partial's " \
+        "stores), median over the blocks. merge_row: a merged row from its first instruction to its stores, its " \
+        "LSEs' round trip, its batches (how many, and their median), its stores; medians over the rows, in µs. " \
+        "fp16, d 128, 32 query heads, one query row, every sequence full.\n\n" + source_line([path], gpu)
 
 
 def decode_inputs_table(randn_csv, uniform_csv, gpu="h200"):

@@ -1073,6 +1073,44 @@ class OneRunTables(unittest.TestCase):
         self.assertIn("profiles/h200/read_floor.csv", table)
         self.assertIn(f"no `profiles/{results.GPU}/read_floor.csv`", missing)
 
+    def test_stamps_tables_read_each_run(self):
+        """The stamps probe's output: one-launch runs only in the phase table, each value from its own line; the
+        merge table takes a shape's first run of an arm, counts its batches and takes their median."""
+        import results
+        stamps = lambda splits, first, gm, ms: (  # noqa: E731
+            f"STAMPS grid {splits} x 1 x 2 splits {splits} one-launch blocks {2 * splits} clock 1.7 GHz\n"
+            f"STAMPS  first tile         us: min 1.00 median {first:.2f} max 3.00\n"
+            "STAMPS  stream             us: min 4.00 median 5.00 max 6.00\n"
+            "STAMPS  block merge+store  us: min 0.70 median 0.80 max 0.90\n"
+            "STAMPS    m, l to smem     us: min 0.10 median 0.11 max 0.12\n"
+            "STAMPS    O to smem        us: min 0.20 median 0.21 max 0.22\n"
+            "STAMPS    sum, store       us: min 0.40 median 0.41 max 0.42\n"
+            "STAMPS  barrier            us: min 0.05 median 1.50 max 2.50\n"
+            f"STAMPS  grid merge         us: min 0.10 median 0.10 max {gm:.2f}\n"
+            "STAMPS  merge_row (32 rows) us, median [max] of each step: whole 3.70 [4.10]; LSEs 0.66 [0.70]; "
+            "b0 0.40 [0.50] b1 0.30 [0.40] b2 0.50 [0.60]; store 0.13 [0.14]\n"
+            "STAMPS  start (globaltimer) us: median 0.05 max 0.10; end: min 9.00 median 9.50 max 13.25\n"
+            f"22_split_kv_decode  B1 H32 KV1 Sq1 Sk16384 D128 cache f16     {ms}  536.00 GB/s  12.6% copy\n")
+        flags = "--dtype f16 --batch 1 --heads 32 --kv-heads 1 --seq-q 1 --seq-k 16384 --head-dim 128"
+        text = (f"== one-launch {flags}\n" + stamps(64, 2.5, 4.2, "0.0157") +
+                f"== two-launches {flags}\n" + stamps(64, 9.9, 9.9, "0.0190") +
+                f"== base FA_STAMPS=8 {flags}\n" + stamps(64, 2.5, 4.2, "0.0157") +
+                f"== base FA_STAMPS=14 {flags}\n" + stamps(32, 2.5, 4.2, "0.0157"))
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "s.txt"), "w", encoding="utf-8") as f:
+                f.write(text)
+            saved = results.gpu_dir
+            results.gpu_dir = lambda gpu=None: d
+            try:
+                phases = results.decode_stamps_table("s.txt")
+                merges = results.merge_stamps_table("s.txt")
+            finally:
+                results.gpu_dir = saved
+        self.assertIn("| 1 | 1 | 16384 | 64 | 128 | 15.7 | 13.2 | 2.5 / 3.0 | 5.0 / 6.0 | 0.8 | 1.5 / 2.5 | 4.2 |", phases)
+        self.assertNotIn("9.9", phases)  # the two-launches run is not a row
+        self.assertIn("| 1 | 1 | 16384 | 64 | base | 0.11 | 0.21 | 0.41 | 3.70 | 0.66 | 3 × 0.40 | 0.13 |", merges)
+        self.assertEqual(merges.count("| base |"), 1)  # base's second call (32 splits) is not a row
+
     def test_import_takes_the_decode_microbench_and_pinned_splits(self):
         """results.py import: decode_stream.csv beside read_floor.csv, and gpu_session.sh's SPLITS_ARGS output
         (22_split_kv_decode/history/decode_splits_pinned.csv); other history files of a tarball are not taken."""
