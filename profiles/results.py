@@ -1226,6 +1226,12 @@ def stamp_runs(text):
     return runs
 
 
+def stamp_shape(flags, run):
+    """A stamped run's first cells: batch, K/V heads (the query heads without --kv-heads), keys, splits."""
+    return [flags.get("batch", "?"), flags.get("kv-heads", flags.get("heads", "?")), flags.get("seq-k", "?"),
+            str(run["grid"][0])]
+
+
 def decode_stamps_table(path, gpu="h200"):
     """Doc 22's history: where a one-launch call's time goes, block by block (the stamps probe: thread 0 of each
     block stamps clock64 at its phases' ends): per shape the bench time, the blocks' last end, and each phase's
@@ -1241,10 +1247,9 @@ def decode_stamps_table(path, gpu="h200"):
         if "grid" not in r or "end" not in r or "ms" not in r or len(ph) < 5:
             return f"*`profiles/{gpu}/{path}`: a run lacks its STAMPS lines.*"
         mm = lambda k: f"{ph[k]['median']:.1f} / {ph[k]['max']:.1f}"
-        body.append([fl.get("batch", "?"), fl.get("kv-heads", fl.get("heads", "?")), fl.get("seq-k", "?"),
-                     str(r["grid"][0]), str(r["grid"][1]), f"{1e3 * r['ms']:.1f}", f"{r['end'][1]:.1f}",
-                     mm("first tile"), mm("stream"), f"{ph['block merge+store']['median']:.1f}", mm("barrier"),
-                     f"{ph['grid merge']['max']:.1f}"])
+        body.append(stamp_shape(fl, r) + [str(r["grid"][1]), f"{1e3 * r['ms']:.1f}", f"{r['end'][1]:.1f}",
+                                          mm("first tile"), mm("stream"), f"{ph['block merge+store']['median']:.1f}",
+                                          mm("barrier"), f"{ph['grid merge']['max']:.1f}"])
     return md_table(["batch", "K/V heads", "keys", "splits", "blocks", "bench µs", "last block's end µs",
                      "first tile", "stream", "block's merge", "barrier", "grid merge (max)"], body) + \
         "\n\nOne call of step 22's default (one launch) per shape, stamped: thread 0 of every block reads `clock64` " \
@@ -1275,10 +1280,10 @@ def merge_stamps_table(path, gpu="h200"):
         seen.add(key)
         ph, mr = r["phases"], r["merge_row"]
         batches = [v[0] for k, v in mr.items() if re.fullmatch(r"b\d+", k)]
-        body.append([fl.get("batch", "?"), fl.get("kv-heads", fl.get("heads", "?")), fl.get("seq-k", "?"),
-                     str(r["grid"][0]), arm, f"{ph['m, l to smem']['median']:.2f}", f"{ph['O to smem']['median']:.2f}",
-                     f"{ph['sum, store']['median']:.2f}", f"{mr['whole'][0]:.2f}", f"{mr['LSEs'][0]:.2f}",
-                     f"{len(batches)} × {median(sorted(batches)):.2f}", f"{mr['store'][0]:.2f}"])
+        body.append(stamp_shape(fl, r) + [arm, f"{ph['m, l to smem']['median']:.2f}", f"{ph['O to smem']['median']:.2f}",
+                                          f"{ph['sum, store']['median']:.2f}", f"{mr['whole'][0]:.2f}",
+                                          f"{mr['LSEs'][0]:.2f}", f"{len(batches)} × {median(sorted(batches)):.2f}",
+                                          f"{mr['store'][0]:.2f}"])
     return md_table(["batch", "K/V heads", "keys", "splits", "merge", "block: m, l", "block: O",
                      "block: sum, store", "merge_row", "its LSEs", "its batches", "its stores"], body) + \
         "\n\nOne stamped call per shape and merge (`stamps2_*.diff`): base, the committed merge (batches of 8 " \

@@ -9,14 +9,7 @@
 set -uo pipefail
 g=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 case ${1:-} in
-  build)
-    bash "$g/../../../../probes.sh" noinline base22=22_split_kv_decode noinline_22=22_split_kv_decode:"$g/noinline_22.diff" \
-      test_noinline_22=test_22_split_kv_decode:"$g/noinline_22.diff" base23=23_paged_kv_decode \
-      noinline_23=23_paged_kv_decode:"$g/noinline_23.diff" test_noinline_23=test_23_paged_kv_decode:"$g/noinline_23.diff"
-    ;;
-  device)
-    ARCHIVES=noinline TESTED=noinline ARMS=noinline RUN=7 TGZ=noinline NAME="merge noinline" \
-      bash "$g/../merge_unroll/device2.sh"
-    ;;
+  build) bash "$g/../merge_unroll/arm.sh" build "$g" noinline ;;
+  device) bash "$g/../merge_unroll/arm.sh" device "$g" noinline 7 ;;
   *) sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 2 ;;
 esac

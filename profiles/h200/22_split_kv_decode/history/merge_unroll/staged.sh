@@ -10,13 +10,7 @@
 set -uo pipefail
 g=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 case ${1:-} in
-  build)
-    bash "$g/../../../../probes.sh" staged base22=22_split_kv_decode staged_22=22_split_kv_decode:"$g/staged_22.diff" \
-      test_staged_22=test_22_split_kv_decode:"$g/staged_22.diff" base23=23_paged_kv_decode \
-      staged_23=23_paged_kv_decode:"$g/staged_23.diff" test_staged_23=test_23_paged_kv_decode:"$g/staged_23.diff"
-    ;;
-  device)
-    ARCHIVES=staged TESTED=staged ARMS=staged RUN=4 TGZ=staged NAME="merge staged" bash "$g/device2.sh"
-    ;;
+  build) bash "$g/arm.sh" build "$g" staged ;;
+  device) bash "$g/arm.sh" device "$g" staged 4 ;;
   *) sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 2 ;;
 esac
