@@ -1232,67 +1232,69 @@ def stamp_shape(flags, run):
             str(run["grid"][0])]
 
 
-def decode_stamps_table(path, gpu="h200"):
-    """Doc 22's history: where a one-launch call's time goes, block by block (the stamps probe: thread 0 of each
-    block stamps clock64 at its phases' ends): per shape the bench time, the blocks' last end, and each phase's
-    median (and maximum where blocks differ) over the blocks."""
+def stamps_table(path, gpu, cells, head, note):
+    """A table of the stamps probe's runs (profiles/<gpu>/PATH): a row per run for which cells(arm, flags, run) gives
+    cells (None: no row), after the shape's; head: the columns after the shape's; note: the text under it."""
     full = os.path.join(gpu_dir(gpu), path)
     if not os.path.exists(full):
         return f"*Not measured yet: no `profiles/{gpu}/{path}`.*"
     with open(full, encoding="utf-8") as f:
-        runs = [x for x in stamp_runs(f.read()) if x[0] == "one-launch"]
-    body = []
-    for _, fl, r in runs:
+        runs = stamp_runs(f.read())
+    if any("grid" not in r or len(r["phases"]) < 5 for _, _, r in runs):
+        return f"*`profiles/{gpu}/{path}`: a run lacks its STAMPS lines.*"
+    rows = [(stamp_shape(fl, r), cells(arm, fl, r)) for arm, fl, r in runs]
+    return md_table(["batch", "K/V heads", "keys", "splits"] + head, [s + c for s, c in rows if c is not None]) + \
+        "\n\n" + note + " fp16, d 128, 32 query heads, one query row, every sequence full.\n\n" + source_line([path], gpu)
+
+
+def decode_stamps_table(path, gpu="h200"):
+    """Doc 22's history: where a one-launch call's time goes, block by block (the stamps probe: thread 0 of each
+    block stamps clock64 at its phases' ends): per shape the bench time, the blocks' last end, and each phase's
+    median (and maximum where blocks differ) over the blocks."""
+    def cells(arm, _flags, r):
+        if arm != "one-launch":
+            return None
         ph = r["phases"]
-        if "grid" not in r or "end" not in r or "ms" not in r or len(ph) < 5:
-            return f"*`profiles/{gpu}/{path}`: a run lacks its STAMPS lines.*"
-        mm = lambda k: f"{ph[k]['median']:.1f} / {ph[k]['max']:.1f}"
-        body.append(stamp_shape(fl, r) + [str(r["grid"][1]), f"{1e3 * r['ms']:.1f}", f"{r['end'][1]:.1f}",
-                                          mm("first tile"), mm("stream"), f"{ph['block merge+store']['median']:.1f}",
-                                          mm("barrier"), f"{ph['grid merge']['max']:.1f}"])
-    return md_table(["batch", "K/V heads", "keys", "splits", "blocks", "bench µs", "last block's end µs",
-                     "first tile", "stream", "block's merge", "barrier", "grid merge (max)"], body) + \
-        "\n\nOne call of step 22's default (one launch) per shape, stamped: thread 0 of every block reads `clock64` " \
-        "when its first K/V tile has landed, after its last tile, after its own four warps' merge and its stores, " \
-        "after the grid barrier and at its end, and `%globaltimer` at its start and end (`stamps_22.diff`, the " \
-        "launch picked by `FA_STAMPS`, after the warm-up). Phases in µs, median / maximum over the blocks " \
-        "(cycles over the clock the two timers give); the first tile counts from the block's start, so it holds " \
-        "the Q copy and the first copies' round trip; the barrier is each block's wait for the slowest; the grid " \
-        "merge's maximum is the slowest merging warp's. Last block's end: from the first block's start. Bench µs: " \
-        "the same executable's `--bench` median (20 launches, L2 flushed), so it holds the launch too. fp16, " \
-        "d 128, 32 query heads, one query row, every sequence full.\n\n" + source_line([path], gpu)
+        mm = lambda k: f"{ph[k]['median']:.1f} / {ph[k]['max']:.1f}"  # noqa: E731
+        return [str(r["grid"][1]), f"{1e3 * r.get('ms', math.nan):.1f}", f"{r.get('end', (0, math.nan))[1]:.1f}",
+                mm("first tile"), mm("stream"), f"{ph['block merge+store']['median']:.1f}", mm("barrier"),
+                f"{ph['grid merge']['max']:.1f}"]
+    return stamps_table(path, gpu, cells, ["blocks", "bench µs", "last block's end µs", "first tile", "stream",
+                                           "block's merge", "barrier", "grid merge (max)"],
+        "One call of step 22's default (one launch) per shape, stamped: thread 0 of every block reads `clock64` "
+        "when its first K/V tile has landed, after its last tile, after its own four warps' merge and its stores, "
+        "after the grid barrier and at its end, and `%globaltimer` at its start and end (`stamps_22.diff`, the "
+        "launch picked by `FA_STAMPS`, after the warm-up). Phases in µs, median / maximum over the blocks "
+        "(cycles over the clock the two timers give); the first tile counts from the block's start, so it holds "
+        "the Q copy and the first copies' round trip; the barrier is each block's wait for the slowest; the grid "
+        "merge's maximum is the slowest merging warp's. Last block's end: from the first block's start. Bench µs: "
+        "the same executable's `--bench` median (20 launches, L2 flushed), so it holds the launch too.")
 
 
 def merge_stamps_table(path, gpu="h200"):
     """Doc 22's history: the merge after the barrier, step by step, for the committed merge and two others (the
     stamps probe's second call: merge_row's lane 0 stamps clock64 after the LSEs, after each batch of partials
     and after its stores), with the block's own merge in three parts."""
-    full = os.path.join(gpu_dir(gpu), path)
-    if not os.path.exists(full):
-        return f"*Not measured yet: no `profiles/{gpu}/{path}`.*"
-    with open(full, encoding="utf-8") as f:
-        runs = stamp_runs(f.read())
-    body, seen = [], set()
-    for arm, fl, r in runs:
-        key = (arm, fl.get("kv-heads"), fl.get("seq-k"))
-        if key in seen or not r["merge_row"]:  # base ran twice: its first call
-            continue
+    seen = set()
+
+    def cells(arm, flags, r):
+        mr, key = r["merge_row"], (arm, flags.get("kv-heads"), flags.get("seq-k"))
+        if not mr or key in seen:  # base ran twice per shape: its first call
+            return None
         seen.add(key)
-        ph, mr = r["phases"], r["merge_row"]
+        ph = r["phases"]
         batches = [v[0] for k, v in mr.items() if re.fullmatch(r"b\d+", k)]
-        body.append(stamp_shape(fl, r) + [arm, f"{ph['m, l to smem']['median']:.2f}", f"{ph['O to smem']['median']:.2f}",
-                                          f"{ph['sum, store']['median']:.2f}", f"{mr['whole'][0]:.2f}",
-                                          f"{mr['LSEs'][0]:.2f}", f"{len(batches)} × {median(sorted(batches)):.2f}",
-                                          f"{mr['store'][0]:.2f}"])
-    return md_table(["batch", "K/V heads", "keys", "splits", "merge", "block: m, l", "block: O",
-                     "block: sum, store", "merge_row", "its LSEs", "its batches", "its stores"], body) + \
-        "\n\nOne stamped call per shape and merge (`stamps2_*.diff`): base, the committed merge (batches of 8 " \
-        "partials); u16, batches of 16; staged, the partials copied by `cp.async` into shared memory (48 at once " \
-        "at 64 splits) and summed from there. Block: the three parts of a block's own merge of its four warps " \
-        "(m and l into shared memory; each warp's O rescaled into it; the sum over the warps and the partial's " \
-        "stores), median over the blocks. merge_row: a merged row from its first instruction to its stores, its " \
-        "LSEs' round trip, its batches (how many, and their median), its stores; medians over the rows, in µs. " \
-        "fp16, d 128, 32 query heads, one query row, every sequence full.\n\n" + source_line([path], gpu)
+        return [arm, f"{ph['m, l to smem']['median']:.2f}", f"{ph['O to smem']['median']:.2f}",
+                f"{ph['sum, store']['median']:.2f}", f"{mr['whole'][0]:.2f}", f"{mr['LSEs'][0]:.2f}",
+                f"{len(batches)} × {median(sorted(batches)):.2f}", f"{mr['store'][0]:.2f}"]
+    return stamps_table(path, gpu, cells, ["merge", "block: m, l", "block: O", "block: sum, store", "merge_row",
+                                           "its LSEs", "its batches", "its stores"],
+        "One stamped call per shape and merge (`stamps2_*.diff`): base, the committed merge (batches of 8 "
+        "partials); u16, batches of 16; staged, the partials copied by `cp.async` into shared memory (48 at once "
+        "at 64 splits) and summed from there. Block: the three parts of a block's own merge of its four warps "
+        "(m and l into shared memory; each warp's O rescaled into it; the sum over the warps and the partial's "
+        "stores), median over the blocks. merge_row: a merged row from its first instruction to its stores, its "
+        "LSEs' round trip, its batches (how many, and their median), its stores; medians over the rows, in µs.")
 
 
 def decode_inputs_table(randn_csv, uniform_csv, gpu="h200"):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One arm against the committed steps 22 and 23 (staged.sh, ../merge_spread/noinline.sh):
+# One arm against the committed steps 22 and 23 (the staged merge here, ../merge_spread/'s noinline):
 #   bash arm.sh build DIR NAME        here, with build/ configured (sm_90a): steps 22 and 23 as committed (base22,
 #                                     base23), with DIR/NAME_22.diff and DIR/NAME_23.diff (NAME_22, NAME_23) and
 #                                     their tests, into .probe/NAME.tar.xz

@@ -3,7 +3,7 @@
 # merge2 with u16x_22.diff and u16x_23.diff and their tests, as README.md says; OUT set): both steps' GPU tests
 # with u16x, then base, u16 and u16x interleaved by profiles/knob_ab.py, 3 rounds, step 22 on targets.txt and
 # step 23 on paged_targets.txt -> $OUT/merge2.tgz (ab2_22.csv, ab2_23.csv, summaries, the tests' output, gpu.txt).
-# The same for other arms (staged.sh device): ARCHIVES (under .probe/, each NAME.tar.xz), TESTED (the arm whose
+# The same for other arms (arm.sh device): ARCHIVES (under .probe/, each NAME.tar.xz), TESTED (the arm whose
 # test_TESTED_22 and _23 run), ARMS (timed after base22 and base23), RUN (the files' ab<RUN>_ prefix), TGZ, NAME.
 set -uo pipefail
 t0=$SECONDS
