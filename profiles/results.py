@@ -692,6 +692,8 @@ BLOCKS = {
         "results:merge_spread_23_ab": lambda: history_ab("merge_spread", "ab5_23.csv"),
         "results:merge_spread4_22_ab": lambda: history_ab("merge_spread", "ab6_22.csv"),
         "results:merge_spread4_23_ab": lambda: history_ab("merge_spread", "ab6_23.csv"),
+        "results:merge_arms_22_ab": lambda: history_ab("stamps", "ab9_22.csv"),
+        "results:merge_arms_23_ab": lambda: history_ab("stamps", "ab9_23.csv"),
         "results:read_floor_h200": lambda: read_floor_table(gpu="h200"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",

@@ -76,7 +76,7 @@ struct Config {
   static constexpr std::size_t Q_BYTES = 2 * std::size_t(ROWS) * D;
   static constexpr std::size_t RING_BYTES = 2 * std::size_t(2 * STAGES * BN) * D;  // K and V, 16-bit
   static constexpr std::size_t MERGE_BYTES = 4 * std::size_t(kWarps) * ROWS * D;        // fp32 O per warp
-  static constexpr std::size_t STAT_BYTES = 4 * std::size_t(2 * kWarps * ROWS);          // m and l per warp
+  static constexpr std::size_t STAT_BYTES = 4 * std::size_t((2 * kWarps + 2) * ROWS);    // m, l per warp; 1/L, LSE
   // The merge reuses the ring (dead after the last tile).
   static constexpr std::size_t SMEM_BYTES = Q_BYTES + std::max(RING_BYTES, MERGE_BYTES) + STAT_BYTES;
   static_assert(D == 64 || D == 128, "head_dim instances 64 and 128");
@@ -145,6 +145,7 @@ __global__ void __launch_bounds__(kThreads)
   float* Om = reinterpret_cast<float*>(Ks);  // [kWarps][ROWS, D]: each warp's O, once the ring is dead
   float* Ms = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + C::SMEM_BYTES - C::STAT_BYTES);
   float* Ls = Ms + kWarps * ROWS;  // Ms, Ls: [kWarps][ROWS] each warp's row max and row sum
+  float* Rs = Ls + kWarps * ROWS;  // [2][ROWS]: each row's 1/L and LSE, found once by warp 0
 
   const int split = blockIdx.x, n_splits = gridDim.x;
   const unsigned grp = blockIdx.y;                                 // flattened (sequence, K/V head, group)
@@ -308,6 +309,13 @@ __global__ void __launch_bounds__(kThreads)
       float M = -INFINITY;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) M = fmaxf(M, Ms[w * ROWS + r]);
+      if (warp == 0 && t4 == 0) {  // the row's L, 1/L and LSE = M·scale + ln L (−inf, O = 0: a row that saw no key)
+        float L = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w)
+          if (Ms[w * ROWS + r] != -INFINITY) L += Ls[w * ROWS + r] * exp2_approx((Ms[w * ROWS + r] - M) * sl2);
+        Rs[r] = L > 0.f ? 1.f / L : 0.f, Rs[ROWS + r] = L > 0.f ? M * scale + logf(L) : -INFINITY;
+      }
       const float f = m[mf][h] == -INFINITY ? 0.f : exp2_approx((m[mf][h] - M) * sl2);  // this warp's weight
 #pragma unroll
       for (int j = 0; j < D / 8; ++j)
@@ -316,27 +324,19 @@ __global__ void __launch_bounds__(kThreads)
     }
   __syncthreads();
 
-  // Each thread: 4 dims of a row at a time, summed over the warps. LSE = M·scale + ln L (−inf, O = 0
-  // for a row that saw no key).
+  // Each thread: 4 dims of a row at a time, summed over the warps, times the row's 1/L.
   const bool direct = n_splits == 1;
   for (int x = threadIdx.x; x < ROWS * D / 4; x += kThreads) {
     const int r = x / (D / 4), d = 4 * (x % (D / 4));
     if (r0 + r >= n_rows || d >= head_dim) continue;
-    float M = -INFINITY, L = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, Ms[w * ROWS + r]);
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w)
-      if (Ms[w * ROWS + r] != -INFINITY) L += Ls[w * ROWS + r] * exp2_approx((Ms[w * ROWS + r] - M) * sl2);
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       const float4 y = *reinterpret_cast<const float4*>(Om + (w * ROWS + r) * D + om_col(r, d));
       sum.x += y.x, sum.y += y.y, sum.z += y.z, sum.w += y.w;
     }
-    const float inv = L > 0.f ? 1.f / L : 0.f;
+    const float inv = Rs[r], row_lse = Rs[ROWS + r];
     sum.x *= inv, sum.y *= inv, sum.z *= inv, sum.w *= inv;
-    const float row_lse = L > 0.f ? M * scale + logf(L) : -INFINITY;
     const std::size_t row = row_base + r;
     if (direct) {
       *reinterpret_cast<uint2*>(o + row * head_dim + d) = make_uint2(pack<T>(sum.x, sum.y), pack<T>(sum.z, sum.w));
