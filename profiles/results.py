@@ -694,6 +694,11 @@ BLOCKS = {
         "results:merge_spread4_23_ab": lambda: history_ab("merge_spread", "ab6_23.csv"),
         "results:merge_arms_22_ab": lambda: history_ab("stamps", "ab9_22.csv"),
         "results:merge_arms_23_ab": lambda: history_ab("stamps", "ab9_23.csv"),
+        "results:short_paged_22_ab": lambda: decode_variants_ab_table(os.path.join(SHORT_PAGED, "ab_22.csv"), "h200"),
+        "results:short_paged_23_ab": lambda: decode_variants_ab_table(os.path.join(SHORT_PAGED, "ab_23.csv"), "h200"),
+        "results:short_paged_bench": lambda: paged_repeats_table(os.path.join(SHORT_PAGED, "bench.csv"), "h200"),
+        "results:short_rows_22_ab": lambda: decode_variants_ab_table(os.path.join(SHORT_PAGED, "ab2_22.csv"), "h200"),
+        "results:short_rows_23_ab": lambda: decode_variants_ab_table(os.path.join(SHORT_PAGED, "ab2_23.csv"), "h200"),
         "results:read_floor_h200": lambda: read_floor_table(gpu="h200"),
         "results:paged_entries_ahead_ab": lambda: decode_variants_ab_table(
             os.path.join("23_paged_kv_decode", "history", "entries_ahead", "entries_ahead_ab.csv"), "h200",
@@ -1792,6 +1797,36 @@ def decode_variant_table(variant="one-launch", default="two-launches", raw=None)
         f"\n\nThe same bench.py run ({default}: the default's rows; {variant}: the variant's); above 1.00× one launch " \
         f"is faster. Median over {len(v)} shapes {median(v):.2f}× (from {v[0]:.2f}× to {v[-1]:.2f}×).\n\n" + \
         source_line([raw or "bench.csv"])
+
+
+SHORT_PAGED = os.path.join("23_paged_kv_decode", "history", "short_paged", "run")
+
+
+def paged_repeats_table(csv_name, gpu=GPU):
+    """Step 23's own --bench --csv run several times per shape, each line led by its round (short_paged/device.sh):
+    per shape the medians over the runs of step 22 on the cache held contiguous and of step 23 in pages, and each
+    run's ratio (step 22's time over step 23's, timed in the same process)."""
+    path = os.path.join(gpu_dir(gpu), csv_name)
+    if not os.path.exists(path):
+        return f"*Not measured yet: no `profiles/{gpu}/{csv_name}` (short_paged/device.sh).*"
+    runs = {}
+    with open(path) as f:
+        for r in csv.reader(f):  # round, then bench.csv's columns: step, idea, problem, time_ms, ..., prev_time_ms
+            if len(r) > 11 and r[1] == "23_paged_kv_decode":
+                runs.setdefault(r[3], []).append((float(r[11]), float(r[4])))
+    body = []
+    for problem, v in runs.items():
+        p = split_problem(re.sub(r" cache p\d+ ", " cache ", problem), gqa=True, cache=True)
+        ratios = " ".join(f"{a / b:.2f}×" for a, b in v)
+        body.append([str(p["batch"]), str(p["kv_heads"]), str(p["seq_k"]),
+                     f"{median(sorted(a for a, _ in v)) * 1e3:.1f}", f"{median(sorted(b for _, b in v)) * 1e3:.1f}",
+                     ratios])
+    n = max(len(v) for v in runs.values())
+    return md_table(["batch", "K/V heads", "keys", "contiguous (22) µs", "pages of 16 µs", "× contiguous, each run"],
+                    body) + f"\n\nStep 23's `--bench` run {n} times per shape, one process each; it times step 22 on " \
+        "the same cache held contiguous, interleaved; the µs columns are medians over the runs, × contiguous each " \
+        "run's step 22 time over its step 23 time. fp16, 32 query heads, one query row each, every sequence as " \
+        "long as the cache, pages of 16 keys.\n\n" + source_line([csv_name], gpu)
 
 
 def decode_variants_ab_table(csv_name, gpu=GPU, protocol=None):
