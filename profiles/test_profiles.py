@@ -1025,25 +1025,16 @@ class OneRunTables(unittest.TestCase):
     def test_paged_repeats_table_each_run(self):
         """short_paged/device.sh's lines (round, then a --bench --csv row): step 22's time is the row's prev_time_ms,
         each run's ratio is 22 over 23, the µs columns medians over the runs; rows of other steps are left out."""
-        import results
+        keys = "round step idea problem time_ms rate unit pct_peak peak peak_value prev_step prev_time_ms".split()
         shape = "B1 H32 KV8 Sq1 Sk1024 D128 cache p16 f16"
-        runs = [(0.0114, 0.0110), (0.0120, 0.0108), (0.0113, 0.0112)]
-        lines = [[str(i), "23_paged_kv_decode", "paged, with commas", shape, str(b), "1", "GB/s", "1", "copy", "1",
-                  "22_split_kv_decode", str(a)] for i, (b, a) in enumerate(runs)]
-        lines.append(["0", "22_split_kv_decode", "x", shape, "0.5"] + ["1"] * 7)
-        with tempfile.TemporaryDirectory() as d:
-            with open(os.path.join(d, "bench.csv"), "w", newline="") as f:
-                csv.writer(f).writerows(lines)
-            saved = results.gpu_dir
-            results.gpu_dir = lambda gpu=None: d
-            try:
-                table = results.paged_repeats_table("bench.csv")
-                missing = results.paged_repeats_table("none.csv")
-            finally:
-                results.gpu_dir = saved
+        rows = [dict(zip(keys, [str(i), "23_paged_kv_decode", "paged, with commas", shape, str(b), "1", "GB/s", "1",
+                                "copy", "1", "22_split_kv_decode", str(a)]))
+                for i, (b, a) in enumerate([(0.0114, 0.0110), (0.0120, 0.0108), (0.0113, 0.0112)])]
+        rows.append(dict(zip(keys, ["0", "22_split_kv_decode", "x", shape, "0.5"] + ["1"] * 7)))
+        table = self.render("paged_repeats_table", {"bench.csv": rows}, "bench.csv")
         self.assertIn("| 1 | 8 | 1024 | 11.0 | 11.4 | 0.96× 0.90× 0.99× |", table)
         self.assertIn("run 3 times", table)
-        self.assertIn("Not measured yet", missing)
+        self.assertIn("Not measured yet", self.render("paged_repeats_table", {"bench.csv": rows}, "none.csv"))
 
     def test_decode_against_the_read_only_kernel(self):
         head = ["bytes", "mb", "blocks_per_sm", "loads_in_flight", "median_us", "gbs", "pct_copy", "copy_gbs", "check"]
