@@ -686,6 +686,8 @@ BLOCKS = {
         "results:merge_staged_23_ab": lambda: history_ab("merge_unroll", "ab4_23.csv"),
         "results:decode_stamps": lambda: decode_stamps_table(
             os.path.join(DECODE, "history", "stamps", "run", "stamps.txt")),
+        "results:decode_budget": lambda: decode_budget_table(os.path.join(DECODE, "history", "stamps", "run",
+                                                                           "stamps.txt")),
         "results:merge_stamps": lambda: merge_stamps_table(
             os.path.join(DECODE, "history", "stamps", "run", "stamps2.txt")),
         "results:merge_spread_22_ab": lambda: history_ab("merge_spread", "ab5_22.csv"),
@@ -1276,6 +1278,43 @@ def decode_stamps_table(path, gpu="h200"):
         "the Q copy and the first copies' round trip; the barrier is each block's wait for the slowest; the grid "
         "merge's maximum is the slowest merging warp's. Last block's end: from the first block's start. Bench µs: "
         "the same executable's `--bench` median (20 launches, L2 flushed), so it holds the launch too.")
+
+
+def decode_budget_table(path, gpu="h200", floor_csv="read_floor.csv"):
+    """Doc 22's history: what the copy target leaves a call of more than 50 MB of K/V, from the stamps probe's
+    one-launch runs and the read-only floor (read_floor.csv, same GPU): the time 85% of the copy's rate allows, the
+    part of it that is not streaming at the copy's rate (slack), the read-only kernel's time, the rate of the
+    median block's stream (first tile and stream), the call's time outside the blocks (bench less the last end)
+    and the blocks' time after the median stream ends (merges, barrier, the slower blocks)."""
+    best = read_floor_best(floor_csv, gpu)
+    if not best:
+        return READ_FLOOR_MISSING.format(gpu=gpu, csv=floor_csv)
+    copy = median(sorted(v[2] for v in best.values()))
+
+    def cells(arm, flags, r):
+        kvh = int(flags.get("kv-heads", flags.get("heads", 0)))
+        nbytes = 2 * int(flags["batch"]) * kvh * int(flags["seq-k"]) * int(flags.get("head-dim", 128)) * 2
+        if arm != "one-launch" or nbytes <= 50e6:
+            return None
+        ph, bench, end = r["phases"], 1e3 * r.get("ms", math.nan), r.get("end", (0, math.nan))[1]
+        at_copy, target = nbytes / copy / 1e3, nbytes / (0.85 * copy) / 1e3  # µs
+        streamed = ph["first tile"]["median"] + ph["stream"]["median"]
+        floor = f"{best[nbytes][0]:.1f}" if nbytes in best else "-"
+        waves = r["grid"][0] == 1  # one split: not a cooperative grid, its blocks may run in waves
+        return [f"{nbytes / 1e6:.0f}", f"{bench:.1f}", f"{target:.1f}", f"{target - at_copy:.1f}", floor,
+                "-" if waves else f"{100 * at_copy / streamed:.0f}%", f"{bench - end:.1f}",
+                "-" if waves else f"{end - streamed:.1f}"]
+    return stamps_table(path, gpu, cells, ["K/V MB", "bench µs", "85% of copy µs", "slack µs", "read-only µs",
+                                           "median stream, % copy", "outside the blocks µs", "after the stream µs"],
+        f"The stamps probe's one-launch runs of more than 50 MB (the table above; the kernel of that session, before "
+        f"the merge spread) against the copy's rate ({copy:.0f} GB/s, the median of `read_floor.csv`'s). 85% of copy: "
+        "the K/V bytes over 85% of that rate, the target's time; slack: that less the bytes' time at the full rate, "
+        "what the call may spend on anything but streaming at the copy's rate; read-only: the fastest launch of "
+        "`read_floor.cu` over the same bytes, where measured; median stream: the bytes' time at the copy's rate "
+        "over the median block's first tile and stream; outside the blocks: bench µs less the last block's end "
+        "(the launch and the timing); after the stream: the last block's end less the median block's first tile "
+        "and stream (the slower blocks, the barrier, the merges); \"-\" where one split leaves the blocks free to run "
+        "in waves.")
 
 
 def merge_stamps_table(path, gpu="h200"):

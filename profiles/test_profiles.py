@@ -1124,6 +1124,25 @@ class OneRunTables(unittest.TestCase):
         self.assertNotIn("9.9", phases)  # the two-launches run is not a row
         self.assertIn("| 1 | 1 | 16384 | 64 | base | 0.11 | 0.21 | 0.41 | 3.70 | 0.66 | 3 × 0.40 | 0.13 |", merges)
         self.assertEqual(merges.count("| base |"), 1)  # base's second call (32 splits) is not a row
+        # the budget table: only one-launch runs of more than 50 MB; 85% of copy and the slack from read_floor.csv
+        big = flags.replace("--kv-heads 1", "--kv-heads 8").replace("--seq-k 16384", "--seq-k 65536")
+        text += f"== one-launch {big}\n" + stamps(64, 2.5, 4.2, "0.0157").replace("Sk16384", "Sk65536")
+        text += f"== one-launch {big.replace('--batch 1', '--batch 2')}\n" + stamps(1, 2.5, 4.2, "0.0157")
+        floor = "bytes,mb,blocks_per_sm,loads_in_flight,median_us,gbs,pct_copy,copy_gbs,check\n" \
+                "268435456,268.4,4,4,72.40,0,0,4000.0,ok\n268435456,268.4,2,4,75.00,0,0,4000.0,ok\n"
+        with tempfile.TemporaryDirectory() as d:
+            for name, body in (("s.txt", text), ("read_floor.csv", floor)):
+                with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+                    f.write(body)
+            saved = results.gpu_dir
+            results.gpu_dir = lambda gpu=None: d
+            try:
+                budget = results.decode_budget_table("s.txt")
+            finally:
+                results.gpu_dir = saved
+        self.assertIn("| 1 | 8 | 65536 | 64 | 268 | 15.7 | 79.0 | 11.8 | 72.4 | 895% |", budget)  # 67.1 µs at copy
+        self.assertIn("| 2 | 8 | 65536 | 1 | 537 | 15.7 | 157.9 | 23.7 | - | - |", budget)  # one split: waves
+        self.assertNotIn("| 16384 |", budget)  # 8 MB: under 50
 
     def test_import_takes_the_decode_microbench_and_pinned_splits(self):
         """results.py import: decode_stream.csv beside read_floor.csv, and gpu_session.sh's SPLITS_ARGS output
