@@ -1022,6 +1022,20 @@ class OneRunTables(unittest.TestCase):
         self.assertIn("| 1 | 1 | 4096 | 11.0 | 1.27× |", table)
         self.assertIn("in pages of 16 keys", table)
 
+    def test_stamp_runs_take_their_own_steps_bench_row(self):
+        """Step 23's --bench prints step 22's row too (the same cache held contiguous): a paged run's time is its
+        own step's row, whichever comes first; a step-22 run's is step 22's."""
+        import results
+        rows = ("23_paged_kv_decode  B1 H32 KV8 Sq1 Sk1024 D128 cache p16 f16   0.0114  400.00 GB/s  9.0% copy\n"
+                "22_split_kv_decode  B1 H32 KV8 Sq1 Sk1024 D128 cache f16       0.0110  410.00 GB/s  9.3% copy\n")
+        flags = "--batch 1 --heads 32 --kv-heads 8 --seq-q 1 --seq-k 1024 --head-dim 128"
+        runs = results.stamp_runs(f"== paged16 {flags} --page-size 16\n{rows}== one-launch {flags}\n"
+                                  + rows.split("\n", 1)[1])
+        self.assertEqual([a for a, _, _ in runs], ["paged16", "one-launch"])
+        self.assertEqual(runs[0][2]["ms"], 0.0114)
+        self.assertEqual(runs[1][2]["ms"], 0.0110)
+        self.assertNotIn("ms", results.stamp_runs(f"== one-launch {flags}\n{rows.split(chr(10))[0]}\n")[0][2])
+
     def test_paged_repeats_table_each_run(self):
         """short_paged/device.sh's lines (round, then a --bench --csv row): step 22's time is the row's prev_time_ms,
         each run's ratio is 22 over 23, the µs columns medians over the runs; rows of other steps are left out."""
